@@ -1,0 +1,43 @@
+# The two entry points of the README, and the steps they are made of. Every target sets up what
+# it needs, so both work on a fresh clone: `make run` (the main job) and `make test`.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN    := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: run test setup data lint clean-results
+
+## run: set everything up, then run the DVC pipeline on the default profile and print the table
+run: data
+	dvc repro
+	shdh results
+
+## test: set everything up, then run the whole test suite
+test: data
+	$(BIN)/python -m pytest
+
+## setup: the virtualenv with the pinned dependencies (requirements.lock) and the package
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+## data: Debian's dataset-fashion-mnist where apt works, then the verified raw files in data/
+data: setup
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null \
+	    && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q dataset-fashion-mnist >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null) \
+	  || echo "apt could not install dataset-fashion-mnist; shdh fetch will try the official URLs"; \
+	fi
+	shdh fetch
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean-results:
+	rm -rf artifacts results mlflow.db

@@ -1,0 +1,196 @@
+"""The codes-file contract: one .npz per method and bit length, the only thing evaluation reads.
+
+Every method, deep or shallow, ours or a baseline, ends in such a file, so one evaluator scores
+them all the same way and `shdh metrics CODES.npz` can check any of them. Keys:
+
+- query_codes, db_codes: uint8, np.packbits of the bits (bit 1 means +1), (N, ceil(n_bits/8))
+- n_bits: int; segment_sizes: ints summing to n_bits; segment_weights: the distance weight of
+  each segment (floats, e.g. SHDH (1/2, 1/3, 1/6); plain Hamming (1.0,))
+- query_ancestors, db_ancestors: int32 (N, K), root column included, -1 = no node
+- query_ids, db_ids: (N,) item ids, any non-object dtype
+
+Loading validates everything up front, so a bad file fails with its name, the key and the
+problem instead of a shape error deep inside ranking.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shdh.atomic import atomic_path
+from shdh.metrics import evaluate
+from shdh.retrieval import integer_weights
+
+KEYS = (
+    "query_codes",
+    "db_codes",
+    "n_bits",
+    "segment_sizes",
+    "segment_weights",
+    "query_ancestors",
+    "db_ancestors",
+    "query_ids",
+    "db_ids",
+)
+
+
+class CodesFileError(ValueError):
+    """A codes file that is missing, unreadable or breaks the contract."""
+
+
+@dataclass
+class Codes:
+    """The contents of one codes file (see the module docstring for shapes and dtypes)."""
+
+    query_codes: np.ndarray
+    db_codes: np.ndarray
+    n_bits: int
+    segment_sizes: np.ndarray
+    segment_weights: np.ndarray
+    query_ancestors: np.ndarray
+    db_ancestors: np.ndarray
+    query_ids: np.ndarray
+    db_ids: np.ndarray
+
+
+def save_codes(path: str | os.PathLike[str], codes: Codes) -> None:
+    """Validate, then write atomically (a temporary sibling, then rename)."""
+    path = Path(path)
+    arrays = _validated(_arrays_of(codes), path.name)
+    with atomic_path(path) as tmp, open(tmp, "xb") as f:  # a file object: savez adds no suffix
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_codes(path: str | os.PathLike[str]) -> Codes:
+    """Read and validate a codes file; any problem raises CodesFileError naming file and key."""
+    path = Path(path)
+    name = path.name
+    if not path.is_file():
+        raise CodesFileError(f"{path}: no such codes file")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):  # a plain .npy loads as an array
+            raise CodesFileError(f"{name}: not an .npz archive")
+        with data:
+            missing = [k for k in KEYS if k not in data.files]
+            if missing:
+                raise CodesFileError(f"{name}: missing key(s) {', '.join(map(repr, missing))}")
+            arrays = {k: data[k] for k in KEYS}
+    except CodesFileError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CodesFileError(f"{name}: not a readable .npz archive ({exc})") from exc
+    arrays = _validated(arrays, name)
+    return Codes(**arrays)
+
+
+def evaluate_codes_file(
+    path: str | os.PathLike[str], *, n: int = 100, workers: int = 1
+) -> dict[str, float]:
+    """The metrics dict of `shdh.metrics.evaluate` for one codes file (what `shdh metrics`
+    prints as JSON)."""
+    c = load_codes(path)
+    result, _ = evaluate(
+        c.query_codes,
+        c.db_codes,
+        c.query_ancestors,
+        c.db_ancestors,
+        c.segment_sizes,
+        c.segment_weights,
+        n=n,
+        workers=workers,
+    )
+    return result
+
+
+def _arrays_of(codes: Codes) -> dict[str, np.ndarray]:
+    return {k: np.asarray(getattr(codes, k)) for k in KEYS}
+
+
+def _validated(a: dict[str, np.ndarray], name: str) -> dict:
+    """Check the contract; return the arrays with canonical dtypes (n_bits as int)."""
+
+    def fail(problem: str) -> CodesFileError:
+        return CodesFileError(f"{name}: {problem}")
+
+    def integer(key: str, ndim: int) -> np.ndarray:
+        v = np.asarray(a[key])
+        if v.ndim != ndim or not np.issubdtype(v.dtype, np.integer):
+            raise fail(f"key {key!r} must be a {ndim}-D integer array, got {v.dtype} {v.shape}")
+        return v
+
+    out: dict = {}
+    n_bits_arr = integer("n_bits", 0)
+    n_bits = int(n_bits_arr)
+    if n_bits < 1:
+        raise fail(f"key 'n_bits' must be >= 1, got {n_bits}")
+    out["n_bits"] = n_bits
+    width = -(-n_bits // 8)
+    for side in ("query", "db"):
+        key = f"{side}_codes"
+        v = np.asarray(a[key])
+        if v.dtype != np.uint8 or v.ndim != 2:
+            raise fail(f"key {key!r} must be a 2-D uint8 array, got {v.dtype} {v.shape}")
+        if v.shape[1] != width:
+            raise fail(
+                f"key {key!r} has {v.shape[1]} bytes per code but n_bits = {n_bits} "
+                f"packs into {width}"
+            )
+        pad = 8 * width - n_bits
+        if pad and v.shape[0] and np.any(v[:, -1] & np.uint8((1 << pad) - 1)):
+            raise fail(f"key {key!r} has bits set past n_bits = {n_bits} (padding must be 0)")
+        out[key] = v
+
+    sizes = integer("segment_sizes", 1)
+    if sizes.size == 0 or np.any(sizes < 1):
+        raise fail(f"key 'segment_sizes' must be non-empty and >= 1, got {sizes.tolist()}")
+    if int(sizes.sum()) != n_bits:
+        raise fail(f"key 'segment_sizes' sums to {int(sizes.sum())} but n_bits = {n_bits}")
+    out["segment_sizes"] = sizes.astype(np.int64)
+    weights = np.asarray(a["segment_weights"])
+    if weights.ndim != 1 or not np.issubdtype(weights.dtype, np.number):
+        raise fail(f"key 'segment_weights' must be a 1-D numeric array, got {weights.dtype}")
+    if weights.shape != sizes.shape:
+        raise fail(
+            f"key 'segment_weights' has {weights.size} entries but 'segment_sizes' has {sizes.size}"
+        )
+    try:
+        integer_weights(weights)
+    except ValueError as exc:
+        raise fail(f"key 'segment_weights': {exc}") from exc
+    out["segment_weights"] = weights.astype(np.float64)
+
+    n_levels = {}
+    for side in ("query", "db"):
+        key = f"{side}_ancestors"
+        anc = integer(key, 2)
+        if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
+            raise fail(f"key {key!r} holds ids outside -1..2^31-1")
+        n_rows = out[f"{side}_codes"].shape[0]
+        if anc.shape[0] != n_rows:
+            raise fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
+        if anc.shape[1] < 2:
+            raise fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
+        n_levels[side] = anc.shape[1]
+        out[key] = anc.astype(np.int32)
+
+        key = f"{side}_ids"
+        ids = np.asarray(a[key])
+        if ids.ndim != 1 or ids.dtype == object:
+            raise fail(f"key {key!r} must be a 1-D non-object array, got {ids.dtype} {ids.shape}")
+        if ids.shape[0] != n_rows:
+            raise fail(f"key {key!r} has {ids.shape[0]} entries but '{side}_codes' has {n_rows}")
+        out[key] = ids
+    if n_levels["query"] != n_levels["db"]:
+        raise fail(
+            f"key 'query_ancestors' has K = {n_levels['query']} levels but 'db_ancestors' "
+            f"has {n_levels['db']}"
+        )
+    return out

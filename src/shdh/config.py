@@ -1,0 +1,123 @@
+"""params.yaml: loading, validation and profiles.
+
+Every setting lives in one params.yaml so that DVC can track each key on its own (a change to
+`train.epochs` reruns only training). A profile is a small YAML file of overrides under
+profiles/; applying one rewrites params.yaml in place with ruamel's round-trip mode, which keeps
+the comments that explain each setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shdh.atomic import atomic_write_text
+
+PROFILES_DIR = Path("profiles")
+
+
+class ConfigError(ValueError):
+    """A params or profile file is missing a field or holds a value of the wrong kind."""
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Read params.yaml as plain dicts; the file must be a mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: params file not found") from exc
+    try:
+        params = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return params
+
+
+def section(params: dict[str, Any], name: str, source: str | Path = "params.yaml") -> dict:
+    """One top-level section, with an error that names the file and the missing key."""
+    value = params.get(name)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: missing section '{name}' (or it is not a mapping)")
+    return value
+
+
+def require(mapping: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """Fetch a typed value so that a typo in params.yaml fails early and by name."""
+    if key not in mapping:
+        raise ConfigError(f"{where}: missing key '{key}'")
+    value = mapping[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}: key '{key}' must be {names}, got {value!r}")
+    return value
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return base with overrides applied key by key (nested mappings merge, others replace)."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def profile_path(name: str, profiles_dir: str | Path = PROFILES_DIR) -> Path:
+    path = Path(profiles_dir) / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
+        raise ConfigError(f"unknown profile '{name}': no {path} (known: {', '.join(known)})")
+    return path
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'epochs': 3}} -> {'train.epochs': 3}: the form DVC and MLflow use for params."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def apply_profile(
+    name: str, params_file: str | Path = "params.yaml", profiles_dir: str | Path = PROFILES_DIR
+) -> dict[str, Any]:
+    """Rewrite params_file with the overrides of profiles/NAME.yaml; returns the overrides.
+
+    Keys a profile sets must already exist in params.yaml: a misspelt key in a profile would
+    otherwise add a setting that nothing reads.
+    """
+    from ruamel.yaml import YAML  # DVC depends on ruamel; imported lazily to keep import cheap
+
+    overrides = load_params(profile_path(name, profiles_dir))
+    overrides["profile"] = name
+    rt = YAML()
+    rt.preserve_quotes = True
+    params_file = Path(params_file)
+    doc = rt.load(params_file.read_text())
+
+    def assign(node: Any, values: dict[str, Any], where: str) -> None:
+        for key, value in values.items():
+            if key not in node:
+                raise ConfigError(f"{where}: profile '{name}' sets unknown key '{key}'")
+            if isinstance(value, dict):
+                assign(node[key], value, f"{where}.{key}")
+            else:
+                node[key] = value
+
+    assign(doc, overrides, str(params_file))
+    buffer = io.StringIO()
+    rt.dump(doc, buffer)
+    atomic_write_text(params_file, buffer.getvalue())
+    return overrides

@@ -1,0 +1,609 @@
+"""Label trees for hierarchical labelled data, and the per-level weights of SHDH.
+
+SHDH (Wang et al., arXiv 1704.02088) compares two items level by level in a label tree (Eq. 1),
+weights the levels (Eq. 2) and sums them into one similarity (Eq. 3). All of that only needs, per
+item, the id of its ancestor at every level: the N x K ancestor matrix built here. The tree itself
+stays tiny (hundreds of nodes), so it is validated eagerly and stored as two plain tuples.
+
+Conventions (see METHOD.md): the root is level 1 and node 0; K is the deepest level; a leaf may sit
+above level K, and then its ancestor row holds -1 below its own level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shdh.atomic import atomic_write_text
+
+FORMAT = "shdh-label-tree/1"
+LAYOUTS = ("levels", "paper")
+_SEP = "/"
+
+
+class TreeError(ValueError):
+    """A label tree (or a label looked up in it) is malformed; the message names the node."""
+
+
+# --------------------------------------------------------------------------------------------
+# Layer weights (Eq. 2) and hash-code segments
+# --------------------------------------------------------------------------------------------
+
+
+def _check_height(K: int) -> int:
+    if isinstance(K, bool) or not isinstance(K, int | np.integer):
+        raise ValueError(f"tree height K must be an integer, got {K!r}")
+    if K < 2:
+        raise ValueError(f"tree height K must be >= 2 (a root and one labelled level), got {K}")
+    return int(K)
+
+
+def weight_scale(K: int) -> int:
+    """K(K-1)/2: multiplying u_k by it gives the integers K+1-k, used for exact distances."""
+    K = _check_height(K)
+    return K * (K - 1) // 2
+
+
+def integer_layer_weights(K: int) -> np.ndarray:
+    """Integer form of Eq. 2: w_1 = 0, w_k = K+1-k, so that u_k = w_k / weight_scale(K)."""
+    K = _check_height(K)
+    w = np.zeros(K, dtype=np.int64)
+    w[1:] = K + 1 - np.arange(2, K + 1)
+    return w
+
+
+def layer_weights(K: int) -> np.ndarray:
+    """Eq. 2: u_1 = 0, u_k = 2(K+1-k) / (K(K-1)) for k = 2..K.
+
+    The paper writes the normalising sum from k = 0; read literally the weights would not sum to
+    1, so (METHOD.md) the sum runs over k = 2..K. Coarse levels weigh more than fine ones.
+    """
+    return integer_layer_weights(K) / float(weight_scale(K))
+
+
+def _check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown segment layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    return layout
+
+
+def segment_levels(K: int, layout: str = "levels") -> list[int]:
+    """1-based tree level that each hash-code segment encodes.
+
+    `paper` gives the root its own segment although u_1 = 0 makes those bits useless; `levels`
+    (the default) drops it so that every bit carries a label level.
+    """
+    K = _check_height(K)
+    first = 2 if _check_layout(layout) == "levels" else 1
+    return list(range(first, K + 1))
+
+
+def segment_sizes(n_bits: int, K: int, layout: str = "levels") -> list[int]:
+    """Bits per segment: equal floor(L / n_segments) shares, the last segment takes the rest."""
+    K = _check_height(K)
+    n_seg = len(segment_levels(K, layout))
+    if isinstance(n_bits, bool) or not isinstance(n_bits, int | np.integer):
+        raise ValueError(f"n_bits must be an integer, got {n_bits!r}")
+    if n_bits < n_seg:
+        raise ValueError(
+            f"n_bits={n_bits} is too small for K={K} with layout {layout!r}: "
+            f"it needs at least {n_seg} bits (one per segment)"
+        )
+    share = int(n_bits) // n_seg
+    return [share] * (n_seg - 1) + [int(n_bits) - share * (n_seg - 1)]
+
+
+def segment_weights(K: int, layout: str = "levels") -> np.ndarray:
+    """u_k (Eq. 2) of each segment's level: the weights of the weighted Hamming (Eq. 4)."""
+    levels = np.asarray(segment_levels(K, layout))
+    return layer_weights(K)[levels - 1]
+
+
+def segment_integer_weights(K: int, layout: str = "levels") -> np.ndarray:
+    """Integer segment weights K+1-k, for exact integer distances and deterministic ties."""
+    levels = np.asarray(segment_levels(K, layout))
+    return integer_layer_weights(K)[levels - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# LabelTree
+# --------------------------------------------------------------------------------------------
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def _breadth_first(root: Any, children: Mapping[Any, list[Any]], name: Callable[[Any], str]):
+    """Number nodes level by level (children in first-seen order) so that node ids of one level
+    are contiguous and ordered as the input listed them; returns (names, parents)."""
+    order = [root]
+    index = {root: 0}
+    parents = [-1]
+    for key in order:  # `order` grows while we walk it
+        for child in children.get(key, []):
+            index[child] = len(order)
+            order.append(child)
+            parents.append(index[key])
+    return tuple(name(k) for k in order), tuple(parents)
+
+
+def _raise_cycle(start: Any, parent: Callable[[Any], Any], name: Callable[[Any], str]) -> None:
+    """Report the cycle reached from a node the root cannot reach.
+
+    Every node has exactly one parent and the one root has none, so following parents from an
+    unreachable node never ends at the root: it must loop.
+    """
+    seen: list[Any] = []
+    node = start
+    while node not in seen:
+        seen.append(node)
+        node = parent(node)
+    cycle = seen[seen.index(node) :] + [node]
+    raise TreeError(
+        f"cycle in the label tree at node {name(node)!r}: "
+        + " -> ".join(repr(name(c)) for c in cycle)
+    )
+
+
+@dataclass(frozen=True)
+class LabelTree:
+    """A rooted label tree: node i is called names[i] and hangs under parents[i] (root: -1).
+
+    Frozen and validated on construction, so every other module can trust it: one root at node 0,
+    no cycles, names without the path separator and unique within each level.
+    """
+
+    names: tuple[str, ...]
+    parents: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))
+        object.__setattr__(self, "parents", tuple(self.parents))
+        names, parents = self.names, self.parents
+        n = len(names)
+        if n == 0:
+            raise TreeError("a label tree needs at least a root node")
+        if len(parents) != n:
+            raise TreeError(f"names has {n} entries but parents has {len(parents)}")
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                raise TreeError(f"node {i}: name must be a non-empty string, got {name!r}")
+            if _SEP in name:
+                raise TreeError(f"node {i} {name!r}: names may not contain {_SEP!r}")
+        for i, p in enumerate(parents):
+            if not _is_int(p) or not -1 <= p < n or p == i:
+                raise TreeError(f"node {i} {names[i]!r}: invalid parent {p!r}")
+        object.__setattr__(self, "parents", tuple(int(p) for p in parents))
+        roots = [names[i] for i, p in enumerate(self.parents) if p == -1]
+        if len(roots) != 1:
+            raise TreeError(f"a label tree needs exactly one root (parent -1), found {roots}")
+        if self.parents[0] != -1:
+            raise TreeError(f"the root {roots[0]!r} must be node 0")
+        object.__setattr__(self, "_levels", self._compute_levels())
+        self._check_unique_per_level()
+
+    def _compute_levels(self) -> np.ndarray:
+        par = np.asarray(self.parents, dtype=np.int64)
+        levels = np.zeros(len(par), dtype=np.int64)
+        levels[0] = 1
+        while True:
+            todo = (levels == 0) & (par >= 0)
+            todo[todo] = levels[par[todo]] > 0
+            if not todo.any():
+                break
+            levels[todo] = levels[par[todo]] + 1
+        unreached = np.flatnonzero(levels == 0)
+        if unreached.size:
+            _raise_cycle(int(unreached[0]), self.parents.__getitem__, self.names.__getitem__)
+        levels.setflags(write=False)
+        return levels
+
+    def _check_unique_per_level(self) -> None:
+        first: dict[tuple[int, str], int] = {}
+        for i, name in enumerate(self.names):
+            key = (int(self._levels[i]), name)
+            if key in first:
+                raise TreeError(
+                    f"name {name!r} is used by two nodes at level {key[0]}: "
+                    f"{self.path(first[key])!r} and {self.path(i)!r}; names must be unique per "
+                    "level"
+                )
+            first[key] = i
+
+    # ---- constructors ----------------------------------------------------------------------
+
+    @classmethod
+    def from_parents(
+        cls, table: Mapping[str, str | None] | Iterable[tuple[str, str | None]]
+    ) -> LabelTree:
+        """Build from child -> parent names; the root maps to None. Names identify nodes."""
+        pairs = table.items() if isinstance(table, Mapping) else table
+        parent_of: dict[str, str | None] = {}
+        for pair in pairs:
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TreeError(f"parent table entries must be (child, parent) pairs, got {pair!r}")
+            child, parent = pair
+            if not isinstance(child, str) or not (parent is None or isinstance(parent, str)):
+                raise TreeError(f"node {child!r}: names must be strings, parent {parent!r}")
+            if child in parent_of and parent_of[child] != parent:
+                raise TreeError(
+                    f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}"
+                )
+            parent_of[child] = parent
+        roots = [c for c, p in parent_of.items() if p is None]
+        if len(roots) != 1:
+            found = f"found {roots}" if roots else "found none"
+            raise TreeError(f"a label tree needs exactly one root (parent None), {found}")
+        children: dict[str, list[str]] = {}
+        for child, parent in parent_of.items():
+            if parent is None:
+                continue
+            if parent not in parent_of:
+                raise TreeError(f"node {child!r} has parent {parent!r}, which is never defined")
+            children.setdefault(parent, []).append(child)
+        names, parents = _breadth_first(roots[0], children, str)
+        if len(names) < len(parent_of):
+            reached = set(names)
+            start = next(c for c in parent_of if c not in reached)
+            _raise_cycle(start, lambda c: parent_of[c], str)
+        return cls(names, parents)
+
+    @classmethod
+    def from_nested(cls, mapping: Mapping[str, Any], root: str = "root") -> LabelTree:
+        """Build from nested dicts; a leaf maps to None, {} or [], and lists of strings are leaves.
+
+        Nodes are identified by their path, so equal names under different parents are distinct
+        nodes (and are rejected only if they share a level).
+        """
+        children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+
+        def walk(prefix: tuple[str, ...], value: Any) -> None:
+            kids: list[tuple[str, ...]] = []
+            if value is None:
+                pass
+            elif isinstance(value, Mapping):
+                for name, sub in value.items():
+                    if not isinstance(name, str):
+                        raise TreeError(
+                            f"node {_SEP.join(prefix) or root!r}: key {name!r} is not a string"
+                        )
+                    kids.append(prefix + (name,))
+                    walk(prefix + (name,), sub)
+            elif isinstance(value, list | tuple):
+                for name in value:
+                    if not isinstance(name, str):
+                        raise TreeError(
+                            f"node {_SEP.join(prefix) or root!r}: list items must be leaf names "
+                            f"(strings), got {name!r}"
+                        )
+                    kids.append(prefix + (name,))
+            else:
+                raise TreeError(
+                    f"node {_SEP.join(prefix)!r}: expected a dict, a list of leaf names or None, "
+                    f"got {type(value).__name__}"
+                )
+            children[prefix] = kids
+
+        if not isinstance(mapping, Mapping):
+            raise TreeError(f"from_nested needs a mapping, got {type(mapping).__name__}")
+        walk((), mapping)
+        names, parents = _breadth_first((), children, lambda key: key[-1] if key else root)
+        return cls(names, parents)
+
+    @classmethod
+    def from_paths(cls, paths: Iterable[str], sep: str = "/", root: str = "root") -> LabelTree:
+        """Build from label paths such as "Clothes/Tops/Shirt" (root not written)."""
+        if not sep:
+            raise TreeError("path separator must be a non-empty string")
+        children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+        known: set[tuple[str, ...]] = {()}
+        for path in paths:
+            if not isinstance(path, str):
+                raise TreeError(f"label path must be a string, got {path!r}")
+            parts = tuple(path.split(sep))
+            if not path or any(not p for p in parts):
+                raise TreeError(f"label path {path!r} has an empty component")
+            for depth in range(1, len(parts) + 1):
+                key = parts[:depth]
+                if key not in known:
+                    known.add(key)
+                    children.setdefault(key[:-1], []).append(key)
+        names, parents = _breadth_first((), children, lambda key: key[-1] if key else root)
+        return cls(names, parents)
+
+    # ---- structure -------------------------------------------------------------------------
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def levels(self) -> np.ndarray:
+        """Level of every node (root = 1), read-only."""
+        return self._levels  # type: ignore[attr-defined]
+
+    @cached_property
+    def height(self) -> int:
+        """K: the deepest level."""
+        return int(self._levels.max())  # type: ignore[attr-defined]
+
+    @cached_property
+    def _children(self) -> tuple[tuple[int, ...], ...]:
+        kids: list[list[int]] = [[] for _ in self.names]
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                kids[p].append(i)
+        return tuple(tuple(k) for k in kids)
+
+    def children(self, node: int) -> tuple[int, ...]:
+        """Child node ids in ascending order."""
+        return self._children[self._check_node(node)]
+
+    @cached_property
+    def leaves(self) -> tuple[int, ...]:
+        """Node ids without children, ascending."""
+        return tuple(i for i, kids in enumerate(self._children) if not kids)
+
+    def nodes_at_level(self, level: int) -> np.ndarray:
+        """Node ids at one level, ascending: the rank of a node in it is its per-level index."""
+        return np.flatnonzero(self.levels == level)
+
+    def level(self, node: int) -> int:
+        return int(self.levels[self._check_node(node)])
+
+    def _check_node(self, node: int) -> int:
+        if not _is_int(node) or not 0 <= node < self.n_nodes:
+            raise TreeError(f"node id {node!r} is not in the tree (0..{self.n_nodes - 1})")
+        return int(node)
+
+    @cached_property
+    def _paths(self) -> tuple[str, ...]:
+        paths = [""] * self.n_nodes
+        for i in np.argsort(self.levels, kind="stable")[1:]:
+            parent = paths[self.parents[i]]
+            paths[i] = f"{parent}{_SEP}{self.names[i]}" if parent else self.names[i]
+        return tuple(paths)
+
+    def path(self, node: int) -> str:
+        """Names from level 2 down to the node, e.g. "Clothes/Tops/Shirt" ("" for the root)."""
+        return self._paths[self._check_node(node)]
+
+    @cached_property
+    def _lookup(self) -> tuple[dict[str, int], dict[str, list[int]]]:
+        by_path = {p: i for i, p in enumerate(self._paths) if i}
+        by_name: dict[str, list[int]] = {}
+        for i, name in enumerate(self.names):
+            by_name.setdefault(name, []).append(i)
+        return by_path, by_name
+
+    def node_id(self, label: str) -> int:
+        """Node id of a full path ("Clothes/Tops/Shirt") or of a name that is unique in the tree."""
+        by_path, by_name = self._lookup
+        if not isinstance(label, str):
+            raise TreeError(f"label must be a string, got {label!r}")
+        if label in by_path:
+            return by_path[label]
+        ids = by_name.get(label, []) if _SEP not in label else []
+        if len(ids) == 1:
+            return ids[0]
+        if len(ids) > 1:
+            where = ", ".join(repr(self._paths[i] or self.names[i]) for i in ids)
+            raise TreeError(f"label {label!r} is ambiguous: it names {where}; give the full path")
+        examples = ", ".join(repr(self._paths[i]) for i in self.leaves[:3])
+        raise TreeError(
+            f"label path {label!r} is not in the tree ({self.n_nodes} nodes; leaves look like "
+            f"{examples})"
+        )
+
+    # ---- ancestor matrix -------------------------------------------------------------------
+
+    @cached_property
+    def _ancestor_table(self) -> np.ndarray:
+        """Row i: the id of node i's ancestor at each level 1..K (itself at its level, -1 below)."""
+        table = np.full((self.n_nodes, self.height), -1, dtype=np.int32)
+        par = np.asarray(self.parents, dtype=np.int64)
+        for lev in range(1, self.height + 1):
+            nodes = np.flatnonzero(self.levels == lev)
+            if lev > 1:
+                table[nodes] = table[par[nodes]]
+            table[nodes, lev - 1] = nodes
+        table.setflags(write=False)
+        return table
+
+    def ancestor_row(self, node: int) -> np.ndarray:
+        """(K,) int32: the node id at each level 1..K; column 0 is the root, -1 below the node."""
+        return self._ancestor_table[self._check_node(node)].copy()
+
+    def ancestors(self, nodes: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(N, K) int32 ancestor matrix of N items given their node ids (usually leaves)."""
+        arr = np.asarray(nodes)
+        if arr.ndim != 1:
+            raise TreeError(f"node ids must be a 1-D array, got shape {arr.shape}")
+        if arr.size == 0:
+            return np.zeros((0, self.height), dtype=np.int32)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise TreeError(f"node ids must be integers, got dtype {arr.dtype}")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.n_nodes))
+        if bad.size:
+            raise TreeError(
+                f"node id {arr[bad[0]]} at position {bad[0]} is not in the tree "
+                f"(0..{self.n_nodes - 1})"
+            )
+        return self._ancestor_table[arr]
+
+    def ancestors_of_labels(self, labels: Sequence[str]) -> np.ndarray:
+        """(N, K) ancestor matrix from label names or paths (each distinct label looked up once)."""
+        seen: dict[str, int] = {}
+        ids = np.empty(len(labels), dtype=np.int64)
+        for pos, label in enumerate(labels):
+            node = seen.get(label) if isinstance(label, str) else None
+            if node is None:
+                try:
+                    node = self.node_id(label)
+                except TreeError as err:
+                    raise TreeError(f"label at position {pos}: {err}") from None
+                seen[label] = node
+            ids[pos] = node
+        return self.ancestors(ids)
+
+    def layer_weights(self) -> np.ndarray:
+        """Eq. 2 for this tree's height."""
+        return layer_weights(self.height)
+
+    def integer_layer_weights(self) -> np.ndarray:
+        return integer_layer_weights(self.height)
+
+    # ---- serialisation ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "names": list(self.names), "parents": list(self.parents)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "label tree") -> LabelTree:
+        """Inverse of to_dict; `source` (e.g. a file name) prefixes every error message."""
+        if not isinstance(data, Mapping):
+            raise TreeError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        for key in ("format", "names", "parents"):
+            if key not in data:
+                raise TreeError(f"{source}: missing field {key!r}")
+        if data["format"] != FORMAT:
+            raise TreeError(f"{source}: field 'format' is {data['format']!r}, expected {FORMAT!r}")
+        names, parents = data["names"], data["parents"]
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise TreeError(f"{source}: field 'names' must be a list of strings")
+        if not isinstance(parents, list) or not all(_is_int(x) for x in parents):
+            raise TreeError(f"{source}: field 'parents' must be a list of integers")
+        try:
+            return cls(tuple(names), tuple(parents))
+        except TreeError as err:
+            raise TreeError(f"{source}: fields 'names'/'parents': {err}") from None
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write JSON atomically (temporary file in the same folder, then rename)."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> LabelTree:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as err:
+            raise TreeError(f"{path}: cannot read label tree: {err}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TreeError(f"{path}: not valid JSON: {err}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in trees
+# --------------------------------------------------------------------------------------------
+
+# Fashion-MNIST label order. "T-shirt/top" is shortened: '/' is the path separator.
+FASHION_MNIST_CLASSES = (
+    "T-shirt",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+
+# Seo & Shin (2019) hierarchy, as METHOD.md fixes it; dict order gives the per-level node order.
+_FASHION_MNIST_HIERARCHY = {
+    "Clothes": {
+        "Tops": ["T-shirt", "Pullover", "Shirt"],
+        "Bottoms": ["Trouser"],
+        "Dresses": ["Dress"],
+        "Outers": ["Coat"],
+    },
+    "Goods": {
+        "Accessories": ["Bag"],
+        "Shoes": ["Sandal", "Sneaker", "Ankle boot"],
+    },
+}
+
+
+def fashion_mnist_tree() -> LabelTree:
+    """Fashion-MNIST-H: root + 2 + 6 + 10 nodes, K = 4."""
+    return LabelTree.from_nested(_FASHION_MNIST_HIERARCHY, root="Fashion-MNIST")
+
+
+def fashion_mnist_label_paths() -> list[str]:
+    """Label path of each Fashion-MNIST class index, e.g. 0 -> "Clothes/Tops/T-shirt"."""
+    tree = fashion_mnist_tree()
+    return [tree.path(tree.node_id(name)) for name in FASHION_MNIST_CLASSES]
+
+
+# Official CIFAR-100 names (cifar-100-python/meta), in label-index order.
+CIFAR100_FINE = (
+    "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle",
+    "bottle", "bowl", "boy", "bridge", "bus", "butterfly", "camel", "can", "castle",
+    "caterpillar", "cattle", "chair", "chimpanzee", "clock", "cloud", "cockroach", "couch",
+    "crab", "crocodile", "cup", "dinosaur", "dolphin", "elephant", "flatfish", "forest", "fox",
+    "girl", "hamster", "house", "kangaroo", "keyboard", "lamp", "lawn_mower", "leopard", "lion",
+    "lizard", "lobster", "man", "maple_tree", "motorcycle", "mountain", "mouse", "mushroom",
+    "oak_tree", "orange", "orchid", "otter", "palm_tree", "pear", "pickup_truck", "pine_tree",
+    "plain", "plate", "poppy", "porcupine", "possum", "rabbit", "raccoon", "ray", "road",
+    "rocket", "rose", "sea", "seal", "shark", "shrew", "skunk", "skyscraper", "snail", "snake",
+    "spider", "squirrel", "streetcar", "sunflower", "sweet_pepper", "table", "tank", "telephone",
+    "television", "tiger", "tractor", "train", "trout", "tulip", "turtle", "wardrobe", "whale",
+    "willow_tree", "wolf", "woman", "worm",
+)  # fmt: skip
+
+CIFAR100_COARSE = (
+    "aquatic_mammals", "fish", "flowers", "food_containers", "fruit_and_vegetables",
+    "household_electrical_devices", "household_furniture", "insects", "large_carnivores",
+    "large_man-made_outdoor_things", "large_natural_outdoor_scenes",
+    "large_omnivores_and_herbivores", "medium_mammals", "non-insect_invertebrates", "people",
+    "reptiles", "small_mammals", "trees", "vehicles_1", "vehicles_2",
+)  # fmt: skip
+
+# Superclass index of each fine label (the `coarse_labels` the official pickles carry).
+CIFAR100_FINE_TO_COARSE = (
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7, 11,
+    6, 11, 5, 10, 7, 6, 13, 15, 3, 15, 0, 11, 1, 10, 12, 14, 16, 9, 11, 5,
+    5, 19, 8, 8, 15, 13, 14, 17, 18, 10, 16, 4, 17, 4, 2, 0, 17, 4, 18, 17,
+    10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
+    16, 19, 2, 4, 6, 19, 5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+)  # fmt: skip
+
+
+def cifar100_label_paths() -> list[str]:
+    """Label path "superclass/class" of each fine label index."""
+    return [
+        f"{CIFAR100_COARSE[c]}{_SEP}{fine}"
+        for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True)
+    ]
+
+
+def cifar100_tree() -> LabelTree:
+    """CIFAR-100: root, 20 superclasses (in coarse-label order), 100 classes: K = 3."""
+    nested: dict[str, list[str]] = {name: [] for name in CIFAR100_COARSE}
+    for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True):
+        nested[CIFAR100_COARSE[c]].append(fine)
+    return LabelTree.from_nested(nested, root="CIFAR-100")
+
+
+BUILTIN_TREES: dict[str, Callable[[], LabelTree]] = {
+    "fashion-mnist-h": fashion_mnist_tree,
+    "cifar100": cifar100_tree,
+}
+
+
+def builtin_tree(name: str) -> LabelTree:
+    if name not in BUILTIN_TREES:
+        raise TreeError(f"unknown built-in tree {name!r}; choose one of {', '.join(BUILTIN_TREES)}")
+    return BUILTIN_TREES[name]()

@@ -1,0 +1,145 @@
+"""The SHDH training objective (paper Eq. 5-8), made consistent as METHOD.md "Loss" records.
+
+The paper's E1 (Eq. 5) compares an unnormalised, u-weighted inner product with s^k in {0, 1}; its
+matrix form (Eq. 8) compares H A H^T with L*S; its E2 (Eq. 6) is called an entropy term but, as
+written, rewards equal codes. Here, with h~ = tanh(z) and per-segment normalised inner products
+
+    rho^k_ij = <h~^k_i, h~^k_j> / L_k  in [-1, 1],
+
+  E1 "levels" (default, Eq. 5 per level):  sum_k u_k (rho^k_ij - (2 s^k_ij - 1))^2
+  E1 "matrix" (Eq. 7/8, L*S scale fixed):  (sum_k u_k rho^k_ij - s_ij)^2,
+                                            s_ij = sum_k u_k (2 s^k_ij - 1)   (Eq. 3)
+  E2 "balance" (default):  + alpha sum_k u_k ||mean_i h~^k_i||^2 / L_k  (balanced bits, the text)
+  E2 "trace":              - alpha mean_i sum_k u_k ||h~^k_i||^2 / L_k  (-alpha tr(H A H^T), Eq. 8,
+                                                                          bounded through tanh)
+  J = E1 + E2 (Eq. 7).
+
+Pairs are (anchor i in the batch, partner j) with j over the other batch items (i == j left out:
+a self-pair carries no similarity information, only a quantisation push that E2 "trace" already
+provides with its own weight) and, optionally, a memory bank of detached past outputs, as DPSH
+does. An item's own stale output in the bank is kept as a partner like any other (the bank carries
+no item ids); the training loop leaves the current batch's items out of the bank it passes.
+
+Scale matters as much as form (METHOD.md): reduction "sum" (default) sums over partners and
+averages over anchors, about B times a mean over pairs; a plain mean ("mean", paper-literal scale,
+kept for the ablation) left the optimiser at the h~ = 0 saddle. With a memory bank the "sum" scale
+grows with the bank size, so gradient clipping matters even more there.
+"""
+
+from collections.abc import Sequence
+
+import torch
+
+E1_MODES = ("levels", "matrix")
+E2_MODES = ("balance", "trace", "none")
+REDUCTIONS = ("sum", "mean")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"shdh_loss: {name} must be one of {choices}, got {value!r}")
+
+
+def _same_node(anc_i: torch.Tensor, anc_j: torch.Tensor, level: int) -> torch.Tensor:
+    """s^k_ij (Eq. 1) as a bool (len(anc_i), len(anc_j)) block; -1 (no node) never matches and
+    the root level k = 1 is never "similar" (it would be shared by everything)."""
+    if level == 1:
+        return torch.zeros(len(anc_i), len(anc_j), dtype=torch.bool, device=anc_i.device)
+    a = anc_i[:, level - 1]  # (B,)
+    b = anc_j[:, level - 1]  # (P,)
+    return (a[:, None] == b[None, :]) & (a[:, None] != -1)  # (B, P)
+
+
+def shdh_loss(
+    z: torch.Tensor,
+    anc: torch.Tensor,
+    *,
+    segment_sizes: Sequence[int],
+    segment_levels: Sequence[int],
+    layer_weights: Sequence[float],
+    alpha: float = 1.0,
+    e1: str = "levels",
+    e2: str = "balance",
+    reduction: str = "sum",
+    bank_z: torch.Tensor | None = None,
+    bank_anc: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """J = E1 + E2 for one batch: z (B, L) hashing-layer outputs, anc (B, K) ancestor ids.
+
+    segment_levels[s] is the 1-based tree level of segment s; layer_weights[k-1] is u_k (Eq. 2).
+    Returns the scalar loss and detached {"e1", "e2"} for logging.
+    """
+    _check_choice("e1", e1, E1_MODES)
+    _check_choice("e2", e2, E2_MODES)
+    _check_choice("reduction", reduction, REDUCTIONS)
+    sizes = [int(s) for s in segment_sizes]
+    levels = [int(k) for k in segment_levels]
+    u = [float(w) for w in layer_weights]
+    n_levels = len(u)
+    if z.ndim != 2 or z.shape[1] != sum(sizes):
+        raise ValueError(f"shdh_loss: z must be (B, {sum(sizes)}), got {tuple(z.shape)}")
+    anc = torch.as_tensor(anc, device=z.device)
+    if anc.ndim != 2 or anc.shape != (z.shape[0], n_levels):
+        raise ValueError(
+            f"shdh_loss: anc must be (B={z.shape[0]}, K={n_levels}), got {tuple(anc.shape)}"
+        )
+    if len(levels) != len(sizes):
+        raise ValueError(f"shdh_loss: {len(sizes)} segment_sizes but {len(levels)} segment_levels")
+    if any(not 1 <= k <= n_levels for k in levels) or len(set(levels)) != len(levels):
+        raise ValueError(
+            f"shdh_loss: segment_levels {levels} must be distinct levels in 1..{n_levels}"
+        )
+    if alpha < 0:
+        raise ValueError(f"shdh_loss: alpha must be >= 0, got {alpha}")
+    if (bank_z is None) != (bank_anc is None):
+        raise ValueError("shdh_loss: bank_z and bank_anc must be given together")
+
+    dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
+    h = torch.tanh(z.to(dtype))  # (B, L) relaxed codes h~
+    anc_p, h_p = anc, h  # partners: the batch ...
+    n_batch = h.shape[0]
+    if bank_z is not None:
+        bank_anc = torch.as_tensor(bank_anc, device=z.device)
+        if bank_z.ndim != 2 or bank_z.shape[1] != h.shape[1]:
+            raise ValueError(f"shdh_loss: bank_z must be (M, {h.shape[1]}), got {bank_z.shape}")
+        if bank_anc.shape != (bank_z.shape[0], n_levels):
+            raise ValueError(
+                f"shdh_loss: bank_anc must be (M={bank_z.shape[0]}, K={n_levels}), "
+                f"got {tuple(bank_anc.shape)}"
+            )
+        h_p = torch.cat([h, torch.tanh(bank_z.detach().to(dtype))])  # (B+M, L) ... and the bank
+        anc_p = torch.cat([anc, bank_anc])  # (B+M, K)
+    pair_mask = torch.ones(n_batch, h_p.shape[0], dtype=torch.bool, device=z.device)
+    pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs in the batch
+    n_pairs = int(pair_mask.sum())
+    if reduction == "mean" and n_pairs == 0:
+        raise ValueError("shdh_loss: reduction='mean' needs >= 2 batch items or a memory bank")
+
+    e1_pair = torch.zeros(pair_mask.shape, dtype=dtype, device=z.device)  # (B, B+M)
+    pred = torch.zeros_like(e1_pair)  # "matrix": sum_k u_k rho^k_ij
+    target = torch.zeros_like(e1_pair)  # "matrix": s_ij (Eq. 3)
+    e2_sum = torch.zeros((), dtype=dtype, device=z.device)
+    start = 0
+    for size, level in zip(sizes, levels, strict=True):
+        hk, hk_p = h[:, start : start + size], h_p[:, start : start + size]  # (B, Lk), (B+M, Lk)
+        start += size
+        uk = u[level - 1]  # Eq. 2
+        rho = hk @ hk_p.T / size  # (B, B+M) in [-1, 1]
+        tk = 2.0 * _same_node(anc, anc_p, level).to(dtype) - 1.0  # (B, B+M): 2 s^k_ij - 1 (Eq. 1)
+        if e1 == "levels":
+            e1_pair = e1_pair + uk * (rho - tk) ** 2  # Eq. 5, per level
+        else:
+            pred = pred + uk * rho
+            target = target + uk * tk  # Eq. 3
+        if e2 == "balance":
+            e2_sum = e2_sum + uk * hk.mean(0).pow(2).sum() / size  # Eq. 6 as balanced bits
+        elif e2 == "trace":
+            e2_sum = e2_sum - uk * hk.pow(2).sum(1).mean() / size  # Eq. 8: -tr(H A H^T) / B
+    if e1 == "matrix":
+        e1_pair = (pred - target) ** 2  # Eq. 7/8 with target s_ij instead of L*S
+
+    e1_sum = torch.where(pair_mask, e1_pair, 0.0).sum()
+    e1_val = e1_sum / n_batch if reduction == "sum" else e1_sum / n_pairs
+    e2_val = alpha * e2_sum
+    loss = e1_val + e2_val  # Eq. 7: J = E1 + E2 term
+    return loss, {"e1": e1_val.detach(), "e2": e2_val.detach()}

@@ -1,0 +1,298 @@
+"""Retrieval metrics exactly as METHOD.md "Metrics" defines them: small pure functions, then one
+`evaluate` that assembles them over chunks of queries.
+
+Relevance r(q, x) = number of shared non-root levels and gain g(q, x) = sum_k u_k s^k_qx are
+computed here from ancestor matrices (N, K), column 0 the root, -1 = no node (never matches).
+They depend only on an item's ancestor row, and a database has few distinct rows (one per leaf
+class), so `evaluate` computes them against the distinct rows once per query and looks items up
+by row: per-query totals and relevance counts for the ideal DCG then need no pass over N items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shdh.retrieval import integer_weights, iter_rank
+
+
+def metric_name_for_mlflow(key: str) -> str:
+    """MLflow metric names cannot hold '@': 'ndcg@100' -> 'ndcg_at_100'."""
+    return key.replace("@", "_at_")
+
+
+# --- relevance and gain -----------------------------------------------------------------------
+
+
+def layer_weights(n_levels: int) -> np.ndarray:
+    """Eq. 2: u_1 = 0 (root), u_k = 2(K+1-k) / (K(K-1)) for k = 2..K; they sum to 1."""
+    if n_levels < 2:
+        raise ValueError(f"a label tree needs K >= 2 levels (root + one), got K = {n_levels}")
+    k = np.arange(1, n_levels + 1)
+    u = 2.0 * (n_levels + 1 - k) / (n_levels * (n_levels - 1))
+    u[0] = 0.0
+    return u
+
+
+def _shared_levels(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
+    """Eq. 1 for k >= 2: s^k_qx = 1 where both items have the same node at level k (-1 never
+    matches). Broadcasts over leading axes; returns bool (..., K-1)."""
+    q, x = q_anc[..., 1:], x_anc[..., 1:]
+    return (q == x) & (q >= 0)
+
+
+def _relevance(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
+    """r(q, x) = number of shared non-root levels."""
+    return _shared_levels(q_anc, x_anc).sum(axis=-1)
+
+
+def _gain(q_anc: np.ndarray, x_anc: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """g(q, x) = sum_k u_k s^k_qx = (s_qx + 1) / 2 (Eq. 3 shifted into [0, 1])."""
+    return _shared_levels(q_anc, x_anc) @ u[1:]
+
+
+# --- ranked-list metrics (rel, gains: (Q, n) in rank order; each returns per-query values) ------
+
+
+def _as_lists(name: str, values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] == 0:
+        raise ValueError(f"{name} must be a 2-D (Q, n) array with n >= 1, got {values.shape}")
+    return values
+
+
+def acg(rel: np.ndarray) -> np.ndarray:
+    """ACG@n = (1/n) sum_{i<=n} r_i."""
+    return _as_lists("rel", rel).mean(axis=1)
+
+
+def dcg(rel: np.ndarray) -> np.ndarray:
+    """DCG@n = sum_{i<=n} r_i / log2(i + 1), linear gain, i from 1."""
+    rel = _as_lists("rel", rel)
+    return rel @ (1.0 / np.log2(np.arange(2, rel.shape[1] + 2)))
+
+
+def ndcg(rel: np.ndarray, ideal_rel: np.ndarray) -> np.ndarray:
+    """NDCG@n = DCG@n / IDCG@n, with IDCG the DCG of ideal_rel; a query whose IDCG is 0 scores 0
+    (it has nothing relevant to find)."""
+    rel, ideal_rel = _as_lists("rel", rel), _as_lists("ideal_rel", ideal_rel)
+    if rel.shape != ideal_rel.shape:
+        raise ValueError(f"rel has shape {rel.shape} but ideal_rel has {ideal_rel.shape}")
+    ideal = dcg(ideal_rel)
+    return np.divide(dcg(rel), ideal, out=np.zeros_like(ideal), where=ideal > 0)
+
+
+def list_ideal(rel: np.ndarray) -> np.ndarray:
+    """The retrieved top-n re-sorted by r descending: the ideal of the paper-compatible NDCG."""
+    return -np.sort(-_as_lists("rel", rel), axis=1)
+
+
+def database_ideal(rel_counts: np.ndarray, n: int) -> np.ndarray:
+    """The top-n of the whole database sorted by r descending, (Q, n), built from rel_counts
+    (Q, R+1), the number of database items with relevance 0..R for each query: position i holds
+    the largest r whose count of items with relevance >= r exceeds i."""
+    counts = np.asarray(rel_counts)
+    if counts.ndim != 2 or counts.shape[1] == 0 or np.any(counts < 0):
+        raise ValueError(f"rel_counts must be a non-negative 2-D (Q, R+1) array, got {counts}")
+    at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1][:, 1:]  # (Q, R): #items with r >= 1..R
+    positions = np.arange(n)
+    return (at_least[:, None, :] > positions[None, :, None]).sum(axis=2).astype(np.float64)
+
+
+def weighted_recall_curve(gains_ranked: np.ndarray, total_gain: np.ndarray) -> np.ndarray:
+    """WR@n for n = 1..len: cumsum(g) / sum over the whole database of g, (Q, n). A query whose
+    total gain is 0 scores 0."""
+    gains = _as_lists("gains_ranked", gains_ranked)
+    total = np.asarray(total_gain, dtype=np.float64)
+    if total.shape != (gains.shape[0],):
+        raise ValueError(f"total_gain must have shape ({gains.shape[0]},), got {total.shape}")
+    cum = np.cumsum(gains, axis=1)
+    return np.divide(cum, total[:, None], out=np.zeros_like(cum), where=total[:, None] > 0)
+
+
+def weighted_recall_at(gains_ranked: np.ndarray, total_gain: np.ndarray, n: int) -> np.ndarray:
+    """WR@n = sum_{i<=n} g_i / sum_x g(q, x), per query."""
+    gains = _as_lists("gains_ranked", gains_ranked)
+    if not 1 <= n <= gains.shape[1]:
+        raise ValueError(f"n must be in 1..{gains.shape[1]} (the ranked list length), got {n}")
+    return weighted_recall_curve(gains[:, :n], total_gain)[:, -1]
+
+
+def weighted_recall_by_radius(
+    distances: np.ndarray, gains: np.ndarray, total_gain: np.ndarray, max_radius: int
+) -> np.ndarray:
+    """(Q, max_radius + 1): for each integer radius, the share of a query's total gain held by
+    items within that weighted Hamming distance (paper Fig. 3 a-f). distances and gains cover the
+    whole database (Q, N), in integer distance units."""
+    distances = np.asarray(distances)
+    gains = np.asarray(gains, dtype=np.float64)
+    if distances.ndim != 2 or distances.shape != gains.shape:
+        raise ValueError(
+            f"distances {distances.shape} and gains {gains.shape} must be the same 2-D shape"
+        )
+    n_q, width = distances.shape[0], max_radius + 1
+    if distances.size and (distances.min() < 0 or distances.max() > max_radius):
+        raise ValueError(f"distances must lie in 0..{max_radius}")
+    total = np.asarray(total_gain, dtype=np.float64)
+    if total.shape != (n_q,):
+        raise ValueError(f"total_gain must have shape ({n_q},), got {total.shape}")
+    bins = distances.astype(np.intp) + (np.arange(n_q, dtype=np.intp) * width)[:, None]
+    mass = np.bincount(bins.ravel(), weights=gains.ravel(), minlength=n_q * width)
+    cum = np.cumsum(mass.reshape(n_q, width), axis=1)
+    return np.divide(cum, total[:, None], out=np.zeros_like(cum), where=total[:, None] > 0)
+
+
+# --- the whole evaluation ---------------------------------------------------------------------
+
+
+@dataclass
+class Curves:
+    """Weighted-recall curves for plots (means over queries).
+
+    wr_at_n[i]: WR@(i+1), i.e. over the top 1..n_max items (paper Fig. 3 g-l).
+    radius: integer distance units 0..max; radius_real: the same in units of the float segment
+    weights; wr_at_radius: share of gain within each radius (paper Fig. 3 a-f)."""
+
+    wr_at_n: np.ndarray
+    radius: np.ndarray
+    radius_real: np.ndarray
+    wr_at_radius: np.ndarray
+
+
+def evaluate(
+    query_codes_packed: np.ndarray,
+    db_codes_packed: np.ndarray,
+    query_anc: np.ndarray,
+    db_anc: np.ndarray,
+    segment_sizes: Sequence[int],
+    segment_weights: Sequence[float],
+    *,
+    n: int = 100,
+    wr_ns: Sequence[int] = (100, 1000, 5000),
+    curve_max: int = 5000,
+    chunk: int | None = None,
+    workers: int = 1,
+) -> tuple[dict[str, float], Curves]:
+    """All metrics of METHOD.md for packed codes, as means over queries.
+
+    Ranking uses the segment weights (as exact proportional integers); the gain uses the layer
+    weights u of Eq. 2 from K = ancestor columns: the two are independent on purpose, so plain
+    Hamming baselines are scored with the same gain as SHDH. Lists are cut at N when the database
+    is smaller than a requested depth. Returns ({"acg@n", "dcg@n", "ndcg@n" (database ideal),
+    "ndcg_list@n" (list ideal, paper-compatible), "wr@m" for m in wr_ns}, Curves)."""
+    q_anc, x_anc = _check_ancestors(query_anc, db_anc, query_codes_packed, db_codes_packed)
+    for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must hold positive ints, got {value!r}")
+    n_q, n_db = q_anc.shape[0], x_anc.shape[0]
+    if n_q == 0 or n_db == 0:
+        raise ValueError(f"need at least one query and one database item, got {n_q} and {n_db}")
+    u = layer_weights(q_anc.shape[1])
+    int_w = integer_weights(segment_weights)
+    n_top = min(n, n_db)
+    wr_depths = {m: min(m, n_db) for m in wr_ns}
+    curve_len = min(curve_max, n_db)
+    ranked = iter_rank(  # checks codes and layout now; ranks lazily, chunk by chunk
+        query_codes_packed,
+        db_codes_packed,
+        segment_sizes,
+        int_w,
+        top_n=max(n_top, curve_len, *wr_depths.values()),
+        chunk=chunk,
+        workers=workers,
+    )
+    max_radius = int((int_w * np.asarray(segment_sizes, dtype=np.int64)).sum())
+    real_per_unit = float(np.sum(segment_weights)) / float(int_w.sum())
+
+    # Distinct database ancestor rows: relevance and gain depend only on the row.
+    rows_u, row_of, row_count = np.unique(x_anc, axis=0, return_inverse=True, return_counts=True)
+    row_of = row_of.reshape(-1)
+    n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
+
+    sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
+    wr_sums = dict.fromkeys(wr_ns, 0.0)
+    curve_sum = np.zeros(curve_len)
+    radius_sum = np.zeros(max_radius + 1)
+    for part in ranked:
+        qa = q_anc[part.start : part.start + part.indices.shape[0]]
+        rel_u = _relevance(qa[:, None, :], rows_u[None, :, :])  # (Qc, U)
+        gain_u = _gain(qa[:, None, :], rows_u[None, :, :], u)  # (Qc, U)
+        rel_counts = np.stack([(rel_u == r) @ row_count for r in range(n_rel)], axis=1)
+        total = gain_u @ row_count
+
+        picked = np.arange(qa.shape[0])[:, None], row_of[part.indices]
+        rel = rel_u[picked][:, :n_top]
+        gains = gain_u[picked]
+        sums["acg"] += acg(rel).sum()
+        sums["dcg"] += dcg(rel).sum()
+        sums["ndcg"] += ndcg(rel, database_ideal(rel_counts, n_top)).sum()
+        sums["ndcg_list"] += ndcg(rel, list_ideal(rel)).sum()
+        curve = weighted_recall_curve(gains, total)
+        for m, d in wr_depths.items():
+            wr_sums[m] += curve[:, d - 1].sum()
+        curve_sum += curve[:, :curve_len].sum(axis=0)
+        radius_sum += _recall_by_radius(part.all_distances, row_of, gain_u, total, max_radius)
+
+    result = {f"{name}@{n}": float(value / n_q) for name, value in sums.items()}
+    result.update({f"wr@{m}": float(value / n_q) for m, value in wr_sums.items()})
+    radius = np.arange(max_radius + 1)
+    curves = Curves(
+        wr_at_n=curve_sum / n_q,
+        radius=radius,
+        radius_real=radius * real_per_unit,
+        wr_at_radius=radius_sum / n_q,
+    )
+    return result, curves
+
+
+def _recall_by_radius(
+    distances: np.ndarray,
+    row_of: np.ndarray,
+    gain_u: np.ndarray,
+    total: np.ndarray,
+    max_radius: int,
+) -> np.ndarray:
+    """Sum over a chunk's queries of `weighted_recall_by_radius`, (max_radius + 1,).
+
+    Counts items per (distance, distinct ancestor row) and weights the counts by the row's gain:
+    no (Qc, N) float array of gains. With many distinct rows that histogram would outgrow the
+    database, so it falls back to weighting each item."""
+    n_q, n_rows, width = distances.shape[0], gain_u.shape[1], max_radius + 1
+    if width * n_rows > max(distances.shape[1], 1 << 12):
+        gains = gain_u[:, row_of]
+        return weighted_recall_by_radius(distances, gains, total, max_radius).sum(axis=0)
+    bins = distances.astype(np.intp) * n_rows + row_of
+    bins += (np.arange(n_q, dtype=np.intp) * (width * n_rows))[:, None]
+    counts = np.bincount(bins.ravel(), minlength=n_q * width * n_rows)
+    mass = counts.reshape(n_q, width, n_rows) @ gain_u[:, :, None]  # (Qc, width, 1)
+    cum = np.cumsum(mass[:, :, 0], axis=1)
+    share = np.divide(cum, total[:, None], out=np.zeros_like(cum), where=total[:, None] > 0)
+    return share.sum(axis=0)
+
+
+def _check_ancestors(
+    query_anc: np.ndarray, db_anc: np.ndarray, query_codes: np.ndarray, db_codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    checked = []
+    for name, anc, codes_name, codes in [
+        ("query_anc", query_anc, "query codes", query_codes),
+        ("db_anc", db_anc, "db codes", db_codes),
+    ]:
+        anc = np.asarray(anc)
+        if anc.ndim != 2 or not np.issubdtype(anc.dtype, np.integer):
+            raise ValueError(
+                f"{name} must be a 2-D integer (N, K) array, got {anc.dtype} {anc.shape}"
+            )
+        if anc.size and anc.min() < -1:
+            raise ValueError(f"{name} holds {anc.min()}; node ids are >= 0 and -1 means no node")
+        n_codes = np.shape(codes)[0]
+        if anc.shape[0] != n_codes:
+            raise ValueError(f"{name} has {anc.shape[0]} rows but the {codes_name} have {n_codes}")
+        checked.append(anc)
+    if checked[0].shape[1] != checked[1].shape[1]:
+        raise ValueError(
+            f"query_anc has K = {checked[0].shape[1]} levels but db_anc has {checked[1].shape[1]}"
+        )
+    return checked[0], checked[1]

@@ -1,0 +1,438 @@
+"""Bit packing, weighted Hamming distance (paper Eq. 4) and exact, deterministic ranking.
+
+Codes are stored packed (`np.packbits` of bit = +1, big-endian within a byte) because that is
+8x smaller than int8 and lets one XOR + popcount compare 64 bits at once.
+
+Eq. 4 is read as METHOD.md says: D(q, x) = sum_k u_k * popcount((q xor x) & mask_k) over the code's
+segments. The float layer weights are replaced by proportional integers (K+1-k for SHDH), so every
+distance is an exact small integer: ties are real ties, not rounding noise, and are broken by
+ascending database index (the split step shuffles the database once, so that order is neutral).
+
+Speed without compiled code: the database is viewed as uint64 words and the weights are split into
+bit planes, D = sum_p 2^p * popcount((q xor x) & M_p), where M_p covers the segments whose integer
+weight has bit p set. Weights (3, 2, 1) need two masked popcounts, not three; plain Hamming needs
+one and no mask. Top-n selection keeps a running n-th distance per query and only looks again at
+items strictly closer than it (later items lose ties), so a block of the database usually yields a
+handful of candidates and the work stays one pass over the distances.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+# Query-chunk x database cells whose distances are held at once (16 Mi cells, 16-32 MiB).
+_CHUNK_CELLS = 1 << 24
+# Cells of the uint64 XOR scratch buffer: small enough to stay in cache between the XOR and the
+# popcounts that read it back.
+_XOR_BLOCK_CELLS = 1 << 18
+# Top-n selection reads the database in blocks that double from max(2n, _FIRST_BLOCK) up to
+# _MAX_BLOCK columns: each new block then yields about n candidates until the bound is tight.
+_FIRST_BLOCK = 4096
+_MAX_BLOCK = 1 << 16
+# When n is this close to N (n * ratio >= N), one radix argsort of whole rows beats selection.
+_FULL_SORT_RATIO = 64
+
+
+def pack_codes(codes: np.ndarray) -> np.ndarray:
+    """Pack {-1, +1} codes (N, L) into uint8 (N, ceil(L/8)); bit 1 means +1, padding bits are 0."""
+    codes = np.asarray(codes)
+    if codes.ndim != 2 or codes.shape[1] == 0:
+        raise ValueError(f"codes must be a 2-D (N, L) array with L >= 1, got shape {codes.shape}")
+    bad = (codes != 1) & (codes != -1)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"codes must hold only -1 and +1; found {codes[row, col]!r} at row {row}, bit {col}"
+        )
+    return np.packbits(codes > 0, axis=1)
+
+
+def unpack_codes(packed: np.ndarray, n_bits: int) -> np.ndarray:
+    """Inverse of `pack_codes`: int8 {-1, +1} codes (N, n_bits)."""
+    packed = _check_packed("packed", packed)
+    _check_n_bits(packed, n_bits, "packed")
+    bits = np.unpackbits(packed, axis=1, count=n_bits)
+    return bits.astype(np.int8) * 2 - 1
+
+
+def segment_masks(segment_sizes: Sequence[int]) -> np.ndarray:
+    """(S, ceil(L/8)) uint8 masks over the packed layout, one per consecutive segment."""
+    sizes = _check_sizes(segment_sizes)
+    total = int(sizes.sum())
+    bits = np.zeros((len(sizes), total), dtype=bool)
+    ends = np.cumsum(sizes)
+    for s, (start, stop) in enumerate(zip(ends - sizes, ends, strict=True)):
+        bits[s, start:stop] = True
+    return np.packbits(bits, axis=1)
+
+
+def integer_weights(weights: Sequence[float], *, max_denominator: int = 1000) -> np.ndarray:
+    """Smallest non-negative integers proportional to float segment weights, e.g. (1/2, 1/3, 1/6)
+    -> (3, 2, 1); exact integer distances need them. Raises if a weight is not (close to) a
+    fraction with denominator <= max_denominator."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"segment weights must be a non-empty 1-D sequence, got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError(f"segment weights must be finite, >= 0 and not all 0, got {w.tolist()}")
+    fractions = []
+    for x in w.tolist():
+        f = Fraction(x).limit_denominator(max_denominator)
+        # rel_tol admits weights that went through float32 (1/3 -> 0.33333334, 6e-8 off).
+        if not math.isclose(float(f), x, rel_tol=1e-7, abs_tol=1e-12):
+            raise ValueError(
+                f"segment weight {x!r} is not a fraction with denominator <= {max_denominator}; "
+                "exact integer distances need rational weights"
+            )
+        fractions.append(f)
+    denominator = math.lcm(*(f.denominator for f in fractions))
+    ints = [f.numerator * (denominator // f.denominator) for f in fractions]
+    common = math.gcd(*ints)
+    return np.array([i // common for i in ints], dtype=np.int64)
+
+
+def weighted_hamming(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+    *,
+    chunk: int | None = None,
+) -> np.ndarray:
+    """Integer-scaled weighted Hamming distances (Q, N) int32 (Eq. 4)."""
+    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    step = _chunk_size(chunk, db.shape[1])
+    out = np.empty((q.shape[0], db.shape[1]), dtype=np.int32)
+    for start in range(0, q.shape[0], step):
+        out[start : start + step] = _distances(q[start : start + step], db, layout)
+    return out
+
+
+def hamming(q_packed: np.ndarray, db_packed: np.ndarray) -> np.ndarray:
+    """Plain Hamming distances (Q, N) int32: one segment of weight 1 over every packed bit
+    (padding bits are 0 in both, so they never count)."""
+    width = _check_packed("q_packed", q_packed).shape[1]
+    return weighted_hamming(q_packed, db_packed, [8 * width], [1])
+
+
+@dataclass(frozen=True)
+class RankedChunk:
+    """The ranking of queries start .. start + len(indices) - 1.
+
+    indices, distances: (Qc, n) int64, ascending (distance, database index).
+    all_distances: (Qc, N) small unsigned ints, every database item (for radius curves)."""
+
+    start: int
+    indices: np.ndarray
+    distances: np.ndarray
+    all_distances: np.ndarray
+
+
+def iter_rank(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+    *,
+    top_n: int | None = None,
+    chunk: int | None = None,
+    workers: int = 1,
+) -> Iterator[RankedChunk]:
+    """Rank the database for chunks of queries, in query order.
+
+    top_n=None (or >= N) ranks the whole database. chunk is the number of queries per chunk
+    (default: about 16 Mi distance cells); workers > 1 computes chunks in threads (numpy releases
+    the GIL in its loops), keeping at most 2 * workers chunks in memory. The result does not depend
+    on chunk or workers."""
+    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    n_db = db.shape[1]
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int | np.integer)):
+        raise TypeError(f"top_n must be an int or None, got {top_n!r}")
+    if top_n is not None and top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    n = n_db if top_n is None else min(int(top_n), n_db)
+    step = _chunk_size(chunk, n_db)
+
+    def work(start: int) -> RankedChunk:
+        dist = _distances(q[start : start + step], db, layout)
+        idx, d = _select_top(dist, n)
+        return RankedChunk(start, idx, d, dist)
+
+    # Validation above runs at the call; the chunks are computed lazily.
+    return _in_order(work, range(0, q.shape[0], step), workers)
+
+
+def rank_with_distances(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+    *,
+    top_n: int | None = None,
+    chunk: int | None = None,
+    workers: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, distances), both (Q, n) int64, ascending distance then database index."""
+    parts = list(
+        iter_rank(
+            q_packed,
+            db_packed,
+            segment_sizes,
+            int_weights,
+            top_n=top_n,
+            chunk=chunk,
+            workers=workers,
+        )
+    )
+    if not parts:  # no queries
+        n_db = np.asarray(db_packed).shape[0]
+        n = n_db if top_n is None else min(top_n, n_db)
+        return np.empty((0, n), np.int64), np.empty((0, n), np.int64)
+    indices = np.concatenate([p.indices for p in parts])
+    distances = np.concatenate([p.distances for p in parts])
+    return indices, distances
+
+
+def rank(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+    *,
+    top_n: int | None = None,
+    chunk: int | None = None,
+    workers: int = 1,
+) -> np.ndarray:
+    """Database indices (Q, n) int64 by ascending distance, ties by ascending index."""
+    return rank_with_distances(
+        q_packed,
+        db_packed,
+        segment_sizes,
+        int_weights,
+        top_n=top_n,
+        chunk=chunk,
+        workers=workers,
+    )[0]
+
+
+# --- internals ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How to compute D from uint64 words: for each word, the (shift, mask) terms to add;
+    mask None means every valid bit of the word, so no AND is needed."""
+
+    terms: list[list[tuple[int, np.uint64 | None]]]
+    max_distance: int
+    dtype: type[np.unsignedinteger]
+
+
+def _check_packed(name: str, packed: np.ndarray) -> np.ndarray:
+    packed = np.asarray(packed)
+    if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] == 0:
+        raise ValueError(
+            f"{name} must be packed codes, a 2-D uint8 (N, ceil(L/8)) array, "
+            f"got {packed.dtype} with shape {packed.shape}"
+        )
+    return packed
+
+
+def _check_n_bits(packed: np.ndarray, n_bits: int, name: str) -> None:
+    if isinstance(n_bits, bool) or not isinstance(n_bits, int | np.integer) or n_bits < 1:
+        raise ValueError(f"n_bits must be a positive int, got {n_bits!r}")
+    if packed.shape[1] != -(-n_bits // 8):
+        raise ValueError(
+            f"{name} has {packed.shape[1]} bytes per code but {n_bits} bits need {-(-n_bits // 8)}"
+        )
+    pad = 8 * packed.shape[1] - n_bits
+    if pad and packed.shape[0] and np.any(packed[:, -1] & np.uint8((1 << pad) - 1)):
+        raise ValueError(f"{name} has bits set past bit {n_bits} (padding must be 0)")
+
+
+def _check_sizes(segment_sizes: Sequence[int]) -> np.ndarray:
+    sizes = np.asarray(segment_sizes)
+    if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer):
+        raise ValueError(f"segment_sizes must be a non-empty 1-D list of ints, got {sizes!r}")
+    if np.any(sizes < 1):
+        raise ValueError(f"segment_sizes must all be >= 1, got {sizes.tolist()}")
+    return sizes.astype(np.int64)
+
+
+def _layout(segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: int) -> _Layout:
+    sizes = _check_sizes(segment_sizes)
+    weights = np.asarray(int_weights)
+    if weights.shape != sizes.shape:
+        raise ValueError(
+            f"int_weights has {weights.size} entries but segment_sizes has {sizes.size}"
+        )
+    if not np.issubdtype(weights.dtype, np.integer):
+        if not np.all(np.isfinite(weights)) or np.any(weights != np.round(weights)):
+            raise ValueError(
+                f"int_weights must be integers (see integer_weights), got {weights.tolist()}"
+            )
+    weights = weights.astype(np.int64)
+    if np.any(weights < 0) or not np.any(weights > 0):
+        raise ValueError(f"int_weights must be >= 0 and not all 0, got {weights.tolist()}")
+    n_bits = int(sizes.sum())
+    if -(-n_bits // 8) != n_bytes:
+        raise ValueError(
+            f"segment_sizes sum to {n_bits} bits, which pack into {-(-n_bits // 8)} bytes, "
+            f"but the codes have {n_bytes} bytes"
+        )
+    masks = _words(segment_masks(sizes))  # (S, W)
+    valid = _words(np.packbits(np.ones((1, n_bits), dtype=bool), axis=1))[0]
+    terms: list[list[tuple[int, np.uint64 | None]]] = [[] for _ in range(valid.size)]
+    for shift in range(int(weights.max()).bit_length()):
+        in_plane = ((weights >> shift) & 1).astype(bool)
+        plane = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,)
+        for w, word in enumerate(plane):
+            if word:
+                terms[w].append((shift, None if word == valid[w] else np.uint64(word)))
+    max_distance = int((sizes * weights).sum())
+    dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if max_distance <= np.iinfo(t).max)
+    return _Layout(terms, max_distance, dtype)
+
+
+def _words(packed: np.ndarray) -> np.ndarray:
+    """View packed rows as native uint64 words, zero-padding each row to a multiple of 8 bytes.
+    Masks go through the same view, so the byte order inside a word never matters."""
+    pad = -packed.shape[1] % 8
+    if pad:
+        packed = np.pad(packed, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(packed).view(np.uint64)
+
+
+def _prepare(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+) -> tuple[np.ndarray, np.ndarray, _Layout]:
+    q = _check_packed("q_packed", q_packed)
+    db = _check_packed("db_packed", db_packed)
+    if q.shape[1] != db.shape[1]:
+        raise ValueError(
+            f"q_packed has {q.shape[1]} bytes per code but db_packed has {db.shape[1]}"
+        )
+    layout = _layout(segment_sizes, int_weights, q.shape[1])
+    n_bits = int(np.sum(segment_sizes))
+    _check_n_bits(q, n_bits, "q_packed")
+    _check_n_bits(db, n_bits, "db_packed")
+    # Database word-major (W, N) so each word's column is contiguous for the XOR.
+    return _words(q), np.ascontiguousarray(_words(db).T), layout
+
+
+def _chunk_size(chunk: int | None, n_db: int) -> int:
+    if chunk is None:
+        return max(1, min(1024, _CHUNK_CELLS // max(n_db, 1)))
+    if isinstance(chunk, bool) or not isinstance(chunk, int | np.integer) or chunk < 1:
+        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    return int(chunk)
+
+
+def _distances(q: np.ndarray, db_t: np.ndarray, layout: _Layout) -> np.ndarray:
+    """Eq. 4 for a query chunk: q (Qc, W) words, db_t (W, N) words -> (Qc, N) layout.dtype."""
+    n_q, n_db = q.shape[0], db_t.shape[1]
+    out = np.zeros((n_q, n_db), dtype=layout.dtype)
+    block = max(1024, _XOR_BLOCK_CELLS // max(n_q, 1))
+    xor = np.empty((n_q, min(block, n_db)), dtype=np.uint64)
+    masked = np.empty_like(xor)
+    term = np.empty(xor.shape, dtype=layout.dtype)
+    for start in range(0, n_db, block):
+        stop = min(n_db, start + block)
+        width = stop - start
+        x, m, t, o = xor[:, :width], masked[:, :width], term[:, :width], out[:, start:stop]
+        written = False
+        for w, word_terms in enumerate(layout.terms):
+            if not word_terms:
+                continue
+            np.bitwise_xor(q[:, w, None], db_t[w, None, start:stop], out=x)
+            for shift, mask in word_terms:
+                src = x if mask is None else np.bitwise_and(x, mask, out=m)
+                if not written and shift == 0:
+                    np.bitwise_count(src, out=o)  # the first term writes, saving an add
+                    written = True
+                    continue
+                np.bitwise_count(src, out=t)
+                if shift:
+                    # Cannot overflow: one word's term is at most max_distance.
+                    np.left_shift(t, shift, out=t)
+                np.add(o, t, out=o)
+                written = True
+    return out
+
+
+def _in_order(
+    work: Callable[[int], RankedChunk], starts: range, workers: int
+) -> Iterator[RankedChunk]:
+    """Run work over the chunk starts and yield results in order; with threads, at most
+    2 * workers chunks are computed ahead so memory stays bounded."""
+    if workers == 1:
+        for start in starts:
+            yield work(start)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: deque[Future[RankedChunk]] = deque()
+        for start in starts:
+            pending.append(pool.submit(work, start))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-n per row of dist (Qc, N) by the unique key (distance, index) -> int64 indices
+    and distances (Qc, n).
+
+    Keeps each row's current best n as int64 keys D * N + index, partitioned so that column n-1
+    holds the largest. A later block can only improve a row with items strictly below that
+    distance (equal ones have larger indices), so the filter `block < tau` is exact and usually
+    leaves few candidates."""
+    n_q, n_db = dist.shape
+    if n * _FULL_SORT_RATIO >= n_db:
+        # Stable argsort on small unsigned ints is numpy's radix sort: O(N), ties by index.
+        order = np.argsort(dist, axis=1, kind="stable")[:, :n]
+        return order, np.take_along_axis(dist, order, axis=1).astype(np.int64)
+    size = min(n_db, max(2 * n, _FIRST_BLOCK))
+    order = np.argsort(dist[:, :size], axis=1, kind="stable")[:, :n]
+    keys = np.take_along_axis(dist[:, :size], order, axis=1).astype(np.int64) * n_db + order
+    start = size
+    while start < n_db:
+        tau = (keys[:, -1] // n_db).astype(dist.dtype)  # each row's current n-th distance
+        if not tau.any():
+            break  # every row already holds n items at distance 0
+        size = min(2 * size, _MAX_BLOCK)
+        stop = min(n_db, start + size)
+        block = dist[:, start:stop]
+        # 1-D flatnonzero is many times faster than 2-D np.nonzero on a sparse mask.
+        flat = np.flatnonzero(block < tau[:, None])
+        if flat.size:
+            rows, cols = np.divmod(flat, stop - start)
+            candidates = block[rows, cols].astype(np.int64) * n_db + (start + cols)
+            keys = _merge(keys, rows, candidates)
+        start = stop
+    keys.sort(axis=1)
+    return keys % n_db, keys // n_db
+
+
+def _merge(keys: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Best n keys per row among keys (Qc, n) and candidates (row-sorted, as np.flatnonzero
+    gives), partitioned so that column n-1 holds each row's largest kept key."""
+    n_q, n = keys.shape
+    counts = np.bincount(rows, minlength=n_q)
+    merged = np.full((n_q, n + int(counts.max())), np.iinfo(np.int64).max, dtype=np.int64)
+    merged[:, :n] = keys
+    first = np.cumsum(counts) - counts
+    merged[rows, n + np.arange(rows.size) - first[rows]] = candidates
+    return np.ascontiguousarray(np.partition(merged, n - 1, axis=1)[:, :n])

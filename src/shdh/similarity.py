@@ -1,0 +1,324 @@
+"""Hierarchical similarity (paper Eq. 1-3) on blocks of items, never N x N for a whole data set.
+
+s_ij depends only on which levels two items share, so S is fully described by the N x K ancestor
+matrix (hierarchy.LabelTree.ancestors) plus K weights. A dense S for 54,000 items would be
+11.7 GB of float32; here every function works on a block anc_a (A, K) x anc_b (B, K), looping
+over the few levels and keeping A x B intermediates in bool / int8.
+
+In an ancestor matrix -1 means "no node at this level" (a leaf above level K) and never matches,
+not even another -1. Column 0 is the root, which every item shares, so it never counts (s^1 = 0).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from shdh.atomic import atomic_path
+
+FORMAT = "shdh-smatrix/1"
+DENSE_LIMIT = 20_000
+
+
+class DenseTooLargeError(ValueError):
+    """A dense N x N similarity matrix was requested for too many items."""
+
+
+def _check_ancestors(anc: np.ndarray, name: str) -> np.ndarray:
+    anc = np.asarray(anc)
+    if anc.ndim != 2:
+        raise ValueError(f"{name} must be an (N, K) ancestor matrix, got shape {anc.shape}")
+    if not np.issubdtype(anc.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer node ids, got dtype {anc.dtype}")
+    if anc.size and anc.min() < -1:
+        raise ValueError(f"{name} holds {anc.min()}: node ids must be >= 0, or -1 for no node")
+    return anc
+
+
+def _check_pair(anc_a: np.ndarray, anc_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    anc_a = _check_ancestors(anc_a, "anc_a")
+    anc_b = _check_ancestors(anc_b, "anc_b")
+    if anc_a.shape[1] != anc_b.shape[1]:
+        raise ValueError(
+            f"anc_a has K={anc_a.shape[1]} levels but anc_b has K={anc_b.shape[1]}: "
+            "both must come from the same tree"
+        )
+    return anc_a, anc_b
+
+
+def _check_weights(weights: np.ndarray, K: int, name: str = "weights") -> np.ndarray:
+    w = np.asarray(weights)
+    if w.shape != (K,):
+        raise ValueError(f"{name} must have shape ({K},) to match K={K}, got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{name} must be finite, got {w}")
+    return w
+
+
+def _level_match(anc_a: np.ndarray, anc_b: np.ndarray, k: int) -> np.ndarray:
+    """Eq. 1 at one 0-based level k >= 1: (A, B) bool.
+
+    A -1 in anc_a becomes -2, which no valid id equals, so "no node" matches nothing without an
+    extra A x B mask.
+    """
+    col_a = anc_a[:, k].astype(np.int64)
+    col_a[col_a < 0] = -2
+    return np.equal.outer(col_a, np.ascontiguousarray(anc_b[:, k], dtype=np.int64))
+
+
+def level_similarity(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
+    """Eq. 1: s^k_ij = 1 iff i and j share their level-k ancestor (k >= 2). (A, B, K) bool."""
+    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    K = anc_a.shape[1]
+    out = np.zeros((anc_a.shape[0], anc_b.shape[0], K), dtype=bool)
+    for k in range(1, K):
+        out[:, :, k] = _level_match(anc_a, anc_b, k)
+    return out
+
+
+def shared_levels(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
+    """r_ij = sum_{k>=2} s^k_ij: the graded relevance the metrics use (ACG, DCG, NDCG). int8."""
+    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    r = np.zeros((anc_a.shape[0], anc_b.shape[0]), dtype=np.int8)
+    for k in range(1, anc_a.shape[1]):
+        np.add(r, _level_match(anc_a, anc_b, k).view(np.int8), out=r)  # same-dtype add: fast
+    return r
+
+
+def _integer_sum(anc_a: np.ndarray, anc_b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """sum_k w_k s^k_ij for integer weights, in int8 when the weights allow (else int32).
+
+    Eq. 2 weights scaled by K(K-1)/2 sum to at most 21 (K=7), so one int8 A x B buffer holds the
+    whole sum and the big float32 block is allocated once, at the end.
+    """
+    small = int(np.abs(w[1:]).sum()) <= np.iinfo(np.int8).max
+    acc = np.zeros((anc_a.shape[0], anc_b.shape[0]), dtype=np.int8 if small else np.int32)
+    for k in range(1, anc_a.shape[1]):
+        if w[k] == 0:
+            continue
+        eq = _level_match(anc_a, anc_b, k).view(np.int8)
+        if small:
+            np.multiply(eq, np.int8(w[k]), out=eq)
+            np.add(acc, eq, out=acc)
+        else:
+            acc += np.multiply(eq, np.int32(w[k]), dtype=np.int32)
+    return acc
+
+
+def integer_gain(anc_a: np.ndarray, anc_b: np.ndarray, int_weights: np.ndarray) -> np.ndarray:
+    """sum_k w_k s^k_ij with integer weights (K+1-k): exact, for ties and counting sorts. int32."""
+    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    w = _check_weights(int_weights, anc_a.shape[1], "int_weights")
+    if not np.issubdtype(w.dtype, np.integer):
+        raise ValueError(f"int_weights must be integers, got dtype {w.dtype}")
+    return _integer_sum(anc_a, anc_b, w).astype(np.int32, copy=False)
+
+
+def gain(anc_a: np.ndarray, anc_b: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """g_ij = sum_k u_k s^k_ij = (s_ij + 1) / 2 in [0, 1]: the gain of weighted recall. float32.
+
+    Eq. 2 weights are integers over K(K-1)/2; then g is summed exactly in int8 and divided once
+    (correctly rounded). Other weights are summed level by level in float32.
+    """
+    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    K = anc_a.shape[1]
+    w = _check_weights(weights, K).astype(np.float64)
+    scale = max(K * (K - 1) // 2, 1)
+    ints = np.rint(w * scale).astype(np.int64)
+    if np.array_equal(ints / scale, w):
+        return np.divide(_integer_sum(anc_a, anc_b, ints), np.float32(scale), dtype=np.float32)
+    g = np.zeros((anc_a.shape[0], anc_b.shape[0]), dtype=np.float32)
+    tmp = np.empty_like(g)
+    for k in range(1, K):
+        if w[k] != 0:
+            np.multiply(_level_match(anc_a, anc_b, k), np.float32(w[k]), out=tmp)
+            g += tmp
+    return g
+
+
+def similarity(anc_a: np.ndarray, anc_b: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Eq. 3: s_ij = 2 sum_k u_k s^k_ij - 1 in [-1, 1] (u_k from Eq. 2). float32 block."""
+    s = gain(anc_a, anc_b, weights)
+    s *= 2
+    s -= 1
+    return s
+
+
+def similarity_by_shared(weights: np.ndarray) -> np.ndarray:
+    """s as a function of r, the number of shared non-root levels: s[r] = 2 sum_{k=2}^{r+1} u_k - 1.
+
+    Valid when matches are nested (sharing the level-k node implies sharing every level above),
+    which holds for single-label data: equal nodes have equal ancestors. Multi-label data (sets of
+    nodes per level) can match at a fine level but not a coarse one; use similarity() there.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size < 1 or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be a finite 1-D array, got {w}")
+    cum = np.concatenate([[0.0], np.cumsum(w[1:])])
+    return 2.0 * cum - 1.0
+
+
+def dense_similarity(
+    anc: np.ndarray, weights: np.ndarray, *, max_items: int = DENSE_LIMIT
+) -> np.ndarray:
+    """The full N x N Eq. 3 matrix, only for small sets (tests, toy runs)."""
+    anc = _check_ancestors(anc, "anc")
+    n = anc.shape[0]
+    if n > max_items:
+        gb = n * n * 4 / 1e9
+        raise DenseTooLargeError(
+            f"a dense similarity matrix for N={n} items would be {n} x {n} float32 = {gb:.1f} GB "
+            f"(limit max_items={max_items}); use similarity(anc[rows], anc[cols], weights) on "
+            "blocks or SMatrix.block(rows, cols) instead"
+        )
+    return similarity(anc, anc, weights)
+
+
+def _exact_integer_weights(weights: np.ndarray) -> np.ndarray:
+    """w_k = u_k K(K-1)/2, requiring it to be an integer (true for Eq. 2)."""
+    K = weights.shape[0]
+    scale = max(K * (K - 1) // 2, 1)
+    ints = np.rint(weights * scale).astype(np.int64)
+    if not np.allclose(ints / scale, weights, rtol=0, atol=1e-12):
+        raise ValueError(
+            f"weights {weights} are not multiples of 1/{scale}; SMatrix needs weights with an "
+            "exact integer form (Eq. 2's u_k = (K+1-k) / (K(K-1)/2) has one)"
+        )
+    return ints
+
+
+_FIELDS = {  # key: (dtype, number of dimensions)
+    "ancestors": (np.int32, 2),
+    "weights": (np.float64, 1),
+    "int_weights": (np.int64, 1),
+    "s_by_shared": (np.float64, 1),
+    "sample_idx": (np.int64, 1),
+    "sample_shared": (np.int8, 2),
+}
+
+
+@dataclass(eq=False)
+class SMatrix:
+    """The compact form of S: ancestors + weights, plus the exact S of a random item sample.
+
+    Training and evaluation cut the blocks they need with block(); the sample gives shallow
+    baselines (KSH, COSDISH) their labelled pairs and a quick check that the artifact is sane.
+    """
+
+    ancestors: np.ndarray  # (N, K) int32, -1 below shallow leaves
+    weights: np.ndarray  # (K,) float64, u_k of Eq. 2
+    int_weights: np.ndarray  # (K,) int64, u_k * K(K-1)/2
+    s_by_shared: np.ndarray  # (K,) float64, s as a function of shared levels r
+    sample_idx: np.ndarray  # (M,) int64, sorted item indices (may be empty)
+    sample_shared: np.ndarray  # (M, M) int8, r on the sample
+
+    def __post_init__(self) -> None:
+        self._validate("SMatrix")
+
+    def _validate(self, source: str) -> None:
+        for key, (dtype, ndim) in _FIELDS.items():
+            arr = getattr(self, key)
+            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != ndim:
+                got = f"{arr.dtype} with {arr.ndim} dims" if isinstance(arr, np.ndarray) else arr
+                raise ValueError(
+                    f"{source}: key {key!r} must be a {ndim}-D {np.dtype(dtype)} array, got {got}"
+                )
+        n, K = self.ancestors.shape
+        m = self.sample_idx.shape[0]
+        for key in ("weights", "int_weights", "s_by_shared"):
+            if getattr(self, key).shape != (K,):
+                raise ValueError(f"{source}: key {key!r} must have shape ({K},) to match K={K}")
+        if self.sample_shared.shape != (m, m):
+            raise ValueError(
+                f"{source}: key 'sample_shared' must have shape ({m}, {m}) to match sample_idx, "
+                f"got {self.sample_shared.shape}"
+            )
+        if n and (self.ancestors.min() < -1):
+            raise ValueError(f"{source}: key 'ancestors' holds ids below -1")
+        if m and (self.sample_idx.min() < 0 or self.sample_idx.max() >= n):
+            raise ValueError(f"{source}: key 'sample_idx' holds indices outside 0..{n - 1}")
+        if m and (self.sample_shared.min() < 0 or self.sample_shared.max() > K - 1):
+            raise ValueError(f"{source}: key 'sample_shared' holds values outside 0..{K - 1}")
+        if not np.allclose(self.s_by_shared, similarity_by_shared(self.weights), atol=1e-12):
+            raise ValueError(f"{source}: key 's_by_shared' does not match key 'weights'")
+        scale = max(K * (K - 1) // 2, 1)
+        if not np.allclose(self.int_weights / scale, self.weights, rtol=0, atol=1e-12):
+            raise ValueError(f"{source}: key 'int_weights' is not weights * {scale}")
+
+    @property
+    def n_items(self) -> int:
+        return int(self.ancestors.shape[0])
+
+    def block(self, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
+        """Eq. 3 for items rows x cols (index arrays or slices). float32."""
+        return similarity(self.ancestors[rows], self.ancestors[cols], self.weights)
+
+    def shared_block(self, rows: np.ndarray | slice, cols: np.ndarray | slice) -> np.ndarray:
+        """Shared non-root levels r for rows x cols. int8."""
+        return shared_levels(self.ancestors[rows], self.ancestors[cols])
+
+    def sample_similarity(self) -> np.ndarray:
+        """(M, M) float32 Eq. 3 on the sample, looked up from r (single-label data)."""
+        return self.s_by_shared.astype(np.float32)[self.sample_shared]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write an .npz atomically (temporary file in the same folder, then rename)."""
+        with atomic_path(path, suffix=".npz") as tmp:
+            np.savez(tmp, format=np.array(FORMAT), **{k: getattr(self, k) for k in _FIELDS})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SMatrix:
+        """Read and validate an .npz written by save(); errors name the file and the key."""
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise ValueError(f"holds a single {type(loaded).__name__}, not named arrays")
+            with loaded as npz:
+                data = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+            raise ValueError(f"{path}: cannot read S matrix (.npz): {err}") from None
+        for key in ("format", *_FIELDS):
+            if key not in data:
+                raise ValueError(f"{path}: missing key {key!r}")
+        if data["format"].shape != () or str(data["format"]) != FORMAT:
+            raise ValueError(f"{path}: key 'format' is {data['format']!r}, expected {FORMAT!r}")
+        obj = cls.__new__(cls)
+        for key in _FIELDS:
+            setattr(obj, key, data[key])
+        obj._validate(str(path))
+        return obj
+
+
+def build_smatrix(
+    ancestors: np.ndarray, weights: np.ndarray, *, sample_size: int = 2000, seed: int = 0
+) -> SMatrix:
+    """Build the compact S artifact; memory is O(N K + M^2), never O(N^2).
+
+    The sample is drawn without replacement with np.random.default_rng(seed) and sorted, so the
+    same inputs give the same file. sample_size is capped at N; 0 means no sample.
+    """
+    anc = _check_ancestors(ancestors, "ancestors")
+    n, K = anc.shape
+    if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
+        raise ValueError("ancestors must hold node ids >= 0, or -1 for no node")
+    w = _check_weights(weights, K).astype(np.float64)
+    if isinstance(sample_size, bool) or not isinstance(sample_size, int | np.integer):
+        raise ValueError(f"sample_size must be an integer, got {sample_size!r}")
+    if sample_size < 0:
+        raise ValueError(f"sample_size must be >= 0, got {sample_size}")
+    m = min(int(sample_size), n)
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
+    anc32 = np.ascontiguousarray(anc, dtype=np.int32)
+    sample = anc32[idx]
+    return SMatrix(
+        ancestors=anc32,
+        weights=w,
+        int_weights=_exact_integer_weights(w),
+        s_by_shared=similarity_by_shared(w),
+        sample_idx=idx,
+        sample_shared=shared_levels(sample, sample),
+    )

@@ -1,0 +1,17 @@
+"""Pipeline steps as commands: each module parses arguments and makes one library call.
+
+Every module has `add_arguments(parser)`, `run(args)` and `main(argv)`, so a step runs as
+`shdh STEP`, as `python -m shdh.stages.STEP`, or from DVC and Kubeflow with the same flags.
+"""
+
+STEPS = (
+    "fetch",
+    "download",
+    "tree",
+    "smatrix",
+    "train",
+    "evaluate",
+    "metrics",
+    "profile",
+    "results",
+)

@@ -1,0 +1,35 @@
+"""shdh download: the raw files -> the project's dataset format and the seeded split."""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh import steps
+from shdh.stages.common import add_params_argument, params_section, script_main
+
+HELP = "convert the raw files to the dataset format and make the query/database split"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    params, data = params_section(args, "data")
+    steps.download(
+        data["raw_dir"],
+        data["prepared_dir"],
+        dataset=data["dataset"],
+        query_fraction=data["query_fraction"],
+        max_items=data["max_items"],
+        seed=params["seed"],
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""shdh profile: apply a named profile (profiles/NAME.yaml) to params.yaml, or list them."""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh.config import PROFILES_DIR, apply_profile
+from shdh.stages.common import script_main
+
+HELP = "apply a profile's overrides to params.yaml (keeps comments), or list the profiles"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("apply", "list"))
+    parser.add_argument("name", nargs="?", help="profile name, e.g. smoke, default, paper")
+    parser.add_argument("--params", default="params.yaml", help="file to rewrite")
+    parser.add_argument("--profiles-dir", default=str(PROFILES_DIR))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.action == "list":
+        for path in sorted(Path(args.profiles_dir).glob("*.yaml")):
+            print(path.stem)
+        return 0
+    if not args.name:
+        raise SystemExit("shdh profile apply: give a profile name")
+    apply_profile(args.name, args.params, args.profiles_dir)
+    print(f"{args.params}: applied profile '{args.name}'")
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

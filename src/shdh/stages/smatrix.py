@@ -1,0 +1,30 @@
+"""shdh smatrix: the compact hierarchical similarity artifact (never N x N)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh import steps
+from shdh.stages.common import add_params_argument, params_section, script_main
+
+HELP = "write the S-matrix artifact: ancestors, level weights, s by shared depth, a dense sample"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    params, s = params_section(args, "smatrix")
+    steps.smatrix(
+        params["tree"]["out_dir"], s["out"], sample_size=s["sample_size"], seed=params["seed"]
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

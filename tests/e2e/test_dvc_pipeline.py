@@ -1,0 +1,89 @@
+"""`dvc repro` and `dvc exp run` on the smoke profile, in a fresh copy of the repository.
+
+This is what a new user does after cloning: fetch the raw data, reproduce the pipeline, change
+one parameter. It runs the real DVC, the real `shdh` command and MLflow on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A copy of the repository as git would clone it: tracked and new files, nothing ignored."""
+    if not DEBIAN_DIR.is_dir():
+        pytest.fail(f"{DEBIAN_DIR} is missing: run `make data` (installs dataset-fashion-mnist)")
+    dest = tmp_path_factory.mktemp("clone") / "shdh"
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{dest / 'mlflow.db'}",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
+    sh(["git", "init", "-q"], dest, env)
+    sh(["git", "add", "-A"], dest, env)
+    sh(["git", "commit", "-q", "-m", "clone"], dest, env)
+    sh(["shdh", "profile", "apply", "smoke"], dest, env)
+    sh(["shdh", "fetch"], dest, env)
+    return dest, env
+
+
+def test_dvc_repro_runs_every_stage(clone):
+    dest, env = clone
+    out = sh(["dvc", "repro"], dest, env)
+    for stage in ("download", "tree", "smatrix", "train@shdh-16", "evaluate"):
+        assert f"'{stage}'" in out
+    # data.dvc matches the fetched raw files: the raw data is the same whatever the source.
+    assert "data.dvc" not in sh(["dvc", "status"], dest, env)
+    metrics = json.loads((dest / "results" / "metrics.json").read_text())
+    assert {"shdh", "random"} <= set(metrics)
+    assert "ndcg@100" in metrics["shdh"]["16"]
+    shown = sh(["dvc", "metrics", "show", "--json"], dest, env)
+    assert "ndcg@100" in shown
+    # A second repro has nothing to do.
+    assert "didn't change" in sh(["dvc", "repro"], dest, env) or "up to date" in sh(
+        ["dvc", "status"], dest, env
+    )
+
+
+def test_dvc_exp_run_with_a_changed_parameter(clone):
+    dest, env = clone
+    sh(["dvc", "repro"], dest, env)
+    out = sh(["dvc", "exp", "run", "-S", "train.epochs=2"], dest, env)
+    assert "train@shdh-16" in out and "'download'" not in out.replace("didn't change", "")
+    history = json.loads((dest / "artifacts" / "models" / "shdh-16" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]

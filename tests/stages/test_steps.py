@@ -1,0 +1,200 @@
+"""The pipeline steps through their command line, on tiny Fashion-MNIST-format files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from shdh.cli import build_parser, main
+from shdh.config import deep_merge, load_params
+from tests.conftest import REPO
+
+
+def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
+    """params.yaml of the repository with the smoke profile and every path inside tmp_path."""
+    params = deep_merge(
+        load_params(REPO / "params.yaml"), load_params(REPO / "profiles" / "smoke.yaml")
+    )
+    params = deep_merge(
+        params,
+        {
+            "data": {
+                "raw_dir": str(raw_dir),
+                "prepared_dir": str(tmp_path / "prepared"),
+                "max_items": None,
+            },
+            "tree": {"out_dir": str(tmp_path / "tree")},
+            "smatrix": {"out": str(tmp_path / "smatrix.npz")},
+            "train": {"models_dir": str(tmp_path / "models"), "epochs": 2},
+            "evaluate": {"results_dir": str(tmp_path / "results")},
+            "profile": "smoke",
+        },
+    )
+    params = deep_merge(params, overrides)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def run_steps(params: Path, *steps: list[str]) -> None:
+    for step in steps:
+        assert main([*step, "--params", str(params)]) == 0, step
+
+
+def test_every_subcommand_has_help(capsys):
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "step")
+    for name in subparsers.choices:
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0
+        assert f"usage: shdh {name}" in capsys.readouterr().out
+
+
+def test_chain_writes_every_output(tmp_path, fashion_raw, capsys):
+    params = smoke_params(tmp_path, fashion_raw)
+    run_steps(
+        params,
+        ["download"],
+        ["tree"],
+        ["smatrix"],
+        ["train", "--bits", "16", "--no-progress"],
+        ["evaluate"],
+    )
+    # 300 pooled items -> 30 queries, 270 database items, K = 4 levels (root included)
+    ancestors = np.load(tmp_path / "tree" / "ancestors.npy")
+    assert ancestors.shape == (300, 4) and (ancestors[:, 0] == 0).all()
+    metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
+    assert set(metrics) == {"shdh", "random"}
+    shdh, floor = metrics["shdh"]["16"], metrics["random"]["16"]
+    for key in ("acg@100", "dcg@100", "ndcg@100", "ndcg_list@100", "wr@100"):
+        assert 0 <= shdh[key] and 0 <= floor[key]
+    # The class squares are trivially separable: two epochs must beat random codes clearly.
+    assert shdh["ndcg@100"] > floor["ndcg@100"] + 0.05
+    codes = tmp_path / "results" / "codes" / "shdh-16.npz"
+    history = json.loads((tmp_path / "models" / "shdh-16" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]
+    # `shdh metrics` on the codes file reproduces what evaluate wrote.
+    capsys.readouterr()
+    assert main(["metrics", str(codes)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for key, value in shdh.items():
+        assert printed[key] == pytest.approx(value, abs=1e-6)
+    assert (tmp_path / "results" / "plots" / "wr_at_n-16.png").stat().st_size > 1000
+    assert "| shdh | 16 |" in (tmp_path / "results" / "table.md").read_text()
+
+
+def test_training_is_tracked_in_mlflow(tmp_path, fashion_raw):
+    import mlflow
+
+    params = smoke_params(tmp_path, fashion_raw)
+    run_steps(
+        params,
+        ["download"],
+        ["tree"],
+        ["smatrix"],
+        ["train", "--bits", "16", "--no-progress"],
+        ["evaluate"],
+    )
+    ref = json.loads((tmp_path / "models" / "shdh-16" / "mlflow_run.json").read_text())
+    run = mlflow.MlflowClient().get_run(ref["run_id"])
+    assert run.data.params["train.epochs"] == "2" and run.data.params["bits"] == "16"
+    assert run.data.tags["method"] == "shdh" and run.data.tags["profile"] == "smoke"
+    assert "ndcg_at_100" in run.data.metrics
+    losses = mlflow.MlflowClient().get_metric_history(ref["run_id"], "loss")
+    assert [m.step for m in losses] == [1, 2]
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(ref["run_id"])}
+    assert {"checkpoint", "codes", "plots"} <= artifacts
+
+
+def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
+    params = smoke_params(tmp_path, fashion_raw, train={"epochs": 1})
+    run_steps(
+        params, ["download"], ["tree"], ["smatrix"], ["train", "--bits", "16", "--no-progress"]
+    )
+    params = smoke_params(tmp_path, fashion_raw, train={"epochs": 2})
+    run_steps(params, ["train", "--bits", "16", "--no-progress", "--resume", "auto"])
+    history = json.loads((tmp_path / "models" / "shdh-16" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]
+
+
+def test_label_path_not_in_tree_fails_and_writes_nothing(tmp_path, fashion_raw, caplog):
+    from shdh.hierarchy import LabelTree, fashion_mnist_label_paths
+
+    # A tree that lacks the Bag leaf: the items labelled Bag cannot be placed.
+    LabelTree.from_paths([p for p in fashion_mnist_label_paths() if not p.endswith("Bag")]).save(
+        tmp_path / "no-bag.json"
+    )
+    params = smoke_params(tmp_path, fashion_raw, tree={"source": str(tmp_path / "no-bag.json")})
+    run_steps(params, ["download"])
+    assert main(["tree", "--params", str(params)]) == 1
+    assert "Goods/Accessories/Bag" in caplog.text and "not in the tree" in caplog.text
+    assert not (tmp_path / "tree").exists()
+
+
+def test_code_length_below_the_number_of_levels_is_refused(tmp_path, fashion_raw, caplog):
+    params = smoke_params(tmp_path, fashion_raw)
+    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    # K = 4: the levels layout needs K-1 = 3 bits at least, the paper layout K = 4.
+    assert main(["train", "--bits", "2", "--params", str(params)]) == 1
+    assert "n_bits" in caplog.text or "bits" in caplog.text
+    paper = smoke_params(tmp_path, fashion_raw, train={"layout": "paper"})
+    assert main(["train", "--bits", "3", "--params", str(paper)]) == 1
+    assert not (tmp_path / "models" / "shdh-2").exists()
+
+
+def test_corrupt_raw_file_is_named_and_keeps_previous_output(tmp_path, fashion_raw, caplog):
+    params = smoke_params(tmp_path, fashion_raw)
+    run_steps(params, ["download"])
+    before = sorted(p.name for p in (tmp_path / "prepared").rglob("*"))
+    images = fashion_raw / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:5000])  # truncated payload
+    assert main(["download", "--params", str(params)]) == 1
+    assert "train-images-idx3-ubyte" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "prepared").rglob("*")) == before
+
+
+def test_corrupt_codes_file_is_named(tmp_path, caplog):
+    bad = tmp_path / "codes.npz"
+    np.savez(bad, query_codes=np.zeros((2, 1), np.uint8))
+    assert main(["metrics", str(bad)]) == 1
+    assert "codes.npz" in caplog.text and "db_codes" in caplog.text
+
+
+def test_profile_apply_keeps_comments_and_refuses_unknown_keys(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text())
+    assert (
+        main(
+            [
+                "profile",
+                "apply",
+                "smoke",
+                "--params",
+                str(params),
+                "--profiles-dir",
+                str(REPO / "profiles"),
+            ]
+        )
+        == 0
+    )
+    text = params.read_text()
+    assert "# master seed" in text
+    assert load_params(params)["train"]["epochs"] == 1
+    assert load_params(params)["profile"] == "smoke"
+    (tmp_path / "bad.yaml").write_text("train:\n  epochz: 3\n")
+    assert (
+        main(["profile", "apply", "bad", "--params", str(params), "--profiles-dir", str(tmp_path)])
+        == 1
+    )
+
+
+def test_default_profile_matches_params_yaml():
+    """The committed params.yaml is the default profile; the two must not drift apart."""
+    params = load_params(REPO / "params.yaml")
+    default = load_params(REPO / "profiles" / "default.yaml")
+    assert deep_merge(params, default) == params

@@ -1,0 +1,448 @@
+"""LabelTree construction and validation, ancestor matrices, Eq. 2 weights and segment layouts."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from shdh import hierarchy as h
+from shdh.hierarchy import LabelTree, TreeError
+
+# ---- Eq. 2 layer weights -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("K", "expected"),
+    [
+        (3, [0, Fraction(2, 3), Fraction(1, 3)]),
+        (4, [0, Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)]),
+        (7, [Fraction(x, 42) for x in (0, 12, 10, 8, 6, 4, 2)]),
+    ],
+)
+def test_layer_weights_hand_computed(K: int, expected: list[Fraction]) -> None:
+    u = h.layer_weights(K)
+    assert u.dtype == np.float64 and u.shape == (K,)
+    np.testing.assert_allclose(u, [float(x) for x in expected], rtol=0, atol=1e-15)
+    assert u.sum() == pytest.approx(1.0, abs=1e-15)
+    w = h.integer_layer_weights(K)
+    assert w.dtype == np.int64
+    assert w.tolist() == [int(x * h.weight_scale(K)) for x in expected]
+    np.testing.assert_allclose(w / h.weight_scale(K), u, rtol=0, atol=1e-15)
+
+
+def test_weight_scale_and_height_errors() -> None:
+    assert [h.weight_scale(K) for K in (2, 3, 4, 7)] == [1, 3, 6, 21]
+    assert h.layer_weights(2).tolist() == [0.0, 1.0]
+    for bad in (1, 0, -3):
+        with pytest.raises(ValueError, match="K must be >= 2"):
+            h.layer_weights(bad)
+    with pytest.raises(ValueError, match="integer"):
+        h.integer_layer_weights(3.0)  # type: ignore[arg-type]
+
+
+# ---- segments ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n_bits", "K", "layout", "expected"),
+    [
+        (32, 3, "levels", [16, 16]),
+        (33, 3, "levels", [16, 17]),
+        (32, 3, "paper", [10, 10, 12]),
+        (48, 4, "levels", [16, 16, 16]),
+        (64, 4, "levels", [21, 21, 22]),
+        (64, 4, "paper", [16, 16, 16, 16]),
+        (50, 4, "paper", [12, 12, 12, 14]),
+        (64, 7, "levels", [10, 10, 10, 10, 10, 14]),
+        (64, 7, "paper", [9, 9, 9, 9, 9, 9, 10]),
+        (6, 7, "levels", [1, 1, 1, 1, 1, 1]),
+        (7, 7, "paper", [1] * 7),
+    ],
+)
+def test_segment_sizes(n_bits: int, K: int, layout: str, expected: list[int]) -> None:
+    sizes = h.segment_sizes(n_bits, K, layout)
+    assert sizes == expected
+    assert sum(sizes) == n_bits
+
+
+def test_segment_sizes_default_is_levels() -> None:
+    assert h.segment_sizes(64, 4) == [21, 21, 22]
+    assert h.LAYOUTS == ("levels", "paper")
+
+
+@pytest.mark.parametrize(("n_bits", "K", "layout"), [(1, 3, "levels"), (5, 7, "levels"),
+                                                     (2, 3, "paper"), (6, 7, "paper")])  # fmt: skip
+def test_segment_sizes_too_few_bits(n_bits: int, K: int, layout: str) -> None:
+    with pytest.raises(ValueError) as err:
+        h.segment_sizes(n_bits, K, layout)
+    msg = str(err.value)
+    assert f"n_bits={n_bits}" in msg and f"K={K}" in msg and layout in msg
+
+
+def test_unknown_layout_lists_choices() -> None:
+    for fn in (
+        lambda: h.segment_sizes(32, 3, "flat"),
+        lambda: h.segment_levels(3, "flat"),
+        lambda: h.segment_weights(3, "flat"),
+        lambda: h.segment_integer_weights(3, "flat"),
+    ):
+        with pytest.raises(ValueError, match="'flat'.*levels, paper"):
+            fn()
+
+
+def test_segment_levels_and_weights() -> None:
+    assert h.segment_levels(4, "levels") == [2, 3, 4]
+    assert h.segment_levels(4, "paper") == [1, 2, 3, 4]
+    np.testing.assert_allclose(h.segment_weights(4, "levels"), [1 / 2, 1 / 3, 1 / 6])
+    np.testing.assert_allclose(h.segment_weights(4, "paper"), [0, 1 / 2, 1 / 3, 1 / 6])
+    assert h.segment_integer_weights(4, "levels").tolist() == [3, 2, 1]
+    assert h.segment_integer_weights(4, "paper").tolist() == [0, 3, 2, 1]
+    assert h.segment_integer_weights(3, "levels").dtype == np.int64
+    assert h.segment_weights(3).dtype == np.float64
+
+
+# ---- construction --------------------------------------------------------------------------
+
+TABLE = {
+    "root": None,
+    "Clothes": "root",
+    "Goods": "root",
+    "Tops": "Clothes",
+    "Shoes": "Goods",
+    "Shirt": "Tops",
+    "Sandal": "Shoes",
+    "Bag": "Goods",  # a leaf at level 3 while the others are at level 4
+}
+
+
+def test_from_parents_structure() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    assert tree.names[0] == "root" and tree.parents[0] == -1
+    assert tree.height == 4
+    assert tree.n_nodes == 8
+    # breadth first: levels are contiguous and non-decreasing
+    assert tree.levels.tolist() == sorted(tree.levels.tolist())
+    assert tree.level(tree.node_id("Bag")) == 3
+    assert tree.path(tree.node_id("Sandal")) == "Goods/Shoes/Sandal"
+    assert tree.path(0) == ""
+    leaves = {tree.names[i] for i in tree.leaves}
+    assert leaves == {"Shirt", "Sandal", "Bag"}
+    assert list(tree.leaves) == sorted(tree.leaves)
+    kids = tree.children(tree.node_id("Goods"))
+    assert [tree.names[i] for i in kids] == ["Shoes", "Bag"]
+    assert tree.children(tree.node_id("Bag")) == ()
+    # pairs give the same tree as the mapping, and a repeated identical pair is harmless
+    pairs = list(TABLE.items()) + [("Shirt", "Tops")]
+    assert LabelTree.from_parents(pairs) == tree
+
+
+def test_from_parents_two_parents_names_node() -> None:
+    pairs = [("r", None), ("a", "r"), ("b", "r"), ("x", "a"), ("x", "b")]
+    with pytest.raises(TreeError, match="'x' has two parents: 'a' and 'b'"):
+        LabelTree.from_parents(pairs)
+
+
+def test_from_parents_root_count() -> None:
+    with pytest.raises(TreeError, match=r"exactly one root.*\['r', 's'\]"):
+        LabelTree.from_parents({"r": None, "s": None, "a": "r"})
+    with pytest.raises(TreeError, match="exactly one root.*found none"):
+        LabelTree.from_parents({"a": "b", "b": "a"})
+
+
+def test_from_parents_undefined_parent_names_it() -> None:
+    with pytest.raises(TreeError, match="'a' has parent 'ghost', which is never defined"):
+        LabelTree.from_parents({"r": None, "a": "ghost"})
+
+
+def test_from_parents_cycle_names_node() -> None:
+    table = {"r": None, "a": "r", "x": "y", "y": "z", "z": "x"}
+    with pytest.raises(TreeError, match="cycle.*'x'") as err:
+        LabelTree.from_parents(table)
+    assert "'x' -> 'y' -> 'z' -> 'x'" in str(err.value)
+
+
+def test_from_parents_bad_entries() -> None:
+    with pytest.raises(TreeError, match="pairs"):
+        LabelTree.from_parents([("a", None, 3)])  # type: ignore[list-item]
+    with pytest.raises(TreeError, match="must be strings"):
+        LabelTree.from_parents([(1, None)])  # type: ignore[list-item]
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(TreeError, match="cycle.*'b'"):
+        LabelTree(("r", "a", "b", "c"), (-1, 0, 3, 2))
+    with pytest.raises(TreeError, match="root 'r' must be node 0"):
+        LabelTree(("a", "r"), (1, -1))
+    with pytest.raises(TreeError, match="exactly one root"):
+        LabelTree(("r", "s"), (-1, -1))
+    with pytest.raises(TreeError, match="node 1 'a': invalid parent 5"):
+        LabelTree(("r", "a"), (-1, 5))
+    with pytest.raises(TreeError, match="node 1 'a': invalid parent 1"):
+        LabelTree(("r", "a"), (-1, 1))
+    with pytest.raises(TreeError, match="'a/b'.*'/'"):
+        LabelTree(("r", "a/b"), (-1, 0))
+    with pytest.raises(TreeError, match="non-empty string"):
+        LabelTree(("r", ""), (-1, 0))
+    with pytest.raises(TreeError, match="2 entries but parents has 1"):
+        LabelTree(("r", "a"), (-1,))
+    with pytest.raises(TreeError, match="at least a root"):
+        LabelTree((), ())
+    # lists are accepted and stored as tuples, so trees stay hashable and comparable
+    tree = LabelTree(["r", "a"], [-1, 0])  # type: ignore[arg-type]
+    assert tree.names == ("r", "a") and tree.parents == (-1, 0)
+    assert hash(tree) == hash(LabelTree(("r", "a"), (-1, 0)))
+
+
+def test_unique_names_per_level() -> None:
+    with pytest.raises(
+        TreeError, match="name 'x' is used by two nodes at level 3: 'a/x' and 'b/x'"
+    ):
+        LabelTree.from_paths(["a/x/1", "b/x/2"])
+    with pytest.raises(TreeError, match="'x'"):
+        LabelTree.from_nested({"a": {"x": None}, "b": ["x"]})
+    with pytest.raises(TreeError, match="'d'"):
+        LabelTree.from_nested({"a": ["d", "d"]})
+    # the same name on different levels is allowed, but then only its path identifies it
+    tree = LabelTree.from_paths(["a/x", "b/c/x"])
+    with pytest.raises(TreeError, match="'x' is ambiguous.*'a/x'.*'b/c/x'"):
+        tree.node_id("x")
+    assert tree.level(tree.node_id("b/c/x")) == 4
+    # a full path wins over a name: "x" is the level-2 node's path
+    tree = LabelTree.from_paths(["x/a/x"])
+    assert tree.level(tree.node_id("x")) == 2
+    assert tree.level(tree.node_id("x/a/x")) == 4
+
+
+def test_from_nested_leaf_forms() -> None:
+    tree = LabelTree.from_nested(
+        {"A": {"a1": None, "a2": {}, "a3": []}, "B": ["b1", "b2"], "C": None}, root="top"
+    )
+    assert tree.names[0] == "top"
+    assert tree.height == 3
+    assert [tree.names[i] for i in tree.leaves] == ["C", "a1", "a2", "a3", "b1", "b2"]
+    assert tree.level(tree.node_id("C")) == 2
+    with pytest.raises(TreeError, match="'A/a1'.*got int"):
+        LabelTree.from_nested({"A": {"a1": 3}})
+    with pytest.raises(TreeError, match="'A'.*leaf names"):
+        LabelTree.from_nested({"A": ["ok", {"b": None}]})
+    with pytest.raises(TreeError, match="mapping"):
+        LabelTree.from_nested(["a"])  # type: ignore[arg-type]
+
+
+def test_from_paths() -> None:
+    tree = LabelTree.from_paths(["Clothes/Tops/Shirt", "Clothes/Tops", "Goods/Bag"])
+    assert tree.height == 4
+    assert tree.path(tree.node_id("Shirt")) == "Clothes/Tops/Shirt"
+    other = LabelTree.from_paths(["Clothes.Tops.Shirt", "Goods.Bag"], sep=".", root="R")
+    assert other.names[0] == "R"
+    assert other.path(other.node_id("Shirt")) == "Clothes/Tops/Shirt"
+    for bad in (["a//b"], [""], ["/a"]):
+        with pytest.raises(TreeError, match="empty component"):
+            LabelTree.from_paths(bad)
+
+
+def test_node_id_lookup_and_errors() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    assert tree.node_id("Goods/Shoes/Sandal") == tree.node_id("Sandal")
+    assert tree.node_id("root") == 0
+    with pytest.raises(TreeError, match="label path 'Foo/Bar' is not in the tree"):
+        tree.node_id("Foo/Bar")
+    with pytest.raises(TreeError, match="label path 'Shoes/Sandal' is not in the tree"):
+        tree.node_id("Shoes/Sandal")  # a partial path is not a path
+    with pytest.raises(TreeError, match="node id 99"):
+        tree.path(99)
+
+
+# ---- ancestors -----------------------------------------------------------------------------
+
+
+def test_ancestors_with_shallow_leaves() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    nid = tree.node_id
+    row = tree.ancestor_row(nid("Bag"))
+    assert row.dtype == np.int32
+    assert row.tolist() == [0, nid("Goods"), nid("Bag"), -1]
+    assert tree.ancestor_row(0).tolist() == [0, -1, -1, -1]
+    anc = tree.ancestors_of_labels(["Shirt", "Goods/Bag", "Sandal", "Shirt"])
+    assert anc.shape == (4, 4) and anc.dtype == np.int32
+    assert anc.tolist() == [
+        [0, nid("Clothes"), nid("Tops"), nid("Shirt")],
+        [0, nid("Goods"), nid("Bag"), -1],
+        [0, nid("Goods"), nid("Shoes"), nid("Sandal")],
+        [0, nid("Clothes"), nid("Tops"), nid("Shirt")],
+    ]
+    np.testing.assert_array_equal(tree.ancestors(np.array([nid("Bag")])), anc[1:2])
+    assert tree.ancestors([]).shape == (0, 4)
+
+
+def test_ancestor_errors_name_label_and_position() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    with pytest.raises(TreeError, match="position 2: label path 'Goods/Hat' is not in the tree"):
+        tree.ancestors_of_labels(["Shirt", "Bag", "Goods/Hat"])
+    with pytest.raises(TreeError, match="node id 8 at position 1"):
+        tree.ancestors(np.array([0, 8]))
+    with pytest.raises(TreeError, match="node id -1 at position 0"):
+        tree.ancestors(np.array([-1]))
+    with pytest.raises(TreeError, match="integers"):
+        tree.ancestors(np.array([0.5]))
+    with pytest.raises(TreeError, match="1-D"):
+        tree.ancestors(np.zeros((2, 2), dtype=int))
+
+
+def _random_tree(rng: np.random.Generator, n: int) -> LabelTree:
+    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+    return LabelTree(tuple(f"n{i}" for i in range(n)), tuple(parents))
+
+
+def test_ancestors_match_parent_walk_on_random_trees() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        tree = _random_tree(rng, int(rng.integers(2, 40)))
+        nodes = np.arange(tree.n_nodes)
+        anc = tree.ancestors(nodes)
+        assert anc.shape == (tree.n_nodes, tree.height)
+        for node in nodes:
+            chain = [int(node)]
+            while tree.parents[chain[-1]] != -1:
+                chain.append(tree.parents[chain[-1]])
+            expected = chain[::-1] + [-1] * (tree.height - len(chain))
+            assert anc[node].tolist() == expected
+            assert tree.level(int(node)) == len(chain)
+        assert tree.height == max(tree.levels)
+        assert set(tree.leaves) == set(range(tree.n_nodes)) - set(tree.parents)
+
+
+def test_layer_weights_methods() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    np.testing.assert_allclose(tree.layer_weights(), h.layer_weights(4))
+    assert tree.integer_layer_weights().tolist() == [0, 3, 2, 1]
+
+
+def test_levels_are_read_only() -> None:
+    tree = LabelTree.from_parents(TABLE)
+    with pytest.raises(ValueError):
+        tree.levels[0] = 5
+    row = tree.ancestor_row(1)
+    row[0] = 7  # a copy: the cached table is untouched
+    assert tree.ancestor_row(1)[0] == 0
+
+
+# ---- serialisation -------------------------------------------------------------------------
+
+
+def test_json_round_trip(tmp_path) -> None:
+    tree = h.fashion_mnist_tree()
+    data = tree.to_dict()
+    assert data["format"] == "shdh-label-tree/1"
+    assert LabelTree.from_dict(json.loads(json.dumps(data))) == tree
+    path = tmp_path / "tree.json"
+    tree.save(path)
+    assert LabelTree.load(path) == tree
+    assert [p.name for p in tmp_path.iterdir()] == ["tree.json"]  # no temporary left behind
+
+
+def test_load_errors_name_file_and_field(tmp_path) -> None:
+    path = tmp_path / "t.json"
+    good = LabelTree.from_parents(TABLE).to_dict()
+    cases = {
+        "format": ({**good, "format": "other/1"}, "field 'format'"),
+        "names": ({**good, "names": [1, 2]}, "field 'names'"),
+        "parents": ({**good, "parents": ["a"]}, "field 'parents'"),
+        "missing": ({"format": good["format"], "names": good["names"]}, "missing field 'parents'"),
+        "cycle": ({**good, "parents": [-1, 2, 1, 0, 0, 0, 0, 0]}, "cycle"),
+        "array": ([1, 2], "JSON object"),
+    }
+    for data, needle in cases.values():
+        path.write_text(json.dumps(data))
+        with pytest.raises(TreeError) as err:
+            LabelTree.load(path)
+        assert str(path) in str(err.value) and needle in str(err.value)
+    path.write_text("{not json")
+    with pytest.raises(TreeError, match="not valid JSON"):
+        LabelTree.load(path)
+    with pytest.raises(TreeError, match="missing.json.*cannot read"):
+        LabelTree.load(tmp_path / "missing.json")
+
+
+# ---- built-in trees ------------------------------------------------------------------------
+
+
+def _level_index(tree: LabelTree, anc: np.ndarray, level: int) -> list[int]:
+    return np.searchsorted(tree.nodes_at_level(level), anc[:, level - 1]).tolist()
+
+
+def test_fashion_mnist_tree() -> None:
+    tree = h.fashion_mnist_tree()
+    assert tree.height == 4
+    assert [int((tree.levels == k).sum()) for k in (1, 2, 3, 4)] == [1, 2, 6, 10]
+    level3 = [tree.names[i] for i in tree.nodes_at_level(3)]
+    assert level3 == ["Tops", "Bottoms", "Dresses", "Outers", "Accessories", "Shoes"]
+    paths = h.fashion_mnist_label_paths()
+    assert len(paths) == 10
+    assert paths[0] == "Clothes/Tops/T-shirt" and paths[9] == "Goods/Shoes/Ankle boot"
+    anc = tree.ancestors_of_labels(paths)
+    assert _level_index(tree, anc, 3) == [0, 1, 0, 2, 3, 5, 0, 5, 4, 5]
+    assert _level_index(tree, anc, 2) == [0, 0, 0, 0, 0, 1, 0, 1, 1, 1]
+    assert [tree.names[i] for i in anc[:, 3]] == list(h.FASHION_MNIST_CLASSES)
+    assert all("/" not in c for c in h.FASHION_MNIST_CLASSES)
+
+
+CIFAR100_GROUPS = {  # the official superclass -> classes table, written out independently
+    "aquatic_mammals": "beaver dolphin otter seal whale",
+    "fish": "aquarium_fish flatfish ray shark trout",
+    "flowers": "orchid poppy rose sunflower tulip",
+    "food_containers": "bottle bowl can cup plate",
+    "fruit_and_vegetables": "apple mushroom orange pear sweet_pepper",
+    "household_electrical_devices": "clock keyboard lamp telephone television",
+    "household_furniture": "bed chair couch table wardrobe",
+    "insects": "bee beetle butterfly caterpillar cockroach",
+    "large_carnivores": "bear leopard lion tiger wolf",
+    "large_man-made_outdoor_things": "bridge castle house road skyscraper",
+    "large_natural_outdoor_scenes": "cloud forest mountain plain sea",
+    "large_omnivores_and_herbivores": "camel cattle chimpanzee elephant kangaroo",
+    "medium_mammals": "fox porcupine possum raccoon skunk",
+    "non-insect_invertebrates": "crab lobster snail spider worm",
+    "people": "baby boy girl man woman",
+    "reptiles": "crocodile dinosaur lizard snake turtle",
+    "small_mammals": "hamster mouse rabbit shrew squirrel",
+    "trees": "maple_tree oak_tree palm_tree pine_tree willow_tree",
+    "vehicles_1": "bicycle bus motorcycle pickup_truck train",
+    "vehicles_2": "lawn_mower rocket streetcar tank tractor",
+}
+
+
+def test_cifar100_constants() -> None:
+    fine, coarse, f2c = h.CIFAR100_FINE, h.CIFAR100_COARSE, h.CIFAR100_FINE_TO_COARSE
+    assert len(fine) == 100 and len(set(fine)) == 100
+    assert list(fine) == sorted(fine)  # the official meta file lists them alphabetically
+    assert fine[:10] == ("apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee",
+                         "beetle", "bicycle", "bottle")  # fmt: skip
+    assert list(coarse) == list(CIFAR100_GROUPS)
+    assert len(f2c) == 100 and sorted(set(f2c)) == list(range(20))
+    assert all(f2c.count(c) == 5 for c in range(20))
+    for c, members in enumerate(CIFAR100_GROUPS.values()):
+        assert sorted(f for f, cc in zip(fine, f2c, strict=True) if cc == c) == members.split()
+
+
+def test_cifar100_tree() -> None:
+    tree = h.cifar100_tree()
+    assert tree.height == 3
+    assert [tree.names[i] for i in tree.nodes_at_level(2)] == list(h.CIFAR100_COARSE)
+    assert len(tree.leaves) == 100
+    paths = h.cifar100_label_paths()
+    assert paths[0] == "fruit_and_vegetables/apple"
+    assert paths[4] == "aquatic_mammals/beaver"
+    anc = tree.ancestors_of_labels(paths)
+    assert _level_index(tree, anc, 2) == list(h.CIFAR100_FINE_TO_COARSE)
+    assert [tree.names[i] for i in anc[:, 2]] == list(h.CIFAR100_FINE)
+
+
+def test_builtin_tree_lookup() -> None:
+    assert set(h.BUILTIN_TREES) == {"fashion-mnist-h", "cifar100"}
+    assert h.builtin_tree("cifar100") == h.cifar100_tree()
+    assert h.builtin_tree("fashion-mnist-h").height == 4
+    with pytest.raises(TreeError, match="'mnist'.*fashion-mnist-h, cifar100"):
+        h.builtin_tree("mnist")
