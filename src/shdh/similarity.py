@@ -293,12 +293,19 @@ class SMatrix:
 
 
 def build_smatrix(
-    ancestors: np.ndarray, weights: np.ndarray, *, sample_size: int = 2000, seed: int = 0
+    ancestors: np.ndarray,
+    weights: np.ndarray,
+    *,
+    sample_size: int = 2000,
+    seed: int = 0,
+    pool: np.ndarray | None = None,
 ) -> SMatrix:
     """Build the compact S artifact; memory is O(N K + M^2), never O(N^2).
 
-    The sample is drawn without replacement with np.random.default_rng(seed) and sorted, so the
-    same inputs give the same file. sample_size is capped at N; 0 means no sample.
+    The sample is drawn without replacement from `pool` (row indices; default all rows) with
+    np.random.default_rng(seed) and sorted, so the same inputs give the same file. Passing the
+    training pool keeps query items out of what supervised methods learn from. sample_size is
+    capped at the pool size; 0 means no sample.
     """
     anc = _check_ancestors(ancestors, "ancestors")
     n, K = anc.shape
@@ -309,9 +316,12 @@ def build_smatrix(
         raise ValueError(f"sample_size must be an integer, got {sample_size!r}")
     if sample_size < 0:
         raise ValueError(f"sample_size must be >= 0, got {sample_size}")
-    m = min(int(sample_size), n)
+    pool = np.arange(n) if pool is None else np.unique(np.asarray(pool, dtype=np.int64))
+    if pool.size and (pool[0] < 0 or pool[-1] >= n):
+        raise ValueError(f"pool holds row indices outside [0, {n})")
+    m = min(int(sample_size), len(pool))
     rng = np.random.default_rng(seed)
-    idx = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
+    idx = np.sort(rng.choice(pool, size=m, replace=False)).astype(np.int64)
     anc32 = np.ascontiguousarray(anc, dtype=np.int32)
     sample = anc32[idx]
     return SMatrix(

@@ -23,7 +23,6 @@ from shdh.config import ConfigError, flatten
 from shdh.hierarchy import (
     LabelTree,
     builtin_tree,
-    segment_integer_weights,
     segment_levels,
     segment_sizes,
     segment_weights,
@@ -163,13 +162,29 @@ def load_tree(tree_dir: str | Path) -> tuple[LabelTree, np.ndarray]:
 
 
 def smatrix(
-    tree_dir: str | Path, out: str | Path, *, sample_size: int = 2000, seed: int = 0
+    tree_dir: str | Path,
+    out: str | Path,
+    *,
+    prepared_dir: str | Path,
+    sample_size: int = 2000,
+    seed: int = 0,
 ) -> Path:
-    """The compact S artifact (Eq. 3 by lowest-common-ancestor depth) plus a sampled dense block."""
+    """The compact S artifact (Eq. 3 by shared depth) plus a dense block for a sample.
+
+    The sample comes from the database (the training pool), never from the queries.
+    """
+    from shdh.data.splits import load_split
     from shdh.similarity import build_smatrix
 
     label_tree, ancestors = load_tree(tree_dir)
-    s = build_smatrix(ancestors, label_tree.layer_weights(), sample_size=sample_size, seed=seed)
+    split = load_split(Path(prepared_dir) / SPLIT_FILE, n_items=len(ancestors))
+    s = build_smatrix(
+        ancestors,
+        label_tree.layer_weights(),
+        sample_size=sample_size,
+        seed=seed,
+        pool=split.db_idx,
+    )
     s.save(out)
     log.info(
         "wrote %s: N=%d, K=%d, sample %d", out, s.n_items, label_tree.height, len(s.sample_idx)
@@ -263,6 +278,11 @@ def train(
         tracking.save_run_ref(out_dir / "mlflow_run.json", active)
 
         def on_epoch(entry: dict[str, Any]) -> None:
+            log.info(
+                "%s-%d epoch %d/%d: loss %.4f, %.0f img/s, |z| %.2f, %.1f%% bits flipped",
+                method, bits, entry["epoch"], config.epochs, entry["loss"],
+                entry["images_per_sec"], entry["mean_abs_z"], 100 * entry["flip_fraction"],
+            )  # fmt: skip
             tracking.log_metrics(
                 {k: v for k, v in entry.items() if k != "epoch"}, step=int(entry["epoch"])
             )
@@ -445,15 +465,3 @@ def metrics_of_codes_file(path: str | Path, *, n: int = 100) -> dict[str, float]
     from shdh.codes import evaluate_codes_file
 
     return evaluate_codes_file(path, n=n)
-
-
-__all__ = [
-    "fetch",
-    "download",
-    "tree",
-    "smatrix",
-    "train",
-    "evaluate",
-    "metrics_of_codes_file",
-    "segment_integer_weights",
-]

@@ -58,10 +58,10 @@ def check_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
 
 
 def _configure(experiment: str) -> Any:
+    uri = tracking_uri()
+    check_server(uri)  # before importing mlflow, which alone takes seconds
     import mlflow  # lazy: importing shdh must stay cheap and side-effect free
 
-    uri = tracking_uri()
-    check_server(uri)
     # Bound MLflow's own HTTP retries too, so a server that dies mid-run also fails quickly.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")

@@ -228,12 +228,3 @@ def test_fashion_mnist_h_dataset_maps_classes_to_label_paths(tmp_path):
     np.testing.assert_array_equal(ds.labels[20:], ds.labels[:10])  # test labels are 0..9 too
     save_dataset(ds, tmp_path / "prepared")
     assert_same(load_dataset(tmp_path / "prepared"), ds)
-
-
-def test_label_paths_agree_with_method_md_level_maps():
-    # METHOD.md: fine -> level 3 [0,1,0,2,3,5,0,5,4,5] in the order Tops, Bottoms, Dresses,
-    # Outers, Accessories, Shoes; fine -> level 2 [0,0,0,0,0,1,0,1,1,1] (Clothes, Goods).
-    level3 = ["Tops", "Bottoms", "Dresses", "Outers", "Accessories", "Shoes"]
-    paths = [p.split("/") for p in dsmod._FASHION_MNIST_H_PATHS]
-    assert [level3.index(p[1]) for p in paths] == [0, 1, 0, 2, 3, 5, 0, 5, 4, 5]
-    assert [["Clothes", "Goods"].index(p[0]) for p in paths] == [0, 0, 0, 0, 0, 1, 0, 1, 1, 1]

@@ -281,3 +281,16 @@ def test_smatrix_constructor_validates() -> None:
             sample_idx=s.sample_idx,
             sample_shared=s.sample_shared.astype(np.int32),
         )
+
+
+def test_sample_is_drawn_from_the_pool_only():
+    anc = np.zeros((50, 3), dtype=np.int32)
+    anc[:, 1] = np.arange(50) % 2 + 1
+    anc[:, 2] = np.arange(50) % 5 + 3
+    pool = np.arange(10, 40)
+    s = build_smatrix(anc, layer_weights(3), sample_size=20, seed=3, pool=pool)
+    assert len(s.sample_idx) == 20 and set(s.sample_idx) <= set(pool.tolist())
+    capped = build_smatrix(anc, layer_weights(3), sample_size=100, seed=3, pool=pool)
+    np.testing.assert_array_equal(capped.sample_idx, pool)
+    with pytest.raises(ValueError, match="outside"):
+        build_smatrix(anc, layer_weights(3), sample_size=5, pool=np.array([0, 50]))

@@ -18,24 +18,10 @@ import numpy as np
 from shdh.atomic import atomic_dir
 from shdh.data.fashion_mnist import load_raw
 from shdh.data.idx import DataFormatError
+from shdh.hierarchy import fashion_mnist_label_paths
 
 FORMAT = "shdh-dataset/1"
 FILES = ("images.npy", "labels.npy", "ids.npy", "meta.json")
-
-# Fashion-MNIST class index -> leaf label path, under the Seo & Shin (2019) hierarchy that
-# METHOD.md adopts (K = 4 levels with the root). Private until the hierarchy module owns it.
-_FASHION_MNIST_H_PATHS = (
-    "Clothes/Tops/T-shirt",
-    "Clothes/Bottoms/Trouser",
-    "Clothes/Tops/Pullover",
-    "Clothes/Dresses/Dress",
-    "Clothes/Outers/Coat",
-    "Goods/Shoes/Sandal",
-    "Clothes/Tops/Shirt",
-    "Goods/Shoes/Sneaker",
-    "Goods/Accessories/Bag",
-    "Goods/Shoes/Ankle boot",
-)
 
 
 @dataclass
@@ -155,5 +141,5 @@ def load_dataset(directory: str | os.PathLike[str], *, mmap: bool = True) -> Dat
 def fashion_mnist_h_dataset(raw_dir: str | os.PathLike[str]) -> Dataset:
     """Fashion-MNIST-H: all 70,000 pooled items with their leaf label paths."""
     images, labels, ids = load_raw(raw_dir)
-    paths = np.array(_FASHION_MNIST_H_PATHS, dtype=np.str_)
+    paths = np.array(fashion_mnist_label_paths(), dtype=np.str_)
     return Dataset(images=images, labels=paths[labels], ids=ids, name="fashion-mnist-h")

@@ -17,7 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     params, s = params_section(args, "smatrix")
     steps.smatrix(
-        params["tree"]["out_dir"], s["out"], sample_size=s["sample_size"], seed=params["seed"]
+        params["tree"]["out_dir"],
+        s["out"],
+        prepared_dir=params["data"]["prepared_dir"],
+        sample_size=s["sample_size"],
+        seed=params["seed"],
     )
     return 0
 
