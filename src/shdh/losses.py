@@ -24,6 +24,9 @@ Scale matters as much as form (METHOD.md): reduction "sum" (default) sums over p
 averages over anchors, about B times a mean over pairs; a plain mean ("mean", paper-literal scale,
 kept for the ablation) left the optimiser at the h~ = 0 saddle. With a memory bank the "sum" scale
 grows with the bank size, so gradient clipping matters even more there.
+
+`dpsh_loss` is the deep baseline's objective (DPSH, Li, Wang & Kang, IJCAI 2016) on the same
+pairs, so that SHDH and DPSH differ in their loss only.
 """
 
 from collections.abc import Sequence
@@ -143,3 +146,93 @@ def shdh_loss(
     e2_val = alpha * e2_sum
     loss = e1_val + e2_val  # Eq. 7: J = E1 + E2 term
     return loss, {"e1": e1_val.detach(), "e2": e2_val.detach()}
+
+
+# --------------------------------------------------------------------------------------------
+# DPSH (Li, Wang & Kang, IJCAI 2016), the deep baseline
+# --------------------------------------------------------------------------------------------
+
+
+def _finest_node(anc: torch.Tensor, name: str) -> torch.Tensor:
+    """Each row's deepest node id (its leaf, whatever depth it sits at): DPSH's "same label"."""
+    depth = (anc >= 0).sum(1) - 1  # (n,) index of the last non -1 column
+    if bool((depth < 0).any()):
+        raise ValueError(f"dpsh_loss: {name} has a row with no node (all -1)")
+    return anc.gather(1, depth[:, None]).squeeze(1)  # (n,)
+
+
+def dpsh_loss(
+    z: torch.Tensor,
+    anc: torch.Tensor,
+    *,
+    eta: float = 10.0,
+    reduction: str = "sum",
+    bank_z: torch.Tensor | None = None,
+    bank_anc: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DPSH's relaxed objective for one batch: z (B, L) real outputs u, anc (B, K) ancestor ids.
+
+    With u = z (no tanh: DPSH's last layer is linear), theta_ij = <u_i, u_j> / 2 and
+    s_ij = 1 iff i and j share their finest label (else 0), DPSH minimises
+
+        J = - sum_{ij} (s_ij theta_ij - log(1 + e^theta_ij))  +  eta sum_i ||b_i - u_i||^2,
+
+    the negative log-likelihood of the pair labels under p(s_ij = 1) = sigmoid(theta_ij) plus a
+    quantisation term pulling u_i towards b_i = sgn(u_i) (sgn(0) = -1; b is a constant). Pairs
+    are the same as shdh_loss's: anchors i in the batch, partners j over the other batch items
+    (live on both sides) and the optional memory bank of detached past outputs, as in the
+    authors' jiangqy/DPSH-pytorch, which pairs each batch with a bank U of all training outputs.
+    The self-pair is left out (the original keeps its stale bank copy; it only pushes ||u_i||).
+
+    Normalisation (METHOD.md: eta must match it): the original divides both sums by
+    N * batch, so eta weighs the quantisation of one item against its likelihood summed over all
+    N partners. Both reductions keep exactly that balance and differ only by an overall factor:
+      "sum"  (default): (sum of pair terms + eta sum_i q_i) / B       (mean over anchors)
+      "mean":           (sum of pair terms + eta sum_i q_i) / n_pairs (the original's scale)
+    A mean over pairs for the likelihood alone with eta sum_i q_i / B would weigh the
+    quantisation about n_partners times more than DPSH does: that is what drowned it.
+    Returns the scalar loss and detached {"e1": likelihood term, "e2": eta * quantisation term}.
+    """
+    _check_choice("reduction", reduction, REDUCTIONS)
+    if not eta >= 0:
+        raise ValueError(f"dpsh_loss: eta must be >= 0, got {eta}")
+    if z.ndim != 2 or z.shape[0] < 1:
+        raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
+    anc = torch.as_tensor(anc, device=z.device)
+    if anc.ndim != 2 or anc.shape[0] != z.shape[0]:
+        raise ValueError(f"dpsh_loss: anc must be (B={z.shape[0]}, K), got {tuple(anc.shape)}")
+    if (bank_z is None) != (bank_anc is None):
+        raise ValueError("dpsh_loss: bank_z and bank_anc must be given together")
+
+    dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
+    u = z.to(dtype)  # (B, L)
+    n_batch = u.shape[0]
+    leaf = _finest_node(anc, "anc")  # (B,)
+    u_p, leaf_p = u, leaf  # partners: the batch ...
+    if bank_z is not None:
+        bank_anc = torch.as_tensor(bank_anc, device=z.device)
+        if bank_z.ndim != 2 or bank_z.shape[1] != u.shape[1]:
+            raise ValueError(f"dpsh_loss: bank_z must be (M, {u.shape[1]}), got {bank_z.shape}")
+        if bank_anc.ndim != 2 or bank_anc.shape != (bank_z.shape[0], anc.shape[1]):
+            raise ValueError(
+                f"dpsh_loss: bank_anc must be (M={bank_z.shape[0]}, K={anc.shape[1]}), "
+                f"got {tuple(bank_anc.shape)}"
+            )
+        u_p = torch.cat([u, bank_z.detach().to(dtype)])  # (B+M, L) ... and the bank
+        leaf_p = torch.cat([leaf, _finest_node(bank_anc, "bank_anc")])  # (B+M,)
+    pair_mask = torch.ones(n_batch, u_p.shape[0], dtype=torch.bool, device=z.device)
+    pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs
+    n_pairs = int(pair_mask.sum())
+    if n_pairs == 0:
+        raise ValueError("dpsh_loss: needs >= 2 batch items or a memory bank (no pairs)")
+
+    theta = u @ u_p.T / 2.0  # (B, B+M): theta_ij = <u_i, u_j> / 2
+    s = (leaf[:, None] == leaf_p[None, :]).to(dtype)  # (B, B+M): s_ij in {0, 1}
+    nll = torch.nn.functional.softplus(theta) - s * theta  # log(1 + e^theta) - s theta, stable
+    likelihood = torch.where(pair_mask, nll, 0.0).sum()
+    b = torch.where(u > 0, 1.0, -1.0).to(dtype)  # b_i = sgn(u_i), sgn(0) = -1, no gradient
+    quantisation = (b - u).pow(2).sum()  # sum_i ||b_i - u_i||^2
+    norm = n_batch if reduction == "sum" else n_pairs
+    e1 = likelihood / norm
+    e2 = eta * quantisation / norm
+    return e1 + e2, {"e1": e1.detach(), "e2": e2.detach()}

@@ -88,15 +88,19 @@ def run(
     params: dict[str, Any] | None = None,
     tags: dict[str, str] | None = None,
     run_id: str | None = None,
+    parent_run_id: str | None = None,
     experiment: str = DEFAULT_EXPERIMENT,
 ) -> Iterator[Any]:
     """Start (or, with run_id, reopen) a run; yields the active mlflow.ActiveRun.
 
     Reopening lets the evaluate step add its metrics and artifacts to the run that trained the
-    model, so one run holds the whole story of one model.
+    model, so one run holds the whole story of one model. A new run with parent_run_id is
+    nested under that pipeline run in the UI.
     """
     mlflow = _configure(experiment)
     kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
+    if parent_run_id and not run_id:
+        kwargs.update(parent_run_id=parent_run_id, nested=True)
     with mlflow.start_run(**kwargs) as active:
         if tags:
             mlflow.set_tags(tags)
@@ -150,3 +154,37 @@ def load_run_ref(path: str | Path) -> str | None:
         )
         return None
     return ref.get("run_id")
+
+
+PIPELINE_TAG = "shdh.pipeline_run_id"
+ROLE_TAG = "shdh.role"
+
+
+def pipeline_run_id(params_text: str, data_hash: str = "") -> str:
+    """The id of one pipeline run: SHDH_PIPELINE_RUN_ID (Kubeflow sets it) or, for DVC, a hash
+    of the settings and the data, so that every stage of one `dvc repro` or `dvc exp run` lands
+    under the same parent run and a run with other settings gets its own."""
+    import hashlib
+
+    explicit = os.environ.get("SHDH_PIPELINE_RUN_ID")
+    if explicit:
+        return explicit
+    return hashlib.sha1(f"{params_text}\n{data_hash}".encode()).hexdigest()[:16]
+
+
+def parent_run(pipeline_id: str, tags: dict[str, str], experiment: str = DEFAULT_EXPERIMENT) -> str:
+    """The run id of the pipeline's parent run, created on first use (find-or-create by tag)."""
+    mlflow = _configure(experiment)
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    # Children carry the pipeline tag too (to filter by it in the UI); the role tells them apart.
+    query = f"tags.`{PIPELINE_TAG}` = '{pipeline_id}' and tags.`{ROLE_TAG}` = 'pipeline'"
+    found = client.search_runs([exp.experiment_id], filter_string=query, max_results=1)
+    if found:
+        return found[0].info.run_id
+    run = client.create_run(
+        exp.experiment_id, run_name=f"pipeline-{pipeline_id[:8]}",
+        tags={**tags, PIPELINE_TAG: pipeline_id, ROLE_TAG: "pipeline", "git_commit": git_commit()},
+    )  # fmt: skip
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id

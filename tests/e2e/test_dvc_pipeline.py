@@ -65,12 +65,35 @@ def clone(tmp_path_factory):
 def test_dvc_repro_runs_every_stage(clone):
     dest, env = clone
     out = sh(["dvc", "repro"], dest, env)
-    for stage in ("download", "tree", "smatrix", "train@shdh-16", "evaluate"):
+    stages = (
+        "download",
+        "tree",
+        "smatrix",
+        "features",
+        "train@shdh-16",
+        "train@dpsh-16",
+        "baseline@itq-16",
+        "baseline@ksh+h-16",
+        "baseline@cosdish-16",
+        "evaluate",
+    )
+    for stage in stages:
         assert f"Running stage '{stage}'" in out
     # data.dvc matches the fetched raw files: the raw data is the same whatever the source.
     assert "data.dvc" not in sh(["dvc", "status"], dest, env)
     metrics = json.loads((dest / "results" / "metrics.json").read_text())
-    assert {"shdh", "random"} <= set(metrics)
+    assert set(metrics) == {
+        "shdh",
+        "dpsh",
+        "itq",
+        "kmh",
+        "ksh",
+        "ksh+h",
+        "lfh",
+        "cosdish",
+        "cosdish+h",
+        "random",
+    }
     assert "ndcg@100" in metrics["shdh"]["16"]
     shown = sh(["dvc", "metrics", "show", "--json"], dest, env)
     assert "ndcg@100" in shown
@@ -86,6 +109,7 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
     out = sh(["dvc", "exp", "run", "-S", "train.epochs=2"], dest, env)
     # Only training and what follows it rerun: the data stages are cached.
     assert "Running stage 'train@shdh-16'" in out and "Running stage 'evaluate'" in out
-    assert "Running stage 'download'" not in out and "Running stage 'smatrix'" not in out
+    for cached in ("download", "smatrix", "features", "baseline@itq-16"):
+        assert f"Running stage '{cached}'" not in out
     history = json.loads((dest / "artifacts" / "models" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]

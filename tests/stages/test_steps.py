@@ -29,6 +29,7 @@ def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
             },
             "tree": {"out_dir": str(tmp_path / "tree")},
             "smatrix": {"out": str(tmp_path / "smatrix.npz")},
+            "features": {"out": str(tmp_path / "gist.npy")},
             "train": {"models_dir": str(tmp_path / "models"), "epochs": 2},
             "evaluate": {"results_dir": str(tmp_path / "results")},
             "profile": "smoke",
@@ -55,60 +56,77 @@ def test_every_subcommand_has_help(capsys):
         assert f"usage: shdh {name}" in capsys.readouterr().out
 
 
-def test_chain_writes_every_output(tmp_path, fashion_raw, capsys):
+ALL_METHODS = ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h")
+
+
+def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     params = smoke_params(tmp_path, fashion_raw)
-    run_steps(
-        params,
-        ["download"],
-        ["tree"],
-        ["smatrix"],
-        ["train", "--bits", "16", "--no-progress"],
-        ["evaluate"],
-    )
+    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    for method in ALL_METHODS:
+        run_steps(params, ["train", "--method", method, "--bits", "16", "--no-progress"])
+    run_steps(params, ["evaluate"])
     # 300 pooled items -> 30 queries, 270 database items, K = 4 levels (root included)
     ancestors = np.load(tmp_path / "tree" / "ancestors.npy")
     assert ancestors.shape == (300, 4) and (ancestors[:, 0] == 0).all()
+    assert np.load(tmp_path / "gist.npy").shape == (300, 512)
     metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
-    assert set(metrics) == {"shdh", "random"}
-    shdh, floor = metrics["shdh"]["16"], metrics["random"]["16"]
-    for key in ("acg@100", "dcg@100", "ndcg@100", "ndcg_list@100", "wr@100"):
-        assert 0 <= shdh[key] and 0 <= floor[key]
+    assert set(metrics) == {*ALL_METHODS, "random"}
+    floor = metrics["random"]["16"]
+    for method in ALL_METHODS:
+        row = metrics[method]["16"]
+        for key in ("acg@100", "dcg@100", "ndcg@100", "ndcg_list@100", "wr@100"):
+            assert 0 <= row[key] and np.isfinite(row[key]), (method, key)
     # The class squares are trivially separable: two epochs must beat random codes clearly.
-    assert shdh["ndcg@100"] > floor["ndcg@100"] + 0.05
-    codes = tmp_path / "results" / "codes" / "shdh-16.npz"
+    assert metrics["shdh"]["16"]["ndcg@100"] > floor["ndcg@100"] + 0.05
     history = json.loads((tmp_path / "models" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
-    # `shdh metrics` on the codes file reproduces what evaluate wrote.
+    # SHDH ranks with weighted segments, the baselines with one plain Hamming segment.
+    from shdh.codes import load_codes
+
+    shdh_codes = load_codes(tmp_path / "results" / "codes" / "shdh-16.npz")
+    assert list(shdh_codes.segment_sizes) == [5, 5, 6]
+    np.testing.assert_allclose(shdh_codes.segment_weights, [1 / 2, 1 / 3, 1 / 6])
+    assert list(load_codes(tmp_path / "results" / "codes" / "itq-16.npz").segment_sizes) == [16]
+    # `shdh metrics` on a codes file reproduces what evaluate wrote.
     capsys.readouterr()
-    assert main(["metrics", str(codes)]) == 0
+    assert main(["metrics", str(tmp_path / "results" / "codes" / "shdh-16.npz")]) == 0
     printed = json.loads(capsys.readouterr().out)
-    for key, value in shdh.items():
+    for key, value in metrics["shdh"]["16"].items():
         assert printed[key] == pytest.approx(value, abs=1e-6)
+    timings = json.loads((tmp_path / "results" / "timings.json").read_text())
+    assert timings["ksh"]["16"]["fit_seconds"] > 0
     assert (tmp_path / "results" / "plots" / "wr_at_n-16.png").stat().st_size > 1000
     assert "| shdh | 16 |" in (tmp_path / "results" / "table.md").read_text()
 
 
-def test_training_is_tracked_in_mlflow(tmp_path, fashion_raw):
+def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     import mlflow
 
-    params = smoke_params(tmp_path, fashion_raw)
-    run_steps(
-        params,
-        ["download"],
-        ["tree"],
-        ["smatrix"],
-        ["train", "--bits", "16", "--no-progress"],
-        ["evaluate"],
+    params = smoke_params(
+        tmp_path, fashion_raw, train={"methods": ["shdh"]}, baselines={"methods": ["itq"]}
     )
+    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["train", "--bits", "16", "--no-progress"])
+    run_steps(params, ["train", "--method", "itq", "--bits", "16"], ["evaluate"])
+    client = mlflow.MlflowClient()
     ref = json.loads((tmp_path / "models" / "shdh-16" / "mlflow_run.json").read_text())
-    run = mlflow.MlflowClient().get_run(ref["run_id"])
-    assert run.data.params["train.epochs"] == "2" and run.data.params["bits"] == "16"
+    run = client.get_run(ref["run_id"])
+    assert run.data.params["epochs"] == "2" and run.data.params["bits"] == "16"
     assert run.data.tags["method"] == "shdh" and run.data.tags["profile"] == "smoke"
-    assert "ndcg_at_100" in run.data.metrics
-    losses = mlflow.MlflowClient().get_metric_history(ref["run_id"], "loss")
+    assert {"ndcg_at_100", "fit_seconds", "encode_seconds"} <= set(run.data.metrics)
+    losses = client.get_metric_history(ref["run_id"], "loss")
     assert [m.step for m in losses] == [1, 2]
-    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(ref["run_id"])}
+    artifacts = {a.path for a in client.list_artifacts(ref["run_id"])}
     assert {"checkpoint", "codes", "plots"} <= artifacts
+    # Both methods' runs and the random floor hang under one parent run of this pipeline run.
+    parent_id = run.data.tags["mlflow.parentRunId"]
+    itq = json.loads((tmp_path / "models" / "itq-16" / "mlflow_run.json").read_text())
+    assert client.get_run(itq["run_id"]).data.tags["mlflow.parentRunId"] == parent_id
+    children = client.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
+    )
+    assert {c.data.tags["method"] for c in children} == {"shdh", "itq", "random"}
+    assert "shdh.pipeline_run_id" in client.get_run(parent_id).data.tags
 
 
 def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
@@ -142,7 +160,7 @@ def test_code_length_below_the_number_of_levels_is_refused(tmp_path, fashion_raw
     # K = 4: the levels layout needs K-1 = 3 bits at least, the paper layout K = 4.
     assert main(["train", "--bits", "2", "--params", str(params)]) == 1
     assert "n_bits" in caplog.text or "bits" in caplog.text
-    paper = smoke_params(tmp_path, fashion_raw, train={"layout": "paper"})
+    paper = smoke_params(tmp_path, fashion_raw, train={"shdh": {"layout": "paper"}})
     assert main(["train", "--bits", "3", "--params", str(paper)]) == 1
     assert not (tmp_path / "models" / "shdh-2").exists()
 

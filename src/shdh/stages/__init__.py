@@ -9,6 +9,7 @@ STEPS = (
     "download",
     "tree",
     "smatrix",
+    "features",
     "train",
     "evaluate",
     "metrics",

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from shdh.config import load_params, section
 
@@ -23,9 +26,32 @@ def params_section(args: argparse.Namespace, name: str) -> tuple[dict[str, Any],
 
 
 def run_tags(params: dict[str, Any]) -> dict[str, str]:
-    """MLflow tags that let runs be filtered by dataset and profile in the UI."""
+    """MLflow tags that let runs be filtered by dataset, profile, data version and pipeline run."""
     data = params.get("data", {})
-    return {"dataset": str(data.get("dataset", "")), "profile": str(params.get("profile", ""))}
+    return {
+        "dataset": str(data.get("dataset", "")),
+        "profile": str(params.get("profile", "")),
+        "dvc_data_md5": data_hash(),
+    }
+
+
+def data_hash(dvc_file: str | Path = "data.dvc") -> str:
+    """The raw data's DVC hash (data.dvc), so a run can be traced to the exact data."""
+    try:
+        outs = yaml.safe_load(Path(dvc_file).read_text())["outs"]
+        return str(outs[0]["md5"])
+    except (OSError, KeyError, IndexError, TypeError, yaml.YAMLError):
+        return "unknown"
+
+
+def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    """Tags and the parent MLflow run shared by every step of one pipeline run."""
+    from shdh import tracking
+
+    tags = run_tags(params)
+    pipeline_id = tracking.pipeline_run_id(Path(args.params).read_text(), tags["dvc_data_md5"])
+    tags[tracking.PIPELINE_TAG] = pipeline_id
+    return {"tags": tags, "parent_run_id": tracking.parent_run(pipeline_id, tags)}
 
 
 def setup_logging(verbose: bool = False) -> None:

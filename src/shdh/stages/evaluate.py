@@ -1,14 +1,31 @@
-"""shdh evaluate: encode, rank and score every trained model; write metrics, codes, plots."""
+"""shdh evaluate: encode, rank and score every fitted method; write metrics, codes, plots."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from shdh import steps
-from shdh.stages.common import add_params_argument, params_section, run_tags, script_main
+from shdh import evaluation
+from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
 
-HELP = "score every trained model: metrics.json, codes files, WR plots, results table"
+HELP = "score every fitted method: metrics.json, codes files, WR plots, results table"
+
+
+def planned_runs(params: dict) -> list[tuple[str, int]]:
+    """(method, bits) for every deep and shallow method the params ask for, in that order.
+
+    KMH runs only at the bit lengths its subspaces allow (as in the paper's table).
+    """
+    from shdh.hashers.kmh import KMH
+
+    train, baselines = params["train"], params.get("baselines", {"methods": [], "bits": []})
+    runs = [(m, b) for b in train["bits"] for m in train["methods"]]
+    for b in baselines["bits"]:
+        for m in baselines["methods"]:
+            kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
+            if m != "kmh" or KMH.supports(b, kmh_bits):
+                runs.append((m, b))
+    return runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,19 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, ev = params_section(args, "evaluate")
-    train = params["train"]
-    steps.evaluate(
-        prepared_dir=params["data"]["prepared_dir"],
-        smatrix_path=params["smatrix"]["out"],
-        models_dir=train["models_dir"],
-        results_dir=ev["results_dir"],
-        methods=train["methods"],
-        bits=train["bits"],
-        eval_params=ev,
-        seed=params["seed"],
-        device=train["device"],
-        tags=run_tags(params),
-    )
+    evaluation.evaluate(
+        prepared_dir=params["data"]["prepared_dir"], smatrix_path=params["smatrix"]["out"],
+        models_dir=params["train"]["models_dir"], results_dir=ev["results_dir"],
+        runs=planned_runs(params), eval_params=ev, features_path=params["features"]["out"],
+        seed=params["seed"], **pipeline_context(args, params),
+    )  # fmt: skip
     print((Path(ev["results_dir"]) / "table.md").read_text())
     return 0
 

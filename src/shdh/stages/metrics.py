@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from shdh import steps
+from shdh import evaluation
 from shdh.stages.common import script_main
 
 HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG and WR as JSON"
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(json.dumps(steps.metrics_of_codes_file(args.codes, n=args.n), indent=2))
+    print(json.dumps(evaluation.metrics_of_codes_file(args.codes, n=args.n), indent=2))
     return 0
 
 

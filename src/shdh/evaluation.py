@@ -1,0 +1,178 @@
+"""The evaluate step: encode queries and database with every fitted method, rank, score.
+
+Every method is scored by the same code on the same split: its codes are written as a codes
+file (docs/codes-format.md) and the metrics are computed from that file's contents, so
+`shdh metrics` on a written file reproduces metrics.json exactly. Seeded random codes are scored
+too: the floor that every method must beat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shdh import tracking
+from shdh.atomic import atomic_write_text
+from shdh.codes import Codes, save_codes
+from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir
+from shdh.hashers.base import Hasher
+from shdh.metrics import evaluate as score_codes
+from shdh.report import results_table, wr_plot
+from shdh.retrieval import pack_codes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Scored:
+    method: str
+    bits: int
+    metrics: dict[str, float]
+    curves: Any
+    codes_path: Path
+
+
+def random_codes(n_items: int, bits: int, seed: int) -> np.ndarray:
+    """Seeded random {-1,+1} codes: the floor every method must beat."""
+    rng = np.random.default_rng([seed, bits, 20170407])
+    return np.where(rng.random((n_items, bits)) < 0.5, -1, 1).astype(np.int8)
+
+
+def evaluate(
+    *,
+    prepared_dir: str | Path,
+    smatrix_path: str | Path,
+    models_dir: str | Path,
+    results_dir: str | Path,
+    runs: list[tuple[str, int]],
+    eval_params: dict[str, Any],
+    features_path: str | Path | None = None,
+    seed: int = 0,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Score every (method, bits) in `runs`; write results_dir/{metrics.json, timings.json,
+    table.md, codes/METHOD-BITS.npz, plots/wr_at_n-BITS.png}."""
+    from shdh.steps import load_prepared, load_smatrix
+
+    ds, split = load_prepared(prepared_dir)
+    ancestors = load_smatrix(smatrix_path).ancestors
+    results_dir = Path(results_dir)
+    q_idx, db_idx = split.query_idx, split.db_idx
+    inputs: dict[str, np.ndarray] = {"images": ds.images}
+    if features_path is not None and Path(features_path).exists():
+        inputs["features"] = load_features(features_path, len(ds.ids))
+
+    def codes_for(q: np.ndarray, db: np.ndarray, sizes, weights) -> Codes:
+        return Codes(
+            query_codes=pack_codes(q), db_codes=pack_codes(db), n_bits=q.shape[1],
+            segment_sizes=np.asarray(sizes, dtype=np.int64),
+            segment_weights=np.asarray(weights, dtype=np.float64),
+            query_ancestors=ancestors[q_idx], db_ancestors=ancestors[db_idx],
+            query_ids=ds.ids[q_idx], db_ids=ds.ids[db_idx],
+        )  # fmt: skip
+
+    scored: list[Scored] = []
+    timings: dict[str, dict[str, dict[str, float]]] = {}
+    for method, bits in runs:
+        mdir = model_dir(models_dir, method, bits)
+        hasher = Hasher.load(mdir / HASHER_DIR)
+        if hasher.n_bits != bits:
+            raise ValueError(f"{mdir / HASHER_DIR}: holds a {hasher.n_bits}-bit {method}, "
+                             f"not {bits} bits")  # fmt: skip
+        X = inputs.get(hasher.input_kind)
+        if X is None:
+            raise ValueError(f"{method}: needs {hasher.input_kind}, which the evaluate step "
+                             f"was not given (features: {features_path})")  # fmt: skip
+        start = time.perf_counter()
+        q, db = hasher.encode(np.asarray(X[q_idx])), hasher.encode(np.asarray(X[db_idx]))
+        encode_s = time.perf_counter() - start
+        codes = codes_for(q, db, hasher.segment_sizes(), hasher.segment_weights())
+        run_id = tracking.load_run_ref(mdir / RUN_REF)
+        result = _score(codes, method, bits, results_dir, eval_params, run_id, tags,
+                        parent_run_id, extra={"encode_seconds": encode_s})  # fmt: skip
+        scored.append(result)
+        timings.setdefault(method, {})[str(bits)] = {
+            "fit_seconds": _fit_seconds(mdir), "encode_seconds": round(encode_s, 3),
+            "items_encoded": len(q_idx) + len(db_idx),
+        }  # fmt: skip
+    if eval_params.get("random_floor", True):
+        for bits in sorted({b for _, b in runs}):
+            q = random_codes(len(q_idx), bits, seed)
+            db = random_codes(len(db_idx), bits, seed + 1)
+            codes = codes_for(q, db, [bits], [1.0])
+            scored.append(_score(codes, "random", bits, results_dir, eval_params, None, tags,
+                                 parent_run_id))  # fmt: skip
+
+    metrics = nested_metrics(scored)
+    atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(results_dir / "timings.json", json.dumps(timings, indent=2) + "\n")
+    for bits in sorted({s.bits for s in scored}):
+        wr_plot([s for s in scored if s.bits == bits],
+                results_dir / "plots" / f"wr_at_n-{bits}.png", title=f"{bits} bits")  # fmt: skip
+    atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
+    return metrics
+
+
+def _fit_seconds(mdir: Path) -> float | None:
+    path = mdir / "fit.json"
+    return json.loads(path.read_text()).get("fit_seconds") if path.is_file() else None
+
+
+def _score(
+    codes: Codes,
+    method: str,
+    bits: int,
+    results_dir: Path,
+    eval_params: dict[str, Any],
+    run_id: str | None,
+    tags: dict[str, str] | None,
+    parent_run_id: str | None,
+    extra: dict[str, float] | None = None,
+) -> Scored:
+    """Write the codes file, score it, and log metrics, codes and plot to the method's run."""
+    path = results_dir / "codes" / f"{method}-{bits}.npz"
+    save_codes(path, codes)
+    n_db = len(codes.db_ids)
+    wr_ns = tuple(n for n in eval_params.get("wr_ns", (100, 1000, 5000)) if n <= n_db)
+    metrics, curves = score_codes(
+        codes.query_codes, codes.db_codes, codes.query_ancestors, codes.db_ancestors,
+        codes.segment_sizes, codes.segment_weights, n=eval_params["n"], wr_ns=wr_ns,
+        curve_max=min(eval_params.get("curve_max", 5000), n_db),
+    )  # fmt: skip
+    result = Scored(method, bits, metrics, curves, path)
+    log.info("%s-%d: %s", method, bits, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    with tracking.run(
+        run_name=f"{method}-{bits}", run_id=run_id, parent_run_id=parent_run_id,
+        params=None if run_id else {"method": method, "bits": bits},
+        tags={"method": method, "bits": str(bits), **(tags or {})},
+    ):  # fmt: skip
+        tracking.log_metrics({**metrics, **(extra or {})})
+        tracking.log_artifact(path, "codes")
+        plot = results_dir / "plots" / "runs" / f"{method}-{bits}-wr.png"
+        wr_plot([result], plot, title=f"{method}, {bits} bits")
+        tracking.log_artifact(plot, "plots")
+    return result
+
+
+def nested_metrics(scored: list[Scored]) -> dict[str, Any]:
+    """{method: {bits: {metric: value}}}, the layout of metrics.json."""
+    out: dict[str, Any] = {}
+    for s in scored:
+        out.setdefault(s.method, {})[str(s.bits)] = {
+            k: round(float(v), 6) for k, v in s.metrics.items()
+        }
+    return out
+
+
+def metrics_of_codes_file(path: str | Path, *, n: int = 100) -> dict[str, float]:
+    """`shdh metrics`: score any codes file, whatever tool made it."""
+    from shdh.codes import evaluate_codes_file
+
+    return evaluate_codes_file(path, n=n)

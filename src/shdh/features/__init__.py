@@ -1,0 +1,1 @@
+"""Hand-crafted image features for the shallow hashing baselines."""

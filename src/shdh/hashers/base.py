@@ -1,0 +1,142 @@
+"""The one contract every hashing method follows, shallow or deep (scikit-learn style).
+
+- Hyper-parameters are keyword-only constructor arguments, stored as attributes of the same name
+  and returned by `get_params()`; the constructor does no work.
+- `fit(X, pairs=None)` learns and returns self; learned state lives in attributes ending in `_`.
+- `encode(X)` returns {-1,+1} int8 codes (N, n_bits) and refuses to run before `fit`.
+- `save(dir)` / `load(dir)` round-trip the fitted state without pickle: `params.json` (the
+  constructor arguments and the class) plus `state.npz` (every learned array).
+- Retrieval geometry: `segment_sizes()` and `segment_weights()`. Baselines rank with plain
+  Hamming distance: one segment of weight 1.
+
+Supervised methods receive pair labels as a `PairSimilarity` (shdh.hashers.supervision), built
+from the S-matrix artifact; its `mode` ("label" or "hierarchical") is what separates KSH from
+KSH+H and COSDISH from COSDISH+H, and nothing else does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from shdh.atomic import atomic_dir
+
+FORMAT = "shdh-hasher/1"
+
+
+class NotFittedError(RuntimeError):
+    """encode() or save() was called before fit()."""
+
+
+class Hasher:
+    """Base class: subclasses set the class attributes and implement `_fit` and `_encode`."""
+
+    name: ClassVar[str] = ""  # registry key, e.g. "itq", "ksh+h"
+    input_kind: ClassVar[str] = "features"  # "features" (GIST-512 rows) or "images" (uint8)
+    supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
+
+    def __init__(self, *, n_bits: int, seed: int = 0) -> None:
+        self.n_bits = n_bits
+        self.seed = seed
+
+    # -- the contract -----------------------------------------------------------------------
+
+    def fit(self, X: np.ndarray, pairs: Any = None) -> Hasher:
+        """Learn from X (N, d) features or (N, H, W[, C]) images; supervised methods need pairs."""
+        if self.supervision is not None and pairs is None:
+            raise ValueError(f"{self.name}: supervised method needs pair labels (pairs=...)")
+        if pairs is not None and self.supervision is not None and pairs.mode != self.supervision:
+            raise ValueError(
+                f"{self.name}: needs '{self.supervision}' pair labels, got '{pairs.mode}'"
+            )
+        if pairs is not None and pairs.n_items != len(X):
+            raise ValueError(f"{self.name}: pairs cover {pairs.n_items} items but X has {len(X)}")
+        if self.n_bits < 1:
+            raise ValueError(f"{self.name}: n_bits must be >= 1, got {self.n_bits}")
+        self._fit(np.asarray(X) if self.input_kind == "features" else X, pairs)
+        return self
+
+    def encode(self, X: np.ndarray) -> np.ndarray:
+        self._check_fitted()
+        codes = self._encode(np.asarray(X) if self.input_kind == "features" else X)
+        return np.where(codes > 0, 1, -1).astype(np.int8)  # sgn with sgn(0) = -1
+
+    def segment_sizes(self) -> list[int]:
+        return [int(self.n_bits)]
+
+    def segment_weights(self) -> list[float]:
+        return [1.0]
+
+    def get_params(self) -> dict[str, Any]:
+        names = [
+            p.name
+            for p in inspect.signature(type(self).__init__).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
+        return {name: getattr(self, name) for name in names}
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The learned arrays: every attribute whose name ends in '_' (and does not start so)."""
+        self._check_fitted()
+        return {k: np.asarray(v) for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
+
+    def is_fitted(self) -> bool:
+        return any(k.endswith("_") and k[0] != "_" for k in vars(self))
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        state = self.state()
+        with atomic_dir(directory) as tmp:
+            meta = {"format": FORMAT, "method": self.name, "params": self.get_params()}
+            (tmp / "params.json").write_text(json.dumps(meta, indent=2) + "\n")
+            np.savez(tmp / "state.npz", **state)
+        return Path(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Hasher:
+        """Rebuild a fitted hasher (on Hasher itself: of the method the file names)."""
+        from shdh.hashers import get_hasher_class
+
+        directory = Path(directory)
+        meta_path, state_path = directory / "params.json", directory / "state.npz"
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{meta_path}: cannot read the hasher parameters: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ValueError(f"{meta_path}: field 'format' is not '{FORMAT}'")
+        klass = get_hasher_class(meta.get("method", "")) if cls is Hasher else cls
+        if klass.name != meta.get("method"):
+            raise ValueError(f"{meta_path}: holds method '{meta.get('method')}', not '{cls.name}'")
+        hasher = klass(**meta.get("params", {}))
+        try:
+            with np.load(state_path, allow_pickle=False) as arrays:
+                for key in arrays.files:
+                    setattr(hasher, key, arrays[key])
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{state_path}: cannot read the fitted state: {exc}") from exc
+        hasher._after_load()
+        return hasher
+
+    # -- for subclasses ------------------------------------------------------------------------
+
+    def _fit(self, X: np.ndarray, pairs: Any) -> None:
+        raise NotImplementedError
+
+    def _encode(self, X: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _after_load(self) -> None:
+        """Hook for hashers whose state needs rebuilding after load (e.g. a network)."""
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted():
+            raise NotFittedError(f"{self.name}: call fit() before encode() or save()")
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)

@@ -1,0 +1,306 @@
+"""KSH and KSH+H: the hasher contract, the greedy bit-wise optimisation, and bad inputs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from shdh.hashers import get_hasher_class
+from shdh.hashers.base import Hasher, NotFittedError
+from shdh.hashers.ksh import (
+    KSH,
+    KSHH,
+    Residual,
+    learn_projections,
+    refine,
+    sign,
+    smooth_sign,
+    spectral_start,
+)
+from shdh.hashers.supervision import PairSimilarity
+from shdh.hierarchy import layer_weights
+from shdh.metrics import evaluate
+from shdh.retrieval import pack_codes
+
+SMALL = {"n_bits": 8, "n_anchors": 30, "n_labelled": 150, "n_iter": 100}
+
+
+def toy_tree_data(n: int, seed: int = 0, n_sup: int = 2, per_sup: int = 3, d: int = 16):
+    """Gaussian clusters per leaf of a K=3 tree: superclass centre + leaf offset + noise."""
+    rng = np.random.default_rng(seed)
+    leaf = rng.integers(0, n_sup * per_sup, n)
+    sup = leaf // per_sup
+    X = (
+        3.0 * rng.standard_normal((n_sup, d))[sup]
+        + 1.5 * rng.standard_normal((n_sup * per_sup, d))[leaf]
+        + rng.standard_normal((n, d))
+    )
+    anc = np.stack([np.zeros(n, int), 1 + sup, 1 + n_sup + leaf], axis=1).astype(np.int32)
+    return X.astype(np.float32), anc
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, anc = toy_tree_data(480)
+    return X[80:], anc[80:], X[:80], anc[:80]  # database/training, queries
+
+
+@pytest.fixture(scope="module")
+def label_pairs(data):
+    return PairSimilarity(data[1], layer_weights(3), "label")
+
+
+@pytest.fixture(scope="module")
+def fitted(data, label_pairs):
+    return KSH(seed=3, **SMALL).fit(data[0], label_pairs)
+
+
+# --- the contract ---------------------------------------------------------------------------------
+
+
+def test_registry_names_and_supervision():
+    assert get_hasher_class("ksh") is KSH and get_hasher_class("ksh+h") is KSHH
+    assert (KSH.supervision, KSHH.supervision) == ("label", "hierarchical")
+
+
+def test_shapes_and_code_values(data, fitted):
+    X, _, Xq, _ = data
+    codes, q_codes = fitted.encode(X), fitted.encode(Xq)
+    assert codes.shape == (len(X), 8) and q_codes.shape == (len(Xq), 8)
+    assert codes.dtype == np.int8 and set(np.unique(codes)) == {-1, 1}
+    assert fitted.projections_.shape == (30, 8) and fitted.anchors_.shape == (30, 16)
+
+
+def test_deterministic_under_seed(data, label_pairs, fitted):
+    again = KSH(seed=3, **SMALL).fit(data[0], label_pairs)
+    np.testing.assert_array_equal(again.projections_, fitted.projections_)
+    np.testing.assert_array_equal(again.encode(data[0]), fitted.encode(data[0]))
+    other = KSH(seed=4, **SMALL).fit(data[0], label_pairs)
+    assert not np.array_equal(other.anchors_, fitted.anchors_)
+
+
+def test_refuses_before_fit(data, tmp_path):
+    with pytest.raises(NotFittedError):
+        KSH(**SMALL).encode(data[0])
+    with pytest.raises(NotFittedError):
+        KSH(**SMALL).save(tmp_path / "model")
+
+
+def test_save_load_round_trip(data, fitted, tmp_path):
+    fitted.save(tmp_path / "model")
+    for loader in (KSH.load, Hasher.load):
+        loaded = loader(tmp_path / "model")
+        assert type(loaded) is KSH and loaded.get_params() == fitted.get_params()
+        np.testing.assert_array_equal(loaded.encode(data[2]), fitted.encode(data[2]))
+
+
+def test_load_into_wrong_method_is_refused(fitted, tmp_path):
+    fitted.save(tmp_path / "model")
+    with pytest.raises(ValueError, match=r"params\.json.*'ksh'"):
+        KSHH.load(tmp_path / "model")
+
+
+def test_load_with_wrong_bit_length_is_refused(fitted, tmp_path):
+    fitted.save(tmp_path / "model")
+    meta_path = tmp_path / "model" / "params.json"
+    meta = json.loads(meta_path.read_text())
+    meta["params"]["n_bits"] = 16
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"projections_.*n_bits=16"):
+        KSH.load(tmp_path / "model")
+
+
+def _acg(q_codes: np.ndarray, db_codes: np.ndarray, q_anc, db_anc) -> float:
+    sizes = [q_codes.shape[1]]
+    result, _ = evaluate(
+        pack_codes(q_codes), pack_codes(db_codes), q_anc, db_anc, sizes, [1.0], n=50,
+        wr_ns=(50,), curve_max=50,
+    )  # fmt: skip
+    return result["acg@50"]
+
+
+@pytest.mark.parametrize("cls", [KSH, KSHH])
+def test_retrieves_better_than_random_codes(data, cls):
+    X, anc, Xq, aq = data
+    model = cls(seed=0, **SMALL).fit(X, PairSimilarity(anc, layer_weights(3), cls.supervision))
+    rng = np.random.default_rng(0)
+    random_db = np.where(rng.random((len(X), 8)) < 0.5, 1, -1)
+    random_q = np.where(rng.random((len(Xq), 8)) < 0.5, 1, -1)
+    learned, chance = (
+        _acg(model.encode(Xq), model.encode(X), aq, anc),
+        _acg(random_q, random_db, aq, anc),
+    )
+    assert learned > chance + 0.5  # ACG@50 is in [0, 2] here; chance is about 0.67
+
+
+# --- KSH+H differs from KSH exactly in the similarity it is given -------------------------------
+
+
+def test_ksh_plus_h_equals_ksh_when_the_two_similarities_coincide():
+    """K = 2 (root + leaves): Eq. 3 gives s = +1 for the same leaf and -1 otherwise, i.e. the
+    +-1 label similarity, so the two classes must learn the very same hash functions."""
+    X, anc3 = toy_tree_data(300, seed=1)
+    anc2 = anc3[:, [0, 2]]
+    weights = layer_weights(2)
+    label, hier = (
+        PairSimilarity(anc2, weights, "label"),
+        PairSimilarity(anc2, weights, "hierarchical"),
+    )
+    rows = np.arange(300)
+    np.testing.assert_array_equal(label.block(rows, rows), hier.block(rows, rows))
+    plain = KSH(seed=5, **SMALL).fit(X, label)
+    with_h = KSHH(seed=5, **SMALL).fit(X, hier)
+    np.testing.assert_array_equal(plain.projections_, with_h.projections_)
+    np.testing.assert_array_equal(plain.encode(X), with_h.encode(X))
+
+
+def test_ksh_plus_h_differs_from_ksh_on_a_three_level_tree():
+    X, anc = toy_tree_data(300, seed=1)
+    weights = layer_weights(3)
+    plain = KSH(seed=5, **SMALL).fit(X, PairSimilarity(anc, weights, "label"))
+    with_h = KSHH(seed=5, **SMALL).fit(X, PairSimilarity(anc, weights, "hierarchical"))
+    np.testing.assert_array_equal(plain.anchors_, with_h.anchors_)  # same sample, same kernel
+    assert not np.array_equal(plain.encode(X), with_h.encode(X))
+
+
+# --- the optimisation, against brute force -------------------------------------------------------
+
+
+def _labels_s0(labels: np.ndarray) -> np.ndarray:
+    return np.where(labels[:, None] == labels[None, :], 1.0, -1.0)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_residual_matches_the_dense_matrix(grouped):
+    rng = np.random.default_rng(0)
+    if grouped:
+        s0 = _labels_s0(rng.integers(0, 4, 50))
+    else:  # no two rows alike: every item is its own group
+        s0 = rng.standard_normal((50, 50))
+        s0 = s0 + s0.T
+    residual = Residual(s0, 6.0, n_bits=3)
+    assert residual.n_groups == (len(np.unique(s0, axis=0)))
+    bits = np.where(rng.random((2, 50)) < 0.5, 1.0, -1.0)
+    for b in bits:
+        residual.add_bit(b)
+    dense = 6.0 * s0 - bits.T @ bits
+    y = rng.standard_normal(50)
+    np.testing.assert_allclose(residual.matvec(y), dense @ y, rtol=1e-12, atol=1e-9)
+    assert residual.value(y) == pytest.approx(y @ dense @ y)
+
+
+def test_residual_rejects_an_asymmetric_block():
+    with pytest.raises(ValueError, match="symmetric"):
+        Residual(np.arange(9.0).reshape(3, 3), 1.0, 1)
+
+
+def test_smooth_sign_is_the_papers_phi():
+    x = np.array([-800.0, -3.0, 0.0, 0.5, 800.0])
+    expected = np.array([-1.0, 2 / (1 + np.exp(3.0)) - 1, 0.0, 2 / (1 + np.exp(-0.5)) - 1, 1.0])
+    np.testing.assert_allclose(smooth_sign(x), expected, atol=1e-15)
+    np.testing.assert_array_equal(sign(np.array([-1.0, 0.0, 2.0])), [-1.0, -1.0, 1.0])
+
+
+def _kernel_problem(seed: int = 0, n: int = 80, m: int = 12):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    K = 2.0 * rng.standard_normal((3, m))[labels] + rng.standard_normal((n, m))
+    return K - K.mean(axis=0), _labels_s0(labels), labels
+
+
+def test_spectral_start_maximises_the_rayleigh_quotient():
+    K, s0, _ = _kernel_problem()
+    R = 4.0 * s0
+    ktk, ktrk = K.T @ K, K.T @ R @ K
+    a = spectral_start(ktrk, ktk, len(K))
+    assert a @ ktk @ a == pytest.approx(len(K))  # the reference's scale a^T K^T K a = l
+    # brute force: whiten with the Cholesky factor, then the plain symmetric eigenproblem
+    chol = np.linalg.cholesky(ktk)
+    inv = np.linalg.inv(chol)
+    top = np.linalg.eigvalsh(inv @ ktrk @ inv.T)[-1]
+    assert (a @ ktrk @ a) / (a @ ktk @ a) == pytest.approx(top, rel=1e-6)
+    assert np.allclose(ktrk @ a, top * (ktk @ a), rtol=1e-5, atol=1e-6 * np.abs(ktrk).max())
+
+
+def test_refine_lowers_the_smooth_cost_and_reports_it_truly():
+    K, s0, _ = _kernel_problem()
+    residual = Residual(s0, 4.0, n_bits=4)
+    dense = 4.0 * s0
+    a0 = spectral_start(K.T @ dense @ K, K.T @ K, len(K))
+    a, costs = refine(K, residual, a0, n_iter=200, tol=0.0)
+    phi0, phi = smooth_sign(K @ a0), smooth_sign(K @ a)
+    assert costs[0] == pytest.approx(-phi0 @ dense @ phi0)
+    assert costs[-1] == pytest.approx(-phi @ dense @ phi, rel=1e-5)  # z tracked in float32
+    assert costs[-1] < costs[0]
+
+
+def test_each_greedy_bit_is_at_least_as_good_as_its_spectral_start():
+    """Replays the greedy loop: bit k's discrete gain y^T R_{k-1} y is never below the spectral
+    start's, because the refined solution is kept only when it is better."""
+    K, s0, labels = _kernel_problem(seed=2)
+    n_bits = 4
+    A = learn_projections(K, s0, n_bits, n_iter=50, tol=1e-2)
+    R = n_bits * s0
+    for k in range(n_bits):
+        a_spec = spectral_start(K.T @ R @ K, K.T @ K, len(K))
+        y_spec, y = sign(K @ a_spec), sign(K @ A[:, k])
+        assert y @ R @ y >= y_spec @ R @ y_spec
+        R = R - np.outer(y, y)
+    # and the greedy codes fit L*S within 5% of the best codes constant per class (brute force
+    # over all 16^3 choices of one 4-bit word per class)
+    Y = sign(K @ A)
+    words = np.array(list(itertools.product([-1.0, 1.0], repeat=n_bits)))
+    best = min(
+        np.linalg.norm(words[list(c)][labels] @ words[list(c)][labels].T - n_bits * s0)
+        for c in itertools.product(range(len(words)), repeat=3)
+    )
+    assert np.linalg.norm(Y @ Y.T - n_bits * s0) <= 1.05 * best
+
+
+# --- bad inputs ----------------------------------------------------------------------------------
+
+
+def test_too_few_training_items_for_the_anchors(data, label_pairs):
+    X, anc = data[0][:20], data[1][:20]
+    with pytest.raises(ValueError, match=r"20 training items.*n_anchors=30"):
+        KSH(**SMALL).fit(X, PairSimilarity(anc, layer_weights(3), "label"))
+
+
+def test_too_few_labelled_samples_for_the_anchors(data, label_pairs):
+    params = {**SMALL, "n_labelled": 25}
+    with pytest.raises(ValueError, match=r"25 labelled samples.*n_anchors=30"):
+        KSH(**params).fit(data[0], label_pairs)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_features_are_refused(data, label_pairs, fitted, bad):
+    X = data[0].copy()
+    X[7, 3] = bad
+    kind = "NaN" if np.isnan(bad) else "inf"
+    with pytest.raises(ValueError, match=rf"ksh: features X contain {kind} \(first at row 7"):
+        KSH(**SMALL).fit(X, label_pairs)
+    with pytest.raises(ValueError, match=rf"contain {kind}"):
+        fitted.encode(X)
+
+
+def test_wrong_feature_dimension_at_encode(data, fitted):
+    with pytest.raises(ValueError, match="have 15 dimensions.*fitted on 16"):
+        fitted.encode(data[2][:, :15])
+
+
+def test_wrong_pair_mode_and_missing_pairs(data, label_pairs):
+    with pytest.raises(ValueError, match="'hierarchical'"):
+        KSHH(**SMALL).fit(data[0], label_pairs)
+    with pytest.raises(ValueError, match="needs pair labels"):
+        KSH(**SMALL).fit(data[0])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("n_anchors", 0), ("n_labelled", 1.5), ("n_iter", -1), ("tol", -0.1)]
+)
+def test_bad_hyper_parameters(data, label_pairs, field, value):
+    with pytest.raises(ValueError, match=field):
+        KSH(**{**SMALL, field: value}).fit(data[0], label_pairs)
