@@ -11,7 +11,8 @@ from scipy.linalg import orthogonal_procrustes
 
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher, NotFittedError
-from shdh.hashers.itq import ITQ, check_features, itq_rotation, pca, random_rotation
+from shdh.hashers.itq import ITQ, itq_rotation, pca, random_rotation
+from shdh.hashers.validation import check_features
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 

@@ -42,6 +42,7 @@ import numpy as np
 import scipy.linalg
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.validation import check_features, check_int
 
 # Rows of X turned into float64 at once (ridge statistics, encoding): 16k x d values.
 _CHUNK = 16384
@@ -85,12 +86,12 @@ class COSDISH(Hasher):
         self.balance = balance
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
-        X = _check_features(X, self.name)
-        n_bits = _check_int(self.name, "n_bits", self.n_bits, 1)
-        n_outer = _check_int(self.name, "n_outer", self.n_outer, 1)
-        n_alt = _check_int(self.name, "n_alternations", self.n_alternations, 1)
+        X = check_features(X, self.name)
+        n_bits = check_int(self.name, "n_bits", self.n_bits, 1)
+        n_outer = check_int(self.name, "n_outer", self.n_outer, 1)
+        n_alt = check_int(self.name, "n_alternations", self.n_alternations, 1)
         n_sampled = n_bits if self.n_sampled is None else self.n_sampled
-        n_sampled = _check_int(self.name, "n_sampled", n_sampled, 1)
+        n_sampled = check_int(self.name, "n_sampled", n_sampled, 1)
         if n_sampled > len(X):
             raise ValueError(
                 f"{self.name}: n_sampled={n_sampled} columns cannot be sampled from {len(X)} items"
@@ -113,7 +114,7 @@ class COSDISH(Hasher):
         self.mean_, self.scale_, self.weights_, self.bias_ = fit_ridge(X, codes, float(ridge))
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        X = _check_features(X, self.name, n_features=self.weights_.shape[0])
+        X = check_features(X, self.name, n_features=self.weights_.shape[0])
         out = np.empty((len(X), self.weights_.shape[1]))
         for start in range(0, len(X), _CHUNK):
             z = (X[start : start + _CHUNK].astype(np.float64) - self.mean_) / self.scale_
@@ -343,37 +344,3 @@ def fit_ridge(
 
 
 # --- input checks -------------------------------------------------------------------------------
-
-
-def _check_features(X: Any, who: str, n_features: int | None = None) -> np.ndarray:
-    """X as a real (N, d) array with finite values, or a ValueError saying what is wrong.
-
-    A NaN or inf would spread through the ridge statistics into every weight, so every code.
-    """
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"{who}: features X must be a 2-D (N, d) array, got shape {X.shape}")
-    if X.shape[1] == 0 or (n_features is None and X.shape[0] == 0):
-        raise ValueError(f"{who}: features X must be non-empty, got shape {X.shape}")
-    if X.dtype == bool or not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
-        raise ValueError(f"{who}: features X must be real numbers, got dtype {X.dtype}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"{who}: features X have {X.shape[1]} dimensions, the model was fitted on {n_features}"
-        )
-    if np.issubdtype(X.dtype, np.floating):
-        bad = ~np.isfinite(X)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            kind = "NaN" if np.isnan(X[row, col]) else "inf"
-            raise ValueError(
-                f"{who}: features X contain {kind} (first at row {row}, column {col}); "
-                f"{int(bad.sum())} non-finite values in all"
-            )
-    return X
-
-
-def _check_int(who: str, field: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{who}: {field} must be an integer >= {minimum}, got {value!r}")
-    return int(value)

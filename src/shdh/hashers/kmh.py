@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
-from shdh.hashers.itq import check_features, check_int, pca, require_state
+from shdh.hashers.itq import pca
+from shdh.hashers.validation import check_features, check_int, require_state
 
 # Majorise-minimise steps per codeword per iteration (the authors run fminunc to convergence;
 # MM converges linearly, and 10 steps move each codeword to within a small fraction of the

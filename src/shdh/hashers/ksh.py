@@ -29,6 +29,7 @@ import numpy as np
 import scipy.linalg
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.validation import check_features, check_int
 
 # Doublings of the step's curvature estimate tried before a smooth refinement gives up.
 _MAX_BACKTRACKS = 50
@@ -60,10 +61,10 @@ class KSH(Hasher):
         self.tol = tol
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
-        X = _check_features(X, self.name)
-        m = _check_int(self.name, "n_anchors", self.n_anchors, 1)
-        n_labelled = _check_int(self.name, "n_labelled", self.n_labelled, 1)
-        n_iter = _check_int(self.name, "n_iter", self.n_iter, 0)
+        X = check_features(X, self.name)
+        m = check_int(self.name, "n_anchors", self.n_anchors, 1)
+        n_labelled = check_int(self.name, "n_labelled", self.n_labelled, 1)
+        n_iter = check_int(self.name, "n_iter", self.n_iter, 0)
         if not (isinstance(self.tol, int | float) and self.tol >= 0):
             raise ValueError(f"{self.name}: tol must be a number >= 0, got {self.tol!r}")
         n = len(X)
@@ -98,7 +99,7 @@ class KSH(Hasher):
         self.projections_ = learn_projections(K, s0, self.n_bits, n_iter, float(self.tol))
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        X = _check_features(X, self.name, self.anchors_.shape[1])
+        X = check_features(X, self.name, self.anchors_.shape[1])
         K = np.exp(-_sq_distances(X, self.anchors_) / (2.0 * float(self.sigma_)))
         return (K - self.kernel_mean_) @ self.projections_
 
@@ -285,35 +286,3 @@ def _sq_distances(X: np.ndarray, anchors: np.ndarray) -> np.ndarray:
     sq = (X * X).sum(axis=1)[:, None] + (anchors * anchors).sum(axis=1)[None, :]
     sq -= 2.0 * (X @ anchors.T)
     return np.maximum(sq, 0.0, out=sq)
-
-
-def _check_features(X: Any, who: str, n_features: int | None = None) -> np.ndarray:
-    """X as a finite real (N, d) array, or a ValueError saying what is wrong and where.
-
-    A NaN or inf would spread through the kernel to every code, so it is refused up front.
-    """
-    X = np.asarray(X)
-    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{who}: features X must be a non-empty (N, d) array, got {X.shape}")
-    if not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
-        raise ValueError(f"{who}: features X must be real numbers, got dtype {X.dtype}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"{who}: features X have {X.shape[1]} dimensions, the model was fitted on {n_features}"
-        )
-    if np.issubdtype(X.dtype, np.floating):
-        bad = ~np.isfinite(X)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            kind = "NaN" if np.isnan(X[row, col]) else "inf"
-            raise ValueError(
-                f"{who}: features X contain {kind} (first at row {row}, column {col}); "
-                f"{int(bad.sum())} non-finite values in all"
-            )
-    return X
-
-
-def _check_int(who: str, field: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{who}: {field} must be an integer >= {minimum}, got {value!r}")
-    return int(value)

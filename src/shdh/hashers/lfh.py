@@ -30,6 +30,7 @@ import numpy as np
 from scipy.special import expit
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.validation import check_features, check_int
 
 
 class LFH(Hasher):
@@ -55,15 +56,15 @@ class LFH(Hasher):
         self.n_sampled = n_sampled
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
-        X = _check_features(X, self.name)
-        n_iter = _check_int(self.name, "n_iter", self.n_iter, 0)
+        X = check_features(X, self.name)
+        n_iter = check_int(self.name, "n_iter", self.n_iter, 0)
         for field in ("beta", "lam"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{self.name}: {field} must be a number > 0, got {value!r}")
         n, d = X.shape
         n_sampled = self.n_bits if self.n_sampled is None else self.n_sampled
-        n_sampled = _check_int(self.name, "n_sampled", n_sampled, 1)
+        n_sampled = check_int(self.name, "n_sampled", n_sampled, 1)
         if n_sampled >= n:
             raise ValueError(
                 f"{self.name}: n_sampled={n_sampled} columns leave no row to update among "
@@ -88,7 +89,7 @@ class LFH(Hasher):
         self.train_codes_ = np.where(U > 0, 1, -1).astype(np.int8)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        X = _check_features(X, self.name, self.mean_.shape[0])
+        X = check_features(X, self.name, self.mean_.shape[0])
         return ((X - self.mean_) / self.scale_) @ self.projection_ + self.offset_
 
     def _after_load(self) -> None:
@@ -161,35 +162,3 @@ def _standardiser(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = X.mean(axis=0, dtype=np.float64)
     std = X.std(axis=0, dtype=np.float64)
     return mean, np.where(std > 0, std, 1.0)
-
-
-def _check_features(X: Any, who: str, n_features: int | None = None) -> np.ndarray:
-    """X as a finite real (N, d) array, or a ValueError saying what is wrong and where.
-
-    A NaN or inf would spread through the standardisation and regression to every code.
-    """
-    X = np.asarray(X)
-    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{who}: features X must be a non-empty (N, d) array, got {X.shape}")
-    if not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
-        raise ValueError(f"{who}: features X must be real numbers, got dtype {X.dtype}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"{who}: features X have {X.shape[1]} dimensions, the model was fitted on {n_features}"
-        )
-    if np.issubdtype(X.dtype, np.floating):
-        bad = ~np.isfinite(X)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            kind = "NaN" if np.isnan(X[row, col]) else "inf"
-            raise ValueError(
-                f"{who}: features X contain {kind} (first at row {row}, column {col}); "
-                f"{int(bad.sum())} non-finite values in all"
-            )
-    return X
-
-
-def _check_int(who: str, field: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{who}: {field} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
