@@ -6,7 +6,9 @@ them all the same way and `shdh metrics CODES.npz` can check any of them. Keys:
 - query_codes, db_codes: uint8, np.packbits of the bits (bit 1 means +1), (N, ceil(n_bits/8))
 - n_bits: int; segment_sizes: ints summing to n_bits; segment_weights: the distance weight of
   each segment (floats, e.g. SHDH (1/2, 1/3, 1/6); plain Hamming (1.0,))
-- query_ancestors, db_ancestors: int32 (N, K), root column included, -1 = no node
+- query_ancestors, db_ancestors: int32 (N, K), root column included, -1 = no node; or, for
+  multi-label data, int32 (N, K, M) ancestor sets: [i, k, :] the level-k ancestors of all of
+  item i's labels, padded with -1 (query and database may differ in M)
 - query_ids, db_ids: (N,) item ids, any non-object dtype
 
 Loading validates everything up front, so a bad file fails with its name, the key and the
@@ -120,10 +122,12 @@ def _validated(a: dict[str, np.ndarray], name: str) -> dict:
     def fail(problem: str) -> CodesFileError:
         return CodesFileError(f"{name}: {problem}")
 
-    def integer(key: str, ndim: int) -> np.ndarray:
+    def integer(key: str, ndim: int, hint: str = "") -> np.ndarray:
         v = np.asarray(a[key])
         if v.ndim != ndim or not np.issubdtype(v.dtype, np.integer):
-            raise fail(f"key {key!r} must be a {ndim}-D integer array, got {v.dtype} {v.shape}")
+            raise fail(
+                f"key {key!r} must be a {ndim}-D integer array{hint}, got {v.dtype} {v.shape}"
+            )
         return v
 
     out: dict = {}
@@ -170,7 +174,12 @@ def _validated(a: dict[str, np.ndarray], name: str) -> dict:
     n_levels = {}
     for side in ("query", "db"):
         key = f"{side}_ancestors"
-        anc = integer(key, 2)
+        anc = np.asarray(a[key])
+        sets = anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)
+        if not sets:
+            anc = integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
+        elif anc.shape[2] < 1:
+            raise fail(f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
         if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
             raise fail(f"key {key!r} holds ids outside -1..2^31-1")
         n_rows = out[f"{side}_codes"].shape[0]

@@ -153,6 +153,29 @@ def _raise_cycle(start: Any, parent: Callable[[Any], Any], name: Callable[[Any],
     )
 
 
+def _ancestor_sets(rows: np.ndarray, items: np.ndarray, n_items: int) -> np.ndarray:
+    """Group the ancestor rows (P, K) of labels owned by items (P,) into (n_items, K, M) sets:
+    distinct ids sorted within each (item, level) cell, -1 padded."""
+    n_labels, K = rows.shape
+    item = np.repeat(items, K)
+    level = np.tile(np.arange(K), n_labels)
+    node = rows.ravel().astype(np.int64)
+    keep = node >= 0
+    item, level, node = item[keep], level[keep], node[keep]
+    order = np.lexsort((node, level, item))  # by item, then level, then node id
+    item, level, node = item[order], level[order], node[order]
+    cell = item * K + level
+    new = np.ones(cell.size, dtype=bool)
+    new[1:] = (cell[1:] != cell[:-1]) | (node[1:] != node[:-1])  # drop repeated (cell, node)
+    cell, item, level, node = cell[new], item[new], level[new], node[new]
+    starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]]) if cell.size else cell
+    slot = np.arange(cell.size) - np.repeat(starts, np.diff(np.r_[starts, cell.size]))
+    width = int(slot.max()) + 1 if slot.size else 1
+    out = np.full((n_items, K, width), -1, dtype=np.int32)
+    out[item, level, slot] = node
+    return out
+
+
 @dataclass(frozen=True)
 class LabelTree:
     """A rooted label tree: node i is called names[i] and hangs under parents[i] (root: -1).
@@ -453,6 +476,37 @@ class LabelTree:
                 seen[label] = node
             ids[pos] = node
         return self.ancestors(ids)
+
+    def ancestor_sets_of_labels(self, labels: Sequence[str], sep: str = "|") -> np.ndarray:
+        """(N, K, M) int32 ancestor sets of multi-label items, each label string holding its
+        label paths joined by `sep` ("landscape/sky|humans/person").
+
+        [i, k, :] is the set of level-(k+1) ancestors over all of item i's labels (a label
+        shallower than the level adds nothing), as sorted distinct ids padded with -1. M is the
+        largest such set of any item at any level (at least 1). Taking every label's whole
+        ancestor path keeps the sets closed under "parent of", so set matches are nested like
+        single-label ones (similarity.similarity_by_shared).
+        """
+        if not sep or _SEP in sep:
+            raise TreeError(f"label separator must be non-empty and differ from {_SEP!r}: {sep!r}")
+        seen: dict[str, int] = {}
+        items: list[int] = []
+        nodes: list[int] = []
+        for pos, label in enumerate(labels):
+            if not isinstance(label, str):
+                raise TreeError(f"label at position {pos}: must be a string, got {label!r}")
+            for path in label.split(sep):
+                node = seen.get(path)
+                if node is None:
+                    try:
+                        node = self.node_id(path)
+                    except TreeError as err:
+                        raise TreeError(f"label at position {pos}: path {path!r}: {err}") from None
+                    seen[path] = node
+                items.append(pos)
+                nodes.append(node)
+        rows = self._ancestor_table[np.asarray(nodes, dtype=np.int64)]  # (P, K): one per label
+        return _ancestor_sets(rows, np.asarray(items, dtype=np.int64), len(labels))
 
     def layer_weights(self) -> np.ndarray:
         """Eq. 2 for this tree's height."""

@@ -45,12 +45,49 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 def _same_node(anc_i: torch.Tensor, anc_j: torch.Tensor, level: int) -> torch.Tensor:
     """s^k_ij (Eq. 1) as a bool (len(anc_i), len(anc_j)) block; -1 (no node) never matches and
-    the root level k = 1 is never "similar" (it would be shared by everything)."""
+    the root level k = 1 is never "similar" (it would be shared by everything). Ancestor sets
+    (n, K, M) match when their level-k sets intersect."""
     if level == 1:
         return torch.zeros(len(anc_i), len(anc_j), dtype=torch.bool, device=anc_i.device)
+    if anc_i.ndim == 3:
+        return _sets_intersect(anc_i[:, level - 1], anc_j[:, level - 1])  # (B, M), (P, M)
     a = anc_i[:, level - 1]  # (B,)
     b = anc_j[:, level - 1]  # (P,)
     return (a[:, None] == b[None, :]) & (a[:, None] != -1)  # (B, P)
+
+
+def _sets_intersect(sets_a: torch.Tensor, sets_b: torch.Tensor) -> torch.Tensor:
+    """(A, B) bool: do rows of sets_a (A, Ma) and sets_b (B, Mb) share a node id (-1 never)?
+
+    As shdh.similarity.sets_intersect: multi-hot rows over the ids present, one matrix product
+    (exact: 0/1 entries, counts <= M, even in TF32).
+    """
+    ids, inv = torch.unique(
+        torch.cat([sets_a.reshape(-1), sets_b.reshape(-1)]), return_inverse=True
+    )
+    keep = (ids >= 0).to(torch.float32)  # the -1 column, if any, counts for nothing
+
+    def multi_hot(index: torch.Tensor) -> torch.Tensor:
+        hot = torch.zeros(index.shape[0], ids.shape[0], dtype=torch.float32, device=ids.device)
+        return hot.scatter_(1, index, 1.0) * keep
+
+    n_a = sets_a.numel()
+    hot_a = multi_hot(inv[:n_a].reshape(sets_a.shape))
+    hot_b = multi_hot(inv[n_a:].reshape(sets_b.shape))
+    return hot_a @ hot_b.T > 0
+
+
+def _check_ancestors(anc: torch.Tensor, n_items: int, n_levels: int | None, where: str) -> None:
+    """anc must be (n_items, K) ids or (n_items, K, M) ancestor sets with M >= 1."""
+    ok = anc.ndim in (2, 3) and anc.shape[0] == n_items and (anc.ndim == 2 or anc.shape[2] >= 1)
+    if ok and n_levels is not None:
+        ok = anc.shape[1] == n_levels
+    if not ok:
+        K = "K" if n_levels is None else f"K={n_levels}"
+        raise ValueError(
+            f"{where} must be (B={n_items}, {K}) or (B, {K}, M) ancestor sets, "
+            f"got {tuple(anc.shape)}"
+        )
 
 
 def shdh_loss(
@@ -67,7 +104,8 @@ def shdh_loss(
     bank_z: torch.Tensor | None = None,
     bank_anc: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """J = E1 + E2 for one batch: z (B, L) hashing-layer outputs, anc (B, K) ancestor ids.
+    """J = E1 + E2 for one batch: z (B, L) hashing-layer outputs, anc (B, K) ancestor ids or
+    (B, K, M) ancestor sets (bank_anc: the same layout and M).
 
     segment_levels[s] is the 1-based tree level of segment s; layer_weights[k-1] is u_k (Eq. 2).
     Returns the scalar loss and detached {"e1", "e2"} for logging.
@@ -82,10 +120,7 @@ def shdh_loss(
     if z.ndim != 2 or z.shape[1] != sum(sizes):
         raise ValueError(f"shdh_loss: z must be (B, {sum(sizes)}), got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
-    if anc.ndim != 2 or anc.shape != (z.shape[0], n_levels):
-        raise ValueError(
-            f"shdh_loss: anc must be (B={z.shape[0]}, K={n_levels}), got {tuple(anc.shape)}"
-        )
+    _check_ancestors(anc, z.shape[0], n_levels, "shdh_loss: anc")
     if len(levels) != len(sizes):
         raise ValueError(f"shdh_loss: {len(sizes)} segment_sizes but {len(levels)} segment_levels")
     if any(not 1 <= k <= n_levels for k in levels) or len(set(levels)) != len(levels):
@@ -105,13 +140,13 @@ def shdh_loss(
         bank_anc = torch.as_tensor(bank_anc, device=z.device)
         if bank_z.ndim != 2 or bank_z.shape[1] != h.shape[1]:
             raise ValueError(f"shdh_loss: bank_z must be (M, {h.shape[1]}), got {bank_z.shape}")
-        if bank_anc.shape != (bank_z.shape[0], n_levels):
+        if bank_anc.shape != (bank_z.shape[0], *anc.shape[1:]):
             raise ValueError(
-                f"shdh_loss: bank_anc must be (M={bank_z.shape[0]}, K={n_levels}), "
-                f"got {tuple(bank_anc.shape)}"
+                f"shdh_loss: bank_anc must be {(bank_z.shape[0], *anc.shape[1:])} (bank size, "
+                f"then anc's layout), got {tuple(bank_anc.shape)}"
             )
         h_p = torch.cat([h, torch.tanh(bank_z.detach().to(dtype))])  # (B+M, L) ... and the bank
-        anc_p = torch.cat([anc, bank_anc])  # (B+M, K)
+        anc_p = torch.cat([anc, bank_anc])  # (B+M, K), or (B+M, K, set width)
     pair_mask = torch.ones(n_batch, h_p.shape[0], dtype=torch.bool, device=z.device)
     pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs in the batch
     n_pairs = int(pair_mask.sum())
@@ -153,12 +188,22 @@ def shdh_loss(
 # --------------------------------------------------------------------------------------------
 
 
-def _finest_node(anc: torch.Tensor, name: str) -> torch.Tensor:
-    """Each row's deepest node id (its leaf, whatever depth it sits at): DPSH's "same label"."""
-    depth = (anc >= 0).sum(1) - 1  # (n,) index of the last non -1 column
-    if bool((depth < 0).any()):
+def _finest_nodes(anc: torch.Tensor, name: str) -> torch.Tensor:
+    """Each row's node(s) at its deepest level with a node: its leaf (n,) for (n, K) ids, its
+    node set (n, M) for (n, K, M) ancestor sets. DPSH's "same label" compares these, exactly as
+    shdh.similarity.finest_match does for the shallow baselines."""
+    present = anc >= 0 if anc.ndim == 2 else (anc >= 0).any(2)  # (n, K)
+    if not bool(present.any(1).all()):
         raise ValueError(f"dpsh_loss: {name} has a row with no node (all -1)")
-    return anc.gather(1, depth[:, None]).squeeze(1)  # (n,)
+    deepest = anc.shape[1] - 1 - present.flip(1).int().argmax(1)  # (n,) last level with a node
+    return anc[torch.arange(anc.shape[0], device=anc.device), deepest]
+
+
+def _same_finest(fin_a: torch.Tensor, fin_b: torch.Tensor) -> torch.Tensor:
+    """(A, B) bool "same finest label" from _finest_nodes: equal leaves, or intersecting sets."""
+    if fin_a.ndim == 2:  # (n, M) deepest-level sets
+        return _sets_intersect(fin_a, fin_b)
+    return fin_a[:, None] == fin_b[None, :]
 
 
 def dpsh_loss(
@@ -170,7 +215,8 @@ def dpsh_loss(
     bank_z: torch.Tensor | None = None,
     bank_anc: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """DPSH's relaxed objective for one batch: z (B, L) real outputs u, anc (B, K) ancestor ids.
+    """DPSH's relaxed objective for one batch: z (B, L) real outputs u, anc (B, K) ancestor ids
+    or (B, K, M) ancestor sets (bank_anc: the same layout and M).
 
     With u = z (no tanh: DPSH's last layer is linear), theta_ij = <u_i, u_j> / 2 and
     s_ij = 1 iff i and j share their finest label (else 0), DPSH minimises
@@ -199,27 +245,26 @@ def dpsh_loss(
     if z.ndim != 2 or z.shape[0] < 1:
         raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
-    if anc.ndim != 2 or anc.shape[0] != z.shape[0]:
-        raise ValueError(f"dpsh_loss: anc must be (B={z.shape[0]}, K), got {tuple(anc.shape)}")
+    _check_ancestors(anc, z.shape[0], None, "dpsh_loss: anc")
     if (bank_z is None) != (bank_anc is None):
         raise ValueError("dpsh_loss: bank_z and bank_anc must be given together")
 
     dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
     u = z.to(dtype)  # (B, L)
     n_batch = u.shape[0]
-    leaf = _finest_node(anc, "anc")  # (B,)
+    leaf = _finest_nodes(anc, "anc")  # (B,) leaves or (B, M) deepest sets
     u_p, leaf_p = u, leaf  # partners: the batch ...
     if bank_z is not None:
         bank_anc = torch.as_tensor(bank_anc, device=z.device)
         if bank_z.ndim != 2 or bank_z.shape[1] != u.shape[1]:
             raise ValueError(f"dpsh_loss: bank_z must be (M, {u.shape[1]}), got {bank_z.shape}")
-        if bank_anc.ndim != 2 or bank_anc.shape != (bank_z.shape[0], anc.shape[1]):
+        if bank_anc.shape != (bank_z.shape[0], *anc.shape[1:]):
             raise ValueError(
-                f"dpsh_loss: bank_anc must be (M={bank_z.shape[0]}, K={anc.shape[1]}), "
-                f"got {tuple(bank_anc.shape)}"
+                f"dpsh_loss: bank_anc must be {(bank_z.shape[0], *anc.shape[1:])} (bank size, "
+                f"then anc's layout), got {tuple(bank_anc.shape)}"
             )
         u_p = torch.cat([u, bank_z.detach().to(dtype)])  # (B+M, L) ... and the bank
-        leaf_p = torch.cat([leaf, _finest_node(bank_anc, "bank_anc")])  # (B+M,)
+        leaf_p = torch.cat([leaf, _finest_nodes(bank_anc, "bank_anc")])  # (B+M[, M])
     pair_mask = torch.ones(n_batch, u_p.shape[0], dtype=torch.bool, device=z.device)
     pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs
     n_pairs = int(pair_mask.sum())
@@ -227,7 +272,7 @@ def dpsh_loss(
         raise ValueError("dpsh_loss: needs >= 2 batch items or a memory bank (no pairs)")
 
     theta = u @ u_p.T / 2.0  # (B, B+M): theta_ij = <u_i, u_j> / 2
-    s = (leaf[:, None] == leaf_p[None, :]).to(dtype)  # (B, B+M): s_ij in {0, 1}
+    s = _same_finest(leaf, leaf_p).to(dtype)  # (B, B+M): s_ij in {0, 1}
     nll = torch.nn.functional.softplus(theta) - s * theta  # log(1 + e^theta) - s theta, stable
     likelihood = torch.where(pair_mask, nll, 0.0).sum()
     b = torch.where(u > 0, 1.0, -1.0).to(dtype)  # b_i = sgn(u_i), sgn(0) = -1, no gradient

@@ -2,10 +2,13 @@
 `evaluate` that assembles them over chunks of queries.
 
 Relevance r(q, x) = number of shared non-root levels and gain g(q, x) = sum_k u_k s^k_qx are
-computed here from ancestor matrices (N, K), column 0 the root, -1 = no node (never matches).
-They depend only on an item's ancestor row, and a database has few distinct rows (one per leaf
-class), so `evaluate` computes them against the distinct rows once per query and looks items up
-by row: per-query totals and relevance counts for the ideal DCG then need no pass over N items.
+computed here from ancestor matrices (N, K), column 0 the root, -1 = no node (never matches), or
+from multi-label ancestor sets (N, K, M), -1 padded, where s^k_qx = 1 iff the level-k sets
+intersect (shdh.similarity does the set matching). They depend only on an item's ancestors, and
+a single-label database has few distinct rows (one per leaf class), so `evaluate` computes them
+against the distinct rows once per query and looks items up by row: per-query totals and
+relevance counts for the ideal DCG then need no pass over N items. (Multi-label rows are mostly
+distinct; the same code then simply scores every item.)
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shdh.retrieval import integer_weights, iter_rank
+from shdh.similarity import iter_level_matches, same_layout
 
 
 def metric_name_for_mlflow(key: str) -> str:
@@ -51,6 +55,29 @@ def _relevance(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
 def _gain(q_anc: np.ndarray, x_anc: np.ndarray, u: np.ndarray) -> np.ndarray:
     """g(q, x) = sum_k u_k s^k_qx = (s_qx + 1) / 2 (Eq. 3 shifted into [0, 1])."""
     return _shared_levels(q_anc, x_anc) @ u[1:]
+
+
+def _relevance_and_gain(
+    q_anc: np.ndarray, x_anc: np.ndarray, u: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """r and g for every (query, item) pair, (Q, X) each, from ancestors in one layout.
+
+    Matrices broadcast the level comparison. Sets take shdh.similarity's level matches one level
+    at a time, so no (Q, X, K, M) array is ever held, and sum the gain exactly in integers
+    (Eq. 2's u_k K(K-1)/2 = K+1-k) before one division.
+    """
+    if q_anc.ndim == 2:
+        q, x = q_anc[:, None, :], x_anc[None, :, :]
+        return _relevance(q, x), _gain(q, x, u)
+    K = q_anc.shape[1]
+    scale = max(K * (K - 1) // 2, 1)
+    int_u = np.rint(u * scale).astype(np.int32)
+    rel = np.zeros((q_anc.shape[0], x_anc.shape[0]), dtype=np.int8)
+    gain_int = np.zeros(rel.shape, dtype=np.int32)
+    for k, match in iter_level_matches(q_anc, x_anc):
+        rel += match
+        gain_int += match * int_u[k]
+    return rel, gain_int / float(scale)
 
 
 # --- ranked-list metrics (rel, gains: (Q, n) in rank order; each returns per-query values) ------
@@ -210,6 +237,8 @@ def evaluate(
     rows_u, row_of, row_count = np.unique(x_anc, axis=0, return_inverse=True, return_counts=True)
     row_of = row_of.reshape(-1)
     n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
+    if q_anc.ndim == 3:
+        rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]  # drop all-padding set slots
 
     sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
     wr_sums = dict.fromkeys(wr_ns, 0.0)
@@ -217,9 +246,8 @@ def evaluate(
     radius_sum = np.zeros(max_radius + 1)
     for part in ranked:
         qa = q_anc[part.start : part.start + part.indices.shape[0]]
-        rel_u = _relevance(qa[:, None, :], rows_u[None, :, :])  # (Qc, U)
-        gain_u = _gain(qa[:, None, :], rows_u[None, :, :], u)  # (Qc, U)
-        rel_counts = np.stack([(rel_u == r) @ row_count for r in range(n_rel)], axis=1)
+        rel_u, gain_u = _relevance_and_gain(qa, rows_u, u)  # (Qc, U) each
+        rel_counts = _relevance_counts(rel_u, row_count, n_rel)
         total = gain_u @ row_count
 
         picked = np.arange(qa.shape[0])[:, None], row_of[part.indices]
@@ -245,6 +273,16 @@ def evaluate(
         wr_at_radius=radius_sum / n_q,
     )
     return result, curves
+
+
+def _relevance_counts(rel_u: np.ndarray, row_count: np.ndarray, n_rel: int) -> np.ndarray:
+    """(Qc, n_rel) int64: per query, how many database items have relevance 0..n_rel-1, from
+    the relevance of each distinct row (Qc, U) and the rows' item counts (U,)."""
+    n_q = rel_u.shape[0]
+    bins = rel_u.astype(np.intp) + (np.arange(n_q, dtype=np.intp) * n_rel)[:, None]
+    weights = np.broadcast_to(row_count, rel_u.shape)
+    counts = np.bincount(bins.ravel(), weights=weights.ravel(), minlength=n_q * n_rel)
+    return np.rint(counts).astype(np.int64).reshape(n_q, n_rel)
 
 
 def _recall_by_radius(
@@ -275,16 +313,21 @@ def _recall_by_radius(
 def _check_ancestors(
     query_anc: np.ndarray, db_anc: np.ndarray, query_codes: np.ndarray, db_codes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Both ancestor arrays checked and in one layout (similarity.same_layout): (N, K) matrices,
+    or (N, K, M) sets when either side holds several nodes per level."""
     checked = []
     for name, anc, codes_name, codes in [
         ("query_anc", query_anc, "query codes", query_codes),
         ("db_anc", db_anc, "db codes", db_codes),
     ]:
         anc = np.asarray(anc)
-        if anc.ndim != 2 or not np.issubdtype(anc.dtype, np.integer):
+        if anc.ndim not in (2, 3) or not np.issubdtype(anc.dtype, np.integer):
             raise ValueError(
-                f"{name} must be a 2-D integer (N, K) array, got {anc.dtype} {anc.shape}"
+                f"{name} must be a 2-D integer (N, K) array or 3-D (N, K, M) ancestor sets, "
+                f"got {anc.dtype} {anc.shape}"
             )
+        if anc.ndim == 3 and anc.shape[2] == 0:
+            raise ValueError(f"{name} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
         if anc.size and anc.min() < -1:
             raise ValueError(f"{name} holds {anc.min()}; node ids are >= 0 and -1 means no node")
         n_codes = np.shape(codes)[0]
@@ -295,4 +338,4 @@ def _check_ancestors(
         raise ValueError(
             f"query_anc has K = {checked[0].shape[1]} levels but db_anc has {checked[1].shape[1]}"
         )
-    return checked[0], checked[1]
+    return same_layout(checked[0], checked[1])

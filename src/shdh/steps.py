@@ -121,26 +121,37 @@ def load_tree_source(source: str) -> LabelTree:
 
 
 def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
-    """Map every item's leaf label path onto the label tree: the N x K ancestor matrix."""
-    from shdh.data.dataset import load_dataset
+    """Map every item's label path(s) onto the label tree: the ancestors of every item.
+
+    Single-label data gives the (N, K) ancestor matrix. When any item carries several label
+    paths (joined by LABEL_SEP), every item gets (N, K, M) ancestor sets instead (-1 padded).
+    """
+    from shdh.data.dataset import LABEL_SEP, load_dataset
 
     label_tree = load_tree_source(source)
     ds = load_dataset(Path(prepared_dir) / "dataset")
-    ancestors = label_tree.ancestors_of_labels(list(ds.labels))
+    labels = list(ds.labels)
+    if any(LABEL_SEP in label for label in labels):
+        ancestors = label_tree.ancestor_sets_of_labels(labels, sep=LABEL_SEP)
+    else:
+        ancestors = label_tree.ancestors_of_labels(labels)
     with atomic_dir(out_dir) as tmp:
         label_tree.save(tmp / TREE_FILE)
         np.save(tmp / ANCESTORS_FILE, ancestors)
     log.info(
-        "wrote %s: K=%d, %d nodes, %d items",
+        "wrote %s: K=%d, %d nodes, %d items, ancestors %s",
         out_dir,
         label_tree.height,
         label_tree.n_nodes,
         len(ancestors),
+        ancestors.shape,
     )
     return Path(out_dir)
 
 
 def load_tree(tree_dir: str | Path) -> tuple[LabelTree, np.ndarray]:
+    """The tree and the ancestors written by `tree`: (N, K), or (N, K, M) sets, checked against
+    the tree (hand-edited or stale files fail here, naming the file)."""
     tree_dir = Path(tree_dir)
     label_tree = LabelTree.load(tree_dir / TREE_FILE)
     path = tree_dir / ANCESTORS_FILE
@@ -148,10 +159,22 @@ def load_tree(tree_dir: str | Path) -> tuple[LabelTree, np.ndarray]:
         ancestors = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read the ancestor matrix: {exc}") from exc
-    if ancestors.ndim != 2 or ancestors.shape[1] != label_tree.height:  # hand-edited files
+    K = label_tree.height
+    if (
+        ancestors.ndim not in (2, 3)
+        or ancestors.shape[1:2] != (K,)
+        or (ancestors.ndim == 3 and ancestors.shape[2] < 1)
+    ):
         raise ValueError(
-            f"{path}: ancestors have shape {ancestors.shape}, expected (N, "
-            f"{label_tree.height}) for the tree in {tree_dir / TREE_FILE}"
+            f"{path}: ancestors have shape {ancestors.shape}, expected (N, {K}) or (N, {K}, M) "
+            f"with M >= 1 for the tree in {tree_dir / TREE_FILE}"
+        )
+    if not np.issubdtype(ancestors.dtype, np.integer):
+        raise ValueError(f"{path}: ancestors have dtype {ancestors.dtype}, expected integers")
+    if ancestors.size and (ancestors.min() < -1 or ancestors.max() >= label_tree.n_nodes):
+        raise ValueError(
+            f"{path}: ancestors hold ids outside -1..{label_tree.n_nodes - 1}, the node ids of "
+            f"the tree in {tree_dir / TREE_FILE}"
         )
     return label_tree, ancestors
 
@@ -166,7 +189,8 @@ def smatrix(
 ) -> Path:
     """The compact S artifact (Eq. 3 by shared depth) plus a dense block for a sample.
 
-    The sample comes from the database (the training pool), never from the queries.
+    Works alike for (N, K) ancestors and multi-label (N, K, M) ancestor sets. The sample comes
+    from the database (the training pool), never from the queries.
     """
     from shdh.data.splits import load_split
     from shdh.similarity import build_smatrix

@@ -285,10 +285,13 @@ def _check_inputs(
         raise ValueError(
             f"train: images must be uint8 (N,H,W) or (N,H,W,C), got {images.dtype} {images.shape}"
         )
-    if ancestors.ndim != 2 or not np.issubdtype(ancestors.dtype, np.integer):
+    if ancestors.ndim not in (2, 3) or not np.issubdtype(ancestors.dtype, np.integer):
         raise ValueError(
-            f"train: ancestors must be an (N, K) int array, got {ancestors.dtype} {ancestors.shape}"
+            "train: ancestors must be an (N, K) int array or (N, K, M) int ancestor sets, got "
+            f"{ancestors.dtype} {ancestors.shape}"
         )
+    if ancestors.ndim == 3 and ancestors.shape[2] < 1:
+        raise ValueError(f"train: ancestor sets {ancestors.shape} need M >= 1")
     if len(ancestors) != len(images):
         raise ValueError(f"train: ancestors has {len(ancestors)} rows, images {len(images)}")
     if ancestors.shape[1] != len(layer_weights):
@@ -381,6 +384,9 @@ def train(
 ) -> TrainResult:
     """Train a HashingNet on images[train_idx]; checkpoint to out_dir/checkpoint.pt every epoch.
 
+    ancestors: (N, K) ancestor ids, or (N, K, M) ancestor sets (multi-label items, -1 padded),
+    handed to loss_fn batch by batch.
+
     loss_fn defaults to SHDH (`make_shdh_loss`). on_epoch(entry) is called after each epoch's
     checkpoint is written (e.g. to log to MLflow). resume: True continues the checkpoint and
     fails, naming it, if it is missing or was made with other settings or data; "auto"
@@ -463,7 +469,8 @@ def _run(
         optimizer, step_size=config.lr_decay_every, gamma=config.lr_decay
     )
     n_train = len(train_idx)
-    anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)  # (n, K)
+    # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
+    anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
     probe_rng = np.random.default_rng([config.seed, 1])  # local: the probe set is fixed per seed
     probe = np.sort(probe_rng.choice(n_train, size=min(PROBE_SIZE, n_train), replace=False))
     probe_idx = train_idx[probe]
@@ -510,7 +517,7 @@ def _run(
                 continue
             x = to_input(images[train_idx[pos]], config.image_size, device)  # (b, C, S, S)
             pos_t = torch.as_tensor(pos, device=device)
-            anc = anc_train[pos_t]  # (b, K)
+            anc = anc_train[pos_t]  # (b, K) or (b, K, M) ancestor sets
             bank = None
             if config.memory_bank:
                 use = bank_filled.clone()

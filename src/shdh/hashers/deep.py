@@ -116,7 +116,8 @@ class _DeepHasher(Hasher):
         progress: bool = False,
         on_epoch: Callable[[dict[str, float]], None] | None = None,
     ) -> _DeepHasher:
-        """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors / pairs.weights.
+        """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
+        ancestor sets for multi-label items, and pairs.weights.
 
         resume: False trains afresh; True continues the checkpoint in work_dir and fails,
         naming the difference, if it was made with other parameters or data; "auto" continues
