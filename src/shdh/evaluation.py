@@ -23,7 +23,7 @@ from shdh.codes import Codes, save_codes
 from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir
 from shdh.hashers.base import Hasher
 from shdh.metrics import evaluate as score_codes
-from shdh.report import results_table, wr_plot
+from shdh.report import results_doc, results_table, update_generated_section, wr_plot
 from shdh.retrieval import pack_codes
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,25 @@ def evaluate(
     metrics = nested_metrics(scored)
     atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     atomic_write_text(results_dir / "timings.json", json.dumps(timings, indent=2) + "\n")
-    for bits in sorted({s.bits for s in scored}):
-        wr_plot([s for s in scored if s.bits == bits],
-                results_dir / "plots" / f"wr_at_n-{bits}.png", title=f"{bits} bits")  # fmt: skip
+    plots = {bits: results_dir / "plots" / f"wr_at_n-{bits}.png"
+             for bits in sorted({s.bits for s in scored})}  # fmt: skip
+    for bits, plot in plots.items():
+        wr_plot([s for s in scored if s.bits == bits], plot, title=f"{bits} bits")
     atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
+    if eval_params.get("report"):
+        write_report(eval_params["report"], metrics, plots, dataset=ds.name, n=eval_params["n"])
     return metrics
+
+
+def write_report(path: str | Path, metrics: dict[str, Any], plots: dict[int, Path], *,
+                 dataset: str, n: int) -> Path:  # fmt: skip
+    """Refresh the generated tables of docs/results.md (the analysis around them is kept)."""
+    import os
+
+    path = Path(path)
+    links = {b: os.path.relpath(p, path.parent) for b, p in plots.items()}
+    doc = results_doc(metrics, dataset=dataset, n=n, plots=links)
+    return update_generated_section(path, doc, title="Results")
 
 
 def _fit_seconds(mdir: Path) -> float | None:
@@ -145,6 +159,7 @@ def _score(
         codes.query_codes, codes.db_codes, codes.query_ancestors, codes.db_ancestors,
         codes.segment_sizes, codes.segment_weights, n=eval_params["n"], wr_ns=wr_ns,
         curve_max=min(eval_params.get("curve_max", 5000), n_db),
+        workers=eval_workers(eval_params.get("workers")),
     )  # fmt: skip
     result = Scored(method, bits, metrics, curves, path)
     log.info("%s-%d: %s", method, bits, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
@@ -159,6 +174,18 @@ def _score(
         wr_plot([result], plot, title=f"{method}, {bits} bits")
         tracking.log_artifact(plot, "plots")
     return result
+
+
+def eval_workers(value: int | None) -> int:
+    """Ranking threads: null in params.yaml means one per core (ranking releases the GIL)."""
+    import os
+
+    if value is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"params.yaml: evaluate.workers: expected a positive int or null, "
+                         f"got {value!r}")  # fmt: skip
+    return value
 
 
 def nested_metrics(scored: list[Scored]) -> dict[str, Any]:

@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shdh.report import results_table, wr_plot
+import pytest
+
+from shdh.report import (
+    BEGIN_MARK,
+    END_MARK,
+    results_doc,
+    results_table,
+    update_generated_section,
+    wr_plot,
+)
 
 
 def test_results_table_lists_methods_then_the_random_floor():
@@ -40,3 +49,50 @@ def test_wr_plot_writes_a_png(tmp_path):
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in path.parent.iterdir()] == ["wr.png"]
+
+
+def _row(acg: float, ndcg_list: float) -> dict[str, float]:
+    return {"acg@100": acg, "dcg@100": 10 * acg, "ndcg@100": ndcg_list - 0.1,
+            "ndcg_list@100": ndcg_list, "wr@100": 0.01}  # fmt: skip
+
+
+def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
+    metrics = {
+        "random": {"32": _row(0.8, 0.6)},
+        "shdh": {"32": _row(2.5, 0.96), "64": _row(2.6, 0.97)},
+        "kmh": {"32": _row(1.5, 0.8)},
+    }
+    doc = results_doc(metrics, dataset="fashion-mnist-h", n=100, plots={32: "../p/wr-32.png"})
+    ours = doc.split("### This run")[1].split("\n\n")[2].splitlines()
+    assert ours[0] == ("| method | ACG@100 32 | ACG@100 64 | DCG@100 32 | DCG@100 64 | "
+                       "NDCG@100 32 | NDCG@100 64 |")  # fmt: skip
+    # paper order (KMH first, SHDH last), random codes after every method; blanks as "-"
+    assert [r.split("|")[1].strip() for r in ours[2:]] == ["KMH", "SHDH", "random codes (floor)"]
+    assert ours[2].split("|")[2:8] == [" 1.5000 ", " - ", " 15.0000 ", " - ", " 0.8000 ", " - "]
+    paper = doc.split("### The paper (Table 1, CIFAR-100)")[1]
+    assert "| SHDH | 0.5225 | 0.5724 | 0.6084 | 12.7460 | 13.9575 | 14.7861 | 0.6141 |" in paper
+    assert "| KMH | 0.2023 | - | 0.2261 |" in paper
+    assert "[wr-32.png](../p/wr-32.png)" in doc
+    iapr = results_doc(metrics, dataset="iaprtc12", n=100, plots={})
+    assert "Table 2, IAPRTC-12" in iapr and "ACG@100 128" in iapr
+
+
+def test_update_generated_section_keeps_the_hand_written_analysis(tmp_path):
+    path = tmp_path / "results.md"
+    update_generated_section(path, f"{BEGIN_MARK}\nfirst\n{END_MARK}\n", title="Results")
+    text = path.read_text()
+    assert text.startswith("# Results\n") and "first" in text
+    path.write_text(text + "\n## Analysis\nwritten by hand\n")
+    update_generated_section(path, f"{BEGIN_MARK}\nsecond\n{END_MARK}\n", title="Results")
+    text = path.read_text()
+    assert "second" in text and "first" not in text
+    assert text.endswith("## Analysis\nwritten by hand\n")
+    assert text.count(BEGIN_MARK) == 1 and text.count(END_MARK) == 1
+
+
+def test_update_generated_section_refuses_a_file_without_markers(tmp_path):
+    path = tmp_path / "results.md"
+    path.write_text("# Results\nno markers here\n")
+    with pytest.raises(ValueError, match="results.md: the markers"):
+        update_generated_section(path, "x", title="Results")
+    assert path.read_text() == "# Results\nno markers here\n"

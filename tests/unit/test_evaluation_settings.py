@@ -1,0 +1,30 @@
+"""Settings of the evaluate step that do not need a fitted model: threads and the results doc."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shdh.evaluation import eval_workers, write_report
+
+
+def test_eval_workers_defaults_to_one_thread_per_core():
+    assert eval_workers(None) == max(1, os.cpu_count() or 1)
+    assert eval_workers(3) == 3
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
+def test_eval_workers_refuses_anything_but_a_positive_int(bad):
+    with pytest.raises(ValueError, match="evaluate.workers"):
+        eval_workers(bad)
+
+
+def test_write_report_links_the_plots_relative_to_the_document(tmp_path):
+    row = {"acg@100": 2.0, "dcg@100": 40.0, "ndcg@100": 0.8, "ndcg_list@100": 0.9}
+    doc = tmp_path / "docs" / "results.md"
+    plot = tmp_path / "results" / "plots" / "wr_at_n-64.png"
+    write_report(doc, {"shdh": {"64": row}}, {64: plot}, dataset="fashion-mnist-h", n=100)
+    text = doc.read_text()
+    assert "[wr_at_n-64.png](../results/plots/wr_at_n-64.png)" in text
+    assert "| SHDH | 2.0000 | 40.0000 | 0.9000 |" in text
