@@ -1,29 +1,38 @@
-"""Fetch one file from an ordered list of mirrors, with retries, resume and an md5 check.
+"""Fetch one file from an ordered list of mirrors, with retries, resume and integrity checks.
 
 Datasets are published in several places (a distribution package, an official URL, a team
 bucket), and any one of them may be down or slow. ``fetch`` tries them in order so that the same
-call works offline (a local copy), in CI (a bucket) and for a newcomer (the official URL). The
-file only reaches its final name after it is complete and verified, so a later step never reads
-a partial download.
+call works offline (a local copy), in CI (a bucket) and for a newcomer (the official URL).
+
+Bytes go to ``NAME.part`` first. A dropped connection keeps them, and the next attempt (or the
+next call) asks only for the rest with a Range request, over HTTP and S3 alike; a server that
+ignores the Range answers with the whole file and the part is rewritten. The file only reaches
+its final name after it is complete and verified (size, md5, sha256: whichever are given), so a
+later step never reads a partial or corrupt download.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
 import os
+import re
 import shutil
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
+_HEX_DIGITS = {"md5": 32, "sha256": 64}
 
 
 class DownloadError(RuntimeError):
@@ -31,108 +40,352 @@ class DownloadError(RuntimeError):
 
 
 class ChecksumError(DownloadError):
-    """A source delivered a file whose md5 is not the expected one."""
+    """A source delivered a complete file whose size, md5 or sha256 is not the expected one."""
 
 
 class _PermanentError(Exception):
     """Marks a failure that retrying the same source cannot fix."""
 
 
-def md5sum(path: str | os.PathLike[str], chunk: int = _CHUNK) -> str:
-    """Hex md5 of a file, read in chunks so large files need little memory."""
-    digest = hashlib.md5(usedforsecurity=False)
+class _RangeNotSatisfiable(Exception):
+    """The server refused the resume offset: the part is as long as, or longer than, its file."""
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """What a complete download must look like; None means "not checked"."""
+
+    size: int | None = None
+    md5: str | None = None
+    sha256: str | None = None
+
+    @property
+    def has_hash(self) -> bool:
+        return self.md5 is not None or self.sha256 is not None
+
+
+class _Opened(NamedTuple):
+    """A response about to be streamed, as far as resuming needs to know it."""
+
+    body: BinaryIO
+    content_range: str | None  # the Content-Range of a 206 answer, None for a whole file
+    length: int | None  # bytes in this body, when the server says
+
+
+def _digests(path: Path, algorithms: Sequence[str], chunk: int = _CHUNK) -> dict[str, str]:
+    """Hex digests of a file in one pass, read in chunks so large files need little memory."""
+    hashers = {name: hashlib.new(name, usedforsecurity=False) for name in algorithms}
     with open(path, "rb") as f:
         while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+            for hasher in hashers.values():
+                hasher.update(block)
+    return {name: hasher.hexdigest() for name, hasher in hashers.items()}
 
 
-def _copy_local(src: Path, part: Path) -> None:
-    if not src.is_file():
-        raise _PermanentError(f"{src}: no such file")
-    shutil.copyfile(src, part)
+def md5sum(path: str | os.PathLike[str], chunk: int = _CHUNK) -> str:
+    """Hex md5 of a file."""
+    return _digests(Path(path), ["md5"], chunk)["md5"]
 
 
-def _fetch_http(url: str, part: Path, timeout: float) -> None:
-    """Stream ``url`` into ``part``, continuing an existing ``part`` when the server allows."""
-    have = part.stat().st_size if part.exists() else 0
+def sha256sum(path: str | os.PathLike[str], chunk: int = _CHUNK) -> str:
+    """Hex sha256 of a file."""
+    return _digests(Path(path), ["sha256"], chunk)["sha256"]
+
+
+def _part_size(part: Path) -> int:
+    return part.stat().st_size if part.exists() else 0
+
+
+def _is_permanent_status(status: int) -> bool:
+    """4xx means this source will keep refusing (except a timeout or a rate limit)."""
+    return 400 <= status < 500 and status not in (408, 429)
+
+
+def _mismatch(path: Path, expected: _Expected) -> str | None:
+    """Describe how ``path`` differs from ``expected``, or None when every given check passes."""
+    actual_size = path.stat().st_size
+    if expected.size is not None and actual_size != expected.size:
+        return f"size mismatch: expected {expected.size} bytes, got {actual_size}"
+    wanted = {name: getattr(expected, name) for name in ("md5", "sha256")}
+    wanted = {name: value for name, value in wanted.items() if value is not None}
+    actual = _digests(path, list(wanted)) if wanted else {}
+    for name, value in wanted.items():
+        if actual[name] != value:
+            return f"{name} mismatch: expected {value}, got {actual[name]}"
+    return None
+
+
+def _verify(part: Path, dest: Path, expected: _Expected) -> None:
+    """Raise ChecksumError (after deleting the part) when the complete download is wrong."""
+    problem = _mismatch(part, expected)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise ChecksumError(f"{dest.name}: {problem}")
+
+
+def _resume_offset(part: Path, size: int | None) -> int:
+    """Bytes of ``part`` worth keeping; a part longer than the expected size is discarded."""
+    have = _part_size(part)
+    if size is not None and have > size:
+        log.info("%s holds %d bytes, more than the expected %d; starting over", part, have, size)
+        part.unlink()
+        return 0
+    return have
+
+
+def _append_or_restart(part: Path, have: int, content_range: str | None, source: str) -> bool:
+    """True when the answer continues ``part`` at byte ``have``, False when it replaces it."""
+    if not have:
+        return False
+    if content_range is None:
+        log.info("%s ignored the Range request; downloading it whole", source)
+        return False
+    if not content_range.startswith(f"bytes {have}-"):
+        part.unlink()
+        raise OSError(f"server resumed at {content_range!r}, expected byte {have}")
+    log.info("resuming %s at byte %d", source, have)
+    return True
+
+
+def _resumable_download(
+    open_at: Callable[[int], _Opened], part: Path, size: int | None, source: str
+) -> bool:
+    """Stream a source into ``part``, continuing what is there; True when bytes were kept.
+
+    ``open_at(offset)`` opens the source at ``offset`` (0: the whole file) and raises
+    _RangeNotSatisfiable when the offset lies at or past its end. An interrupted transfer raises
+    OSError and keeps the part, so the next attempt resumes it.
+    """
+    have = _resume_offset(part, size)
+    if size is not None and have == size:
+        log.info("%s already holds the expected %d bytes", part, size)
+        return True
+    try:
+        opened = open_at(have)
+    except _RangeNotSatisfiable:
+        log.info("%s refused a resume at byte %d; downloading it whole", source, have)
+        part.unlink(missing_ok=True)
+        have = 0
+        opened = open_at(0)
+    with contextlib.closing(opened.body):
+        append = _append_or_restart(part, have, opened.content_range, source)
+        kept = have if append else 0
+        with open(part, "ab" if append else "wb") as f:
+            shutil.copyfileobj(opened.body, f, _CHUNK)
+    # A short part is kept for the next attempt to resume. Without a Content-Length only the
+    # expected size can tell a dropped connection from a finished transfer.
+    total = _part_size(part)
+    if opened.length is not None:
+        if total < kept + opened.length:
+            raise OSError(f"incomplete transfer: {total} of {kept + opened.length} bytes")
+    elif size is not None and total < size:
+        raise OSError(f"incomplete transfer: {total} of {size} bytes (no length announced)")
+    return append
+
+
+def _open_http(url: str, offset: int, timeout: float) -> _Opened:
     request = urllib.request.Request(url, headers={"User-Agent": "shdh-fetch"})
-    if have:
-        request.add_header("Range", f"bytes={have}-")
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:  # the .part does not fit this file: start over
-            part.unlink()
-            _fetch_http(url, part, timeout)
-            return
-        if 400 <= exc.code < 500 and exc.code not in (408, 429):
+        exc.close()
+        if exc.code == 416 and offset:
+            raise _RangeNotSatisfiable from exc
+        if _is_permanent_status(exc.code):
             raise _PermanentError(f"HTTP {exc.code} {exc.reason}") from exc
         raise
-    with response:
-        resume = have > 0 and response.status == 206
-        if resume:
-            content_range = response.headers.get("Content-Range", "")
-            if not content_range.startswith(f"bytes {have}-"):
-                part.unlink()
-                raise OSError(f"server resumed at {content_range!r}, expected byte {have}")
-            log.info("resuming %s at byte %d", url, have)
-        length = response.headers.get("Content-Length")
-        expected = None if length is None else (have if resume else 0) + int(length)
-        with open(part, "ab" if resume else "wb") as f:
-            shutil.copyfileobj(response, f, _CHUNK)
-    size = part.stat().st_size
-    if expected is not None and size != expected:  # keep the .part: the next try resumes
-        raise OSError(f"incomplete transfer: {size} of {expected} bytes")
+    content_range = response.headers.get("Content-Range") if response.status == 206 else None
+    length = response.headers.get("Content-Length")
+    return _Opened(response, content_range, None if length is None else int(length))
 
 
-def _fetch_s3(url: str, part: Path) -> None:
-    """Download ``s3://bucket/key``; boto3 is imported here so other sources never need it."""
+def _s3_client(endpoint_url: str | None, timeout: float):
+    """A boto3 S3 client; boto3 is imported here so that other sources never need it.
+
+    The endpoint is ``endpoint_url``, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (a MinIO or
+    SeaweedFS server), else AWS itself; credentials come from the usual AWS variables and files.
+    botocore's own retries are off: ``fetch`` retries, and then moves on to the next mirror.
+    """
     try:
         import boto3
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from botocore.config import Config
     except ImportError as exc:
         raise _PermanentError(f"s3:// sources need boto3: {exc}") from exc
+    endpoint = (
+        endpoint_url
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or None
+    )
+    config = Config(
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        retries={"total_max_attempts": 1},
+        # a custom server is addressed as host:port/bucket, never as bucket.host
+        s3={"addressing_style": "path"} if endpoint else None,
+    )
+    # A new session each time: boto3's default one keeps the first credentials it found.
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
+
+def _parse_s3(url: str) -> tuple[str, str]:
     parsed = urllib.parse.urlparse(url)
     bucket, key = parsed.netloc, parsed.path.lstrip("/")
     if not bucket or not key:
         raise _PermanentError(f"{url}: expected s3://bucket/key")
-    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
-    try:
-        client.download_file(bucket, key, str(part))
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in ("404", "NoSuchKey", "NoSuchBucket", "403", "AccessDenied"):
-            raise _PermanentError(f"S3 {code}: {exc}") from exc
-        raise OSError(f"S3 {code}: {exc}") from exc
-    except NoCredentialsError as exc:
-        raise _PermanentError(str(exc)) from exc
-    except BotoCoreError as exc:  # connection problems: worth a retry
-        raise OSError(str(exc)) from exc
+    return bucket, key
 
 
-def _fetch_once(source: str, part: Path, timeout: float) -> None:
-    scheme = urllib.parse.urlparse(source).scheme.lower()
+class _S3Body:
+    """An S3 object's body whose transfer errors are OSErrors, so ``fetch`` retries them."""
+
+    def __init__(self, body, errors: tuple[type[BaseException], ...]) -> None:
+        self._body, self._errors = body, errors
+
+    def read(self, amount: int = -1) -> bytes:
+        try:
+            return self._body.read(None if amount < 0 else amount)
+        except self._errors as exc:
+            raise OSError(f"S3 transfer interrupted: {exc}") from exc
+
+    def close(self) -> None:
+        self._body.close()
+
+
+def _fetch_s3(
+    url: str, part: Path, timeout: float, size: int | None, endpoint_url: str | None
+) -> bool:
+    """Download ``s3://bucket/key`` into ``part``, resuming with a ranged GET."""
+    bucket, key = _parse_s3(url)
+    client = _s3_client(endpoint_url, timeout)
+    import urllib3.exceptions
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        NoCredentialsError,
+        ParamValidationError,
+    )
+
+    def open_at(offset: int) -> _Opened:
+        request = {"Bucket": bucket, "Key": key}
+        if offset:
+            request["Range"] = f"bytes={offset}-"
+        try:
+            response = client.get_object(**request)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if offset and (code == "InvalidRange" or status == 416):
+                raise _RangeNotSatisfiable from exc
+            message = f"S3 {code or status}: {error.get('Message') or exc}"
+            if _is_permanent_status(status) or code in ("NoSuchKey", "NoSuchBucket"):
+                raise _PermanentError(message) from exc
+            raise OSError(message) from exc
+        except (NoCredentialsError, ParamValidationError) as exc:
+            raise _PermanentError(str(exc)) from exc
+        except BotoCoreError as exc:  # connection problems: worth a retry
+            raise OSError(str(exc)) from exc
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        content_range = response.get("ContentRange") if status == 206 else None
+        body = _S3Body(response["Body"], (BotoCoreError, urllib3.exceptions.HTTPError))
+        return _Opened(body, content_range, response.get("ContentLength"))
+
+    return _resumable_download(open_at, part, size, url)
+
+
+def _copy_local(src: Path, part: Path) -> bool:
+    if not src.is_file():
+        raise _PermanentError(f"{src}: no such file")
+    shutil.copyfile(src, part)
+    return False
+
+
+def _fetch_once(
+    source: str, part: Path, timeout: float, size: int | None, s3_endpoint_url: str | None
+) -> bool:
+    """One attempt at one source; True when the part kept bytes from before this attempt."""
+    parsed = urllib.parse.urlparse(source)
+    scheme = parsed.scheme.lower()
     if scheme in ("http", "https"):
-        _fetch_http(source, part, timeout)
-    elif scheme == "file":
-        _copy_local(Path(urllib.request.url2pathname(urllib.parse.urlparse(source).path)), part)
-    elif scheme == "s3":
-        _fetch_s3(source, part)
-    elif scheme == "" or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
-        _copy_local(Path(source), part)
-    else:
-        raise _PermanentError(f"unsupported source scheme {scheme!r}")
+        return _resumable_download(
+            lambda offset: _open_http(source, offset, timeout), part, size, source
+        )
+    if scheme == "s3":
+        return _fetch_s3(source, part, timeout, size, s3_endpoint_url)
+    if scheme == "file":
+        return _copy_local(Path(urllib.request.url2pathname(parsed.path)), part)
+    if scheme == "" or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
+        return _copy_local(Path(source), part)
+    raise _PermanentError(f"unsupported source scheme {scheme!r}")
 
 
-def _verify(part: Path, dest: Path, md5: str | None) -> None:
-    if md5 is None:
-        return
-    actual = md5sum(part)
-    if actual != md5.lower():
-        part.unlink(missing_ok=True)
-        raise ChecksumError(f"{dest.name}: md5 mismatch: expected {md5.lower()}, got {actual}")
+def _fetch_from(
+    source: str,
+    part: Path,
+    dest: Path,
+    expected: _Expected,
+    *,
+    retries: int,
+    backoff: float,
+    timeout: float,
+    s3_endpoint_url: str | None,
+) -> str | None:
+    """Try one source until it succeeds or is given up; None on success, else the reason.
+
+    Transient failures (connection errors, timeouts, 5xx, truncated transfers) are retried with
+    exponential backoff. Permanent ones (404, no such key, a complete file that fails its
+    checks) give the source up at once, with one exception: a file that was completed from
+    bytes already on disk is downloaded whole once more, since those bytes may be the wrong ones.
+    """
+    failures = 0
+    restarted = False
+    last_error: BaseException | None = None
+    while failures < retries:
+        if failures:
+            time.sleep(backoff * 2 ** (failures - 1))
+        log.info("fetching %s from %s (attempt %d/%d)", dest.name, source, failures + 1, retries)
+        resumed = False
+        try:
+            resumed = _fetch_once(source, part, timeout, expected.size, s3_endpoint_url)
+            _verify(part, dest, expected)
+            return None
+        except ChecksumError as exc:
+            if resumed and not restarted:
+                restarted = True
+                log.warning("%s: %s; downloading it whole: the kept bytes may be bad", source, exc)
+                continue
+            log.warning("%s: %s (not retrying this source)", source, exc)
+            return str(exc)
+        except (_PermanentError, ValueError) as exc:
+            log.warning("%s: %s (not retrying this source)", source, exc)
+            return str(exc)
+        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
+            failures += 1
+            last_error = exc
+            log.warning("%s: %s", source, exc)
+    return f"{last_error} (gave up after {retries} attempts)"
+
+
+def _check_arguments(
+    sources: Sequence[str], retries: int, backoff: float, expected: _Expected
+) -> None:
+    if isinstance(sources, str):
+        raise TypeError("sources must be a sequence of strings, not one string")
+    if not sources:
+        raise ValueError("sources is empty")
+    if retries < 1:
+        raise ValueError(f"retries must be >= 1, got {retries}")
+    if backoff < 0:
+        raise ValueError(f"backoff must be >= 0, got {backoff}")
+    if expected.size is not None and expected.size < 0:
+        raise ValueError(f"size must be >= 0, got {expected.size}")
+    for name, digits in _HEX_DIGITS.items():
+        value = getattr(expected, name)
+        if value is not None and not re.fullmatch(f"[0-9a-f]{{{digits}}}", value):
+            raise ValueError(f"{name} must be {digits} hex digits, got {value!r}")
 
 
 def fetch(
@@ -140,52 +393,55 @@ def fetch(
     dest: str | os.PathLike[str],
     *,
     md5: str | None = None,
+    sha256: str | None = None,
+    size: int | None = None,
     retries: int = 3,
     backoff: float = 1.0,
     timeout: float = 60,
+    s3_endpoint_url: str | None = None,
 ) -> Path:
     """Fetch ``dest`` from the first source that works and return its path.
 
     A source is an ``http(s)://`` URL, a ``file://`` URL, an ``s3://bucket/key`` URL or a local
-    path. Each source gets ``retries`` attempts with exponential backoff (``backoff * 2**i``
-    seconds) unless the failure is permanent (missing file, HTTP 404, md5 mismatch). Data goes to
-    ``dest.part`` first; an http download keeps it between attempts to resume with a Range
-    request (a ``.part`` left by an earlier call is resumed too), and it is deleted when a source
-    is given up. If ``dest`` already exists with the expected md5 nothing is fetched.
+    path. S3 is read from ``s3_endpoint_url`` when given, else from AWS_ENDPOINT_URL_S3 or
+    AWS_ENDPOINT_URL, else from AWS. Each source gets ``retries`` attempts with exponential
+    backoff (``backoff * 2**i`` seconds) unless the failure is permanent (missing file, HTTP
+    404, no such key, a complete file of the wrong size or checksum): then the next source is
+    tried at once. Data goes to ``dest.part`` first; an interrupted http or s3 download is
+    resumed from it with a Range request (a ``.part`` left by an earlier call too), and it is
+    deleted when a source is given up. If ``dest`` already exists and passes the given checks,
+    at least one of them a hash, nothing is fetched. When every source fails, DownloadError
+    lists each one with the reason it failed.
     """
-    if isinstance(sources, str):
-        raise TypeError("sources must be a sequence of strings, not one string")
-    if not sources:
-        raise ValueError("sources is empty")
-    if retries < 1:
-        raise ValueError(f"retries must be >= 1, got {retries}")
+    expected = _Expected(
+        size=size,
+        md5=None if md5 is None else md5.lower(),
+        sha256=None if sha256 is None else sha256.lower(),
+    )
+    _check_arguments(sources, retries, backoff, expected)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if md5 is not None and dest.is_file() and md5sum(dest) == md5.lower():
-        log.info("%s already present with md5 %s", dest, md5)
-        return dest
     part = dest.with_name(dest.name + ".part")
+    if expected.has_hash and dest.is_file() and _mismatch(dest, expected) is None:
+        log.info("%s already present and verified", dest)
+        part.unlink(missing_ok=True)
+        return dest
     errors: list[str] = []
     for source in sources:
-        last_error: BaseException | None = None
-        for attempt in range(retries):
-            if attempt:
-                time.sleep(backoff * 2 ** (attempt - 1))
-            log.info("fetching %s from %s (attempt %d/%d)", dest.name, source, attempt + 1, retries)
-            try:
-                _fetch_once(source, part, timeout)
-                _verify(part, dest, md5)
-            except (_PermanentError, ChecksumError, ValueError) as exc:
-                last_error = exc
-                log.warning("%s: %s (not retrying this source)", source, exc)
-                break
-            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
-                last_error = exc
-                log.warning("%s: %s", source, exc)
-                continue
+        error = _fetch_from(
+            source,
+            part,
+            dest,
+            expected,
+            retries=retries,
+            backoff=backoff,
+            timeout=timeout,
+            s3_endpoint_url=s3_endpoint_url,
+        )
+        if error is None:
             os.replace(part, dest)
             log.info("fetched %s from %s", dest, source)
             return dest
         part.unlink(missing_ok=True)  # never resume one source's bytes from another
-        errors.append(f"  {source}: {last_error}")
+        errors.append(f"  {source}: {error}")
     raise DownloadError(f"{dest.name}: every source failed:\n" + "\n".join(errors))
