@@ -1,0 +1,165 @@
+"""A folder tree of images as a dataset: the path below the root is the label path.
+
+    root/vehicle/car/sedan/img001.png  ->  label "vehicle/car/sedan"
+    root/animal/cat/x.jpg              ->  label "animal/cat" (a leaf one level higher)
+
+This is how most people already sort hierarchical image collections, so it needs no table. Items
+are ordered by their path below the root, compared folder by folder, so the ids (0..N-1) do not
+depend on the file system's listing order. Also here: make_demo_folder, a tiny folder dataset
+for the tests and the smoke pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from shdh.atomic import atomic_dir
+from shdh.data.idx import DataFormatError
+from shdh.data.images import (
+    IMAGE_SUFFIXES,
+    PATH_SEP,
+    ImageSpec,
+    check_name,
+    write_image_dataset,
+)
+from shdh.hierarchy import LabelTree
+
+
+def list_folder_images(root: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """(image path, label path) of every image below root, sorted by path below the root.
+
+    Images are recognised by their suffix (IMAGE_SUFFIXES, any case); other files and hidden
+    files or folders (".DS_Store", ".ipynb_checkpoints") are ignored. Linked folders are
+    followed, each real folder once.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataFormatError(f"{root}: not a folder (or it does not exist)")
+
+    def walk_error(err: OSError) -> None:
+        raise DataFormatError(f"{err.filename}: cannot list the folder: {err.strerror}") from err
+
+    found: list[tuple[tuple[str, ...], Path]] = []
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error, followlinks=True):
+        stat = os.stat(dirpath)
+        if (stat.st_dev, stat.st_ino) in seen:  # a link back into the tree: already walked
+            dirnames[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        rel = Path(dirpath).relative_to(root).parts
+        for filename in filenames:
+            if not filename.startswith(".") and Path(filename).suffix.lower() in IMAGE_SUFFIXES:
+                found.append((rel + (filename,), Path(dirpath) / filename))
+    if not found:
+        raise DataFormatError(
+            f"{root}: no image files found (looked for {', '.join(IMAGE_SUFFIXES)} in the "
+            "folders below it)"
+        )
+    found.sort(key=lambda item: item[0])
+    items = []
+    for parts, path in found:
+        if len(parts) == 1:
+            raise DataFormatError(
+                f"{path}: an image directly in the root folder has no label; move it into a "
+                "folder named after its class"
+            )
+        for depth, part in enumerate(parts[:-1], start=1):
+            check_name(part, str(root.joinpath(*parts[:depth])))
+        items.append((path, PATH_SEP.join(parts[:-1])))
+    return items
+
+
+def folder_dataset(
+    root: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    image_size: int | tuple[int, int] = 32,
+    color: bool = True,
+    skip_bad_images: bool = False,
+    workers: int | None = None,
+    inner_labels: bool = False,
+    name: str | None = None,
+) -> tuple[Path, LabelTree]:
+    """Convert a folder tree of images into a dataset directory at out_dir; return the tree.
+
+    Images are resized to image_size (one side, or (height, width)), RGB (N,H,W,3) or, with
+    color=False, grayscale (N,H,W). `name` (default: the root folder's name) names the dataset
+    and the tree's root. See shdh.data.images.write_image_dataset for skip_bad_images, workers
+    and inner_labels.
+    """
+    root = Path(root)
+    items = list_folder_images(root)
+    paths = [path for path, _ in items]
+    return write_image_dataset(
+        paths,
+        [label for _, label in items],
+        [str(path) for path in paths],
+        out_dir,
+        source=str(root),
+        name=name if name is not None else (root.resolve().name or "root"),
+        spec=ImageSpec.of(image_size, color),
+        skip_bad_images=skip_bad_images,
+        workers=workers,
+        inner_labels=inner_labels,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny demo dataset
+# --------------------------------------------------------------------------------------------
+
+# Leaves at two depths below the root: K = 4 with "animal/bird" and "vehicle/boat" stopping at 3.
+DEMO_LEAVES = (
+    "animal/bird",
+    "animal/mammal/cat",
+    "animal/mammal/dog",
+    "vehicle/boat",
+    "vehicle/car/sedan",
+    "vehicle/car/truck",
+)
+
+
+def _demo_image(leaf: str, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Noise plus one cue per level, so that items sharing an ancestor share its cue: the
+    top-level node tints the background, a middle node adds stripes, the leaf a bright square."""
+    parts = leaf.split(PATH_SEP)
+    img = rng.integers(0, 60, size=(size, size, 3), dtype=np.uint8)
+    img[..., 0 if parts[0] == "animal" else 2] += 80
+    if len(parts) == 3:
+        img[::4, :, 1] = 200  # mammal / car: horizontal stripes
+    slot = DEMO_LEAVES.index(leaf)
+    row, col = divmod(slot, 3)
+    side = size // 4
+    top, left = size // 8 + row * size // 2, size // 16 + col * size // 3
+    img[top : top + side, left : left + side] = 255
+    return img
+
+
+def make_demo_folder(
+    root: str | os.PathLike[str], n_per_leaf: int = 8, seed: int = 0, size: int = 32
+) -> Path:
+    """Write DEMO_LEAVES' folders with n_per_leaf size x size PNGs each under root.
+
+    The images are class-dependent (see _demo_image), so a hashing method can learn the tree.
+    root must not exist or be empty; the folder appears complete or not at all.
+    """
+    root = Path(root)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise FileExistsError(f"{root}: exists and is not an empty folder; choose a new one")
+    if n_per_leaf < 1 or size < 8:
+        raise ValueError(f"need n_per_leaf >= 1 and size >= 8, got {n_per_leaf} and {size}")
+    rng = np.random.default_rng(seed)
+    with atomic_dir(root) as tmp:
+        for leaf in DEMO_LEAVES:
+            folder = tmp.joinpath(*leaf.split(PATH_SEP))
+            folder.mkdir(parents=True)
+            for i in range(n_per_leaf):
+                image = Image.fromarray(_demo_image(leaf, rng, size))
+                image.save(folder / f"{folder.name}_{i:03d}.png")
+    return root

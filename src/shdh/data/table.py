@@ -1,0 +1,122 @@
+"""A CSV or Parquet table of (image path, label path) rows as a dataset.
+
+    image,label
+    photos/0001.jpg,vehicle/car/sedan
+    photos/0002.jpg,animal/cat
+    photos/0003.jpg,landscape/sky|humans/person     <- several labels, joined by "|"
+
+A table suits collections whose files are not sorted by class, and items with several labels,
+which a folder tree cannot express. Items keep the table's row order and their ids are the row
+numbers (0 = the first row below the header). Relative image paths resolve against the folder
+that holds the table, so a table and its images can move together.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shdh.data.idx import DataFormatError
+from shdh.data.images import ImageSpec, parse_label_cell, write_image_dataset
+from shdh.hierarchy import LabelTree
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def read_columns(table_path: Path, columns: tuple[str, ...]) -> dict[str, list[object]]:
+    """The named columns of a CSV (every cell as text) or Parquet table, as lists of cells."""
+    suffix = table_path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise DataFormatError(
+            f"{table_path}: unknown table format {suffix!r}; use one of {', '.join(TABLE_SUFFIXES)}"
+        )
+    if not table_path.is_file():
+        raise DataFormatError(f"{table_path}: no such file")
+    import pandas as pd  # only table users pay for the import
+
+    try:
+        if suffix == ".csv":
+            frame = pd.read_csv(table_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        else:
+            import pyarrow.parquet as pq
+
+            available = pq.read_schema(table_path).names
+            frame = pd.read_parquet(table_path, columns=[c for c in columns if c in available])
+    except pd.errors.EmptyDataError:
+        raise DataFormatError(f"{table_path}: empty file (no header, no rows)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
+        raise DataFormatError(f"{table_path}: cannot read the table: {exc}") from exc
+    for column in columns:
+        if column not in frame.columns:
+            raise DataFormatError(
+                f"{table_path}: column {column!r}: missing (the table has columns "
+                f"{', '.join(map(repr, map(str, frame.columns)))}; choose the column with "
+                "image_column= / label_column=)"
+            )
+    if len(frame) == 0:
+        raise DataFormatError(f"{table_path}: the table has no rows")
+    return {column: frame[column].tolist() for column in columns}
+
+
+def _image_path(cell: object, base: Path, where: str) -> Path:
+    if not isinstance(cell, str) or not cell.strip():
+        raise DataFormatError(f"{where}: expected an image path, got {cell!r}")
+    path = Path(cell.strip())
+    return path if path.is_absolute() else base / path
+
+
+def table_dataset(
+    table_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    image_column: str = "image",
+    label_column: str = "label",
+    image_size: int | tuple[int, int] = 32,
+    color: bool = True,
+    skip_bad_images: bool = False,
+    workers: int | None = None,
+    inner_labels: bool = False,
+    name: str | None = None,
+) -> tuple[Path, LabelTree]:
+    """Convert a CSV/Parquet table into a dataset directory at out_dir; return the label tree.
+
+    Every row is one item. All rows are checked (labels, image files present) before any image
+    is decoded, so a typo in row 50,000 fails in seconds rather than after the conversion.
+    A file that exists but cannot be decoded is an error unless skip_bad_images; a missing file
+    always is. `name` (default: the table's file name without suffix) names the dataset and the
+    tree's root. Other options as for shdh.data.folder.folder_dataset.
+    """
+    table_path = Path(table_path)
+    cells = read_columns(table_path, (image_column, label_column))
+    base = table_path.absolute().parent
+    paths, labels, origins = [], [], []
+    missing = []
+    for row, (image_cell, label_cell) in enumerate(
+        zip(cells[image_column], cells[label_column], strict=True)
+    ):
+        where = f"{table_path}: row {row}"
+        path = _image_path(image_cell, base, f"{where}: column {image_column!r}")
+        if not path.is_file():
+            missing.append((row, image_cell, path))
+        labels.append(parse_label_cell(label_cell, f"{where}: column {label_column!r}"))
+        paths.append(path)
+        origins.append(f"{where} ({image_cell})")
+    if missing:
+        row, cell, path = missing[0]
+        more = f" ({len(missing) - 1} more rows name missing files)" if len(missing) > 1 else ""
+        raise DataFormatError(
+            f"{table_path}: row {row}: column {image_column!r}: image file {cell!r} does not "
+            f"exist (looked for {path}){more}"
+        )
+    return write_image_dataset(
+        paths,
+        labels,
+        origins,
+        out_dir,
+        source=str(table_path),
+        name=name if name is not None else table_path.stem,
+        spec=ImageSpec.of(image_size, color),
+        skip_bad_images=skip_bad_images,
+        workers=workers,
+        inner_labels=inner_labels,
+    )
