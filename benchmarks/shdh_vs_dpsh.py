@@ -34,7 +34,7 @@ COLUMNS = ("ndcg_list@100", "ndcg@100", "acg@100", "wr@1000", "wr@5000")
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """"shdh:e1=matrix,lr=0.01" -> ("shdh", {"e1": "matrix", "lr": 0.01})."""
+    """ "shdh:e1=matrix,lr=0.01" -> ("shdh", {"e1": "matrix", "lr": 0.01})."""
     method, _, rest = text.partition(":")
     overrides = {}
     for item in filter(None, rest.split(",")):
@@ -48,7 +48,9 @@ def train_section(params: dict, method: str, overrides: dict, n_train: int | Non
     section = json.loads(json.dumps(params["train"]))
     section["n_train"] = n_train
     for key, value in overrides.items():
-        target = section if key in section and not isinstance(section[key], dict) else section[method]
+        target = (
+            section if key in section and not isinstance(section[key], dict) else section[method]
+        )
         target[key] = value
     return section
 

@@ -133,7 +133,9 @@ def update_generated_section(path: str | Path, generated: str, *, title: str) ->
     text = path.read_text() if path.is_file() else f"# {title}\n\n{BEGIN_MARK}\n{END_MARK}\n"
     start, end = text.find(BEGIN_MARK), text.find(END_MARK)
     if start < 0 or end < start:
-        raise ValueError(f"{path}: the markers {BEGIN_MARK!r} ... {END_MARK!r} are missing or "
-                         "out of order; restore them where the generated tables belong")  # fmt: skip
-    atomic_write_text(path, text[:start] + generated + text[end + len(END_MARK) + 1:])
+        raise ValueError(
+            f"{path}: the markers {BEGIN_MARK!r} ... {END_MARK!r} are missing or out of "
+            "order; restore them where the generated tables belong"
+        )
+    atomic_write_text(path, text[:start] + generated + text[end + len(END_MARK) + 1 :])
     return path

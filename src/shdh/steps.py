@@ -25,10 +25,11 @@ from shdh.hierarchy import (
 
 log = logging.getLogger(__name__)
 
-DATASETS = ("fashion-mnist-h",)
+DATASETS = ("fashion-mnist-h", "cifar100", "iaprtc12", "folder", "table")
 TREE_FILE = "tree.json"
 ANCESTORS_FILE = "ancestors.npy"
 SPLIT_FILE = "split.npz"
+LABEL_TREE_FILE = "label_tree.json"  # in prepared_dir: the tree the data came with
 RESUME_MODES = ("never", "auto", "always")
 
 
@@ -42,11 +43,82 @@ def fetch(
     sources=("debian", "official"),
     verify: bool = True,
 ) -> Path:
-    """Bring the raw files into raw_dir, verified; files already there and intact are kept."""
-    _check_dataset(dataset)
-    from shdh.data.fashion_mnist import fetch_raw
+    """Bring the raw files into raw_dir, verified; files already there and intact are kept.
 
-    return fetch_raw(raw_dir, sources=tuple(sources), verify=verify)
+    `sources` are tried in order: "official" (the dataset's upstream location), "debian"
+    (Fashion-MNIST only: Debian's package), or mirrors (https://, file://, s3://, a folder).
+    A folder or table dataset is the user's own: raw_dir must already hold it.
+    """
+    _check_dataset(dataset)
+    raw_dir = Path(raw_dir)
+    if dataset == "fashion-mnist-h":
+        from shdh.data.fashion_mnist import fetch_raw
+
+        return fetch_raw(raw_dir, sources=tuple(sources), verify=verify)
+    if dataset in ("folder", "table"):
+        if not raw_dir.exists():
+            raise ConfigError(
+                f"data.raw_dir: {raw_dir} does not exist; a {dataset} dataset is your own "
+                "data and must be there before the pipeline runs"
+            )
+        return raw_dir
+    if dataset == "cifar100":
+        from shdh.data.cifar100 import OFFICIAL_URL, fetch_cifar100
+
+        return fetch_cifar100(raw_dir, _mirrors(sources, OFFICIAL_URL, dataset), verify=verify)
+    from shdh.data.iaprtc12 import OFFICIAL_BASE, fetch_iaprtc12
+
+    return fetch_iaprtc12(raw_dir, _mirrors(sources, OFFICIAL_BASE, dataset))
+
+
+def _mirrors(sources, official: str, dataset: str) -> list[str]:
+    if isinstance(sources, str):
+        raise ConfigError(f"data.sources: expected a list of locations, got the string {sources!r}")
+    if "debian" in sources:
+        raise ConfigError(
+            f"data.sources: 'debian' ships only Fashion-MNIST, not {dataset}; use 'official' "
+            "or a mirror (https://, file://, s3://, a folder)"
+        )
+    return [official if source == "official" else str(source) for source in sources]
+
+
+def _convert(
+    dataset: str, raw_dir: Path, out: Path, *, verify: bool, skip_bad_images: bool,
+    image_size: int, table: dict | None,
+) -> LabelTree:  # fmt: skip
+    """Write raw_dir's items as a dataset directory at `out`; return the label tree they carry.
+
+    Folder and table datasets stream their images straight into `out` (their size is unknown
+    in advance and may be large); the built-in ones are small enough to convert in memory.
+    """
+    from shdh.data.dataset import save_dataset
+
+    if dataset == "folder":
+        from shdh.data.folder import folder_dataset
+
+        return folder_dataset(raw_dir, out, image_size=image_size,
+                              skip_bad_images=skip_bad_images)[1]  # fmt: skip
+    if dataset == "table":
+        from shdh.data.table import table_dataset
+
+        columns = {k: v for k, v in (table or {}).items() if k in ("image_column", "label_column")}
+        return table_dataset(raw_dir, out, image_size=image_size,
+                             skip_bad_images=skip_bad_images, **columns)[1]  # fmt: skip
+    if dataset == "cifar100":
+        from shdh.data.cifar100 import cifar100_dataset
+
+        ds, label_tree = cifar100_dataset(raw_dir, verify=verify)
+    elif dataset == "iaprtc12":
+        from shdh.data.iaprtc12 import iaprtc12_dataset
+
+        ds, label_tree = iaprtc12_dataset(raw_dir, skip_bad_images=skip_bad_images)
+    else:
+        from shdh.data.dataset import fashion_mnist_h_dataset
+        from shdh.hierarchy import fashion_mnist_tree
+
+        ds, label_tree = fashion_mnist_h_dataset(raw_dir), fashion_mnist_tree()
+    save_dataset(ds, out)
+    return label_tree
 
 
 def download(
@@ -57,31 +129,38 @@ def download(
     query_fraction: float = 0.1,
     max_items: int | None = None,
     seed: int = 0,
+    verify: bool = True,
+    skip_bad_images: bool = False,
+    image_size: int = 32,
+    table: dict | None = None,
 ) -> Path:
     """Convert the raw files to the project's format and make the paper's query/database split.
 
     The split pools every item (train and test alike, as the paper does), takes
     `query_fraction` as queries and keeps the rest, in a seeded random order, as the database
-    and training pool. `max_items` keeps a seeded random subset, for quick runs.
+    and training pool. `max_items` keeps a seeded random subset, for quick runs. The label tree
+    the data carries (built in, or read from the data) is written beside it for the tree step.
     """
     _check_dataset(dataset)
-    from shdh.data.dataset import Dataset, fashion_mnist_h_dataset, save_dataset
+    from shdh.data.dataset import Dataset, load_dataset, save_dataset
     from shdh.data.splits import make_split, save_split
 
-    ds = fashion_mnist_h_dataset(raw_dir)
-    if max_items is not None and max_items < len(ds.ids):
-        keep = np.sort(np.random.default_rng(seed).choice(len(ds.ids), max_items, replace=False))
-        ds = Dataset(
-            images=np.asarray(ds.images[keep]),
-            labels=ds.labels[keep],
-            ids=ds.ids[keep],
-            name=ds.name,
-        )
-    split = make_split(len(ds.ids), query_fraction=query_fraction, seed=seed)
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
-        save_dataset(ds, tmp / "dataset")
+        label_tree = _convert(dataset, Path(raw_dir), tmp / "dataset", verify=verify,
+                              skip_bad_images=skip_bad_images, image_size=image_size,
+                              table=table)  # fmt: skip
+        ds = load_dataset(tmp / "dataset")
+        if max_items is not None and max_items < len(ds.ids):
+            rng = np.random.default_rng(seed)
+            keep = np.sort(rng.choice(len(ds.ids), max_items, replace=False))
+            subset = Dataset(images=np.asarray(ds.images[keep]), labels=ds.labels[keep],
+                             ids=ds.ids[keep], name=ds.name)  # fmt: skip
+            save_dataset(subset, tmp / "dataset")
+            ds = subset
+        split = make_split(len(ds.ids), query_fraction=query_fraction, seed=seed)
         save_split(split, tmp / SPLIT_FILE)
+        label_tree.save(tmp / LABEL_TREE_FILE)
     log.info(
         "wrote %s: %d items, %d queries, %d database",
         out_dir,
@@ -113,8 +192,13 @@ def load_prepared(prepared_dir: str | Path):
 # --------------------------------------------------------------------------- tree, S
 
 
-def load_tree_source(source: str) -> LabelTree:
-    """`builtin:NAME` or a path to a tree JSON file (LabelTree.save format)."""
+def load_tree_source(source: str, prepared_dir: str | Path | None = None) -> LabelTree:
+    """ "dataset" (the tree the download step found in the data), `builtin:NAME`, or a path to
+    a tree JSON file (LabelTree.save format)."""
+    if source == "dataset":
+        if prepared_dir is None:
+            raise ConfigError("tree.source: 'dataset' needs the prepared data directory")
+        return LabelTree.load(Path(prepared_dir) / LABEL_TREE_FILE)
     if source.startswith("builtin:"):
         return builtin_tree(source.removeprefix("builtin:"))
     return LabelTree.load(source)
@@ -128,7 +212,7 @@ def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
     """
     from shdh.data.dataset import LABEL_SEP, load_dataset
 
-    label_tree = load_tree_source(source)
+    label_tree = load_tree_source(source, prepared_dir)
     ds = load_dataset(Path(prepared_dir) / "dataset")
     labels = list(ds.labels)
     if any(LABEL_SEP in label for label in labels):

@@ -31,7 +31,10 @@ def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
             "smatrix": {"out": str(tmp_path / "smatrix.npz")},
             "features": {"out": str(tmp_path / "gist.npy")},
             "train": {"models_dir": str(tmp_path / "models"), "epochs": 2},
-            "evaluate": {"results_dir": str(tmp_path / "results")},
+            "evaluate": {
+                "results_dir": str(tmp_path / "results"),
+                "report": str(tmp_path / "results.md"),
+            },
             "profile": "smoke",
         },
     )

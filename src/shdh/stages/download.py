@@ -12,6 +12,12 @@ HELP = "convert the raw files to the dataset format and make the query/database 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
+    parser.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="leave out (count and log) images that cannot be decoded instead of failing "
+        "(default: data.skip_bad_images)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
         query_fraction=data["query_fraction"],
         max_items=data["max_items"],
         seed=params["seed"],
+        verify=data.get("verify", True),
+        skip_bad_images=args.skip_bad_images or data.get("skip_bad_images", False),
+        image_size=data.get("image_size", 32),
+        table=data.get("table"),
     )
     return 0
 

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-verify",
         action="store_true",
-        help="skip checksum verification (a re-packed copy of your own)",
+        help="skip checksum verification, with a warning (a re-packed copy of your own; "
+        "default: data.verify)",
     )
 
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         data["raw_dir"],
         dataset=data["dataset"],
         sources=args.source or data["sources"],
-        verify=not args.no_verify,
+        verify=data.get("verify", True) and not args.no_verify,
     )
     print(f"raw data ready in {out}")
     return 0
