@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import torch
 
 E1_MODES = ("levels", "matrix")
+TARGETS = ("signed", "binary")
 E2_MODES = ("balance", "trace", "none")
 REDUCTIONS = ("sum", "mean")
 
@@ -101,6 +102,7 @@ def shdh_loss(
     e1: str = "levels",
     e2: str = "balance",
     reduction: str = "sum",
+    target: str = "signed",
     bank_z: torch.Tensor | None = None,
     bank_anc: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -113,6 +115,7 @@ def shdh_loss(
     _check_choice("e1", e1, E1_MODES)
     _check_choice("e2", e2, E2_MODES)
     _check_choice("reduction", reduction, REDUCTIONS)
+    _check_choice("target", target, TARGETS)
     sizes = [int(s) for s in segment_sizes]
     levels = [int(k) for k in segment_levels]
     u = [float(w) for w in layer_weights]
@@ -155,7 +158,7 @@ def shdh_loss(
 
     e1_pair = torch.zeros(pair_mask.shape, dtype=dtype, device=z.device)  # (B, B+M)
     pred = torch.zeros_like(e1_pair)  # "matrix": sum_k u_k rho^k_ij
-    target = torch.zeros_like(e1_pair)  # "matrix": s_ij (Eq. 3)
+    s_ij = torch.zeros_like(e1_pair)  # "matrix": s_ij (Eq. 3)
     e2_sum = torch.zeros((), dtype=dtype, device=z.device)
     start = 0
     for size, level in zip(sizes, levels, strict=True):
@@ -163,18 +166,19 @@ def shdh_loss(
         start += size
         uk = u[level - 1]  # Eq. 2
         rho = hk @ hk_p.T / size  # (B, B+M) in [-1, 1]
-        tk = 2.0 * _same_node(anc, anc_p, level).to(dtype) - 1.0  # (B, B+M): 2 s^k_ij - 1 (Eq. 1)
+        sk = _same_node(anc, anc_p, level).to(dtype)  # (B, B+M): s^k_ij (Eq. 1)
+        tk = 2.0 * sk - 1.0 if target == "signed" else sk  # rho target: +-1, or Eq. 5's {0, 1}
         if e1 == "levels":
             e1_pair = e1_pair + uk * (rho - tk) ** 2  # Eq. 5, per level
         else:
             pred = pred + uk * rho
-            target = target + uk * tk  # Eq. 3
+            s_ij = s_ij + uk * tk  # Eq. 3
         if e2 == "balance":
             e2_sum = e2_sum + uk * hk.mean(0).pow(2).sum() / size  # Eq. 6 as balanced bits
         elif e2 == "trace":
             e2_sum = e2_sum - uk * hk.pow(2).sum(1).mean() / size  # Eq. 8: -tr(H A H^T) / B
     if e1 == "matrix":
-        e1_pair = (pred - target) ** 2  # Eq. 7/8 with target s_ij instead of L*S
+        e1_pair = (pred - s_ij) ** 2  # Eq. 7/8 with target s_ij instead of L*S
 
     e1_sum = torch.where(pair_mask, e1_pair, 0.0).sum()
     e1_val = e1_sum / n_batch if reduction == "sum" else e1_sum / n_pairs

@@ -28,7 +28,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from shdh.atomic import atomic_path
-from shdh.losses import E1_MODES, E2_MODES, REDUCTIONS, shdh_loss
+from shdh.losses import E1_MODES, E2_MODES, REDUCTIONS, TARGETS, shdh_loss
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HEAD_INITS, HashingNet, build_model
 
@@ -66,6 +66,7 @@ class TrainConfig:
     alpha: float = 1.0  # weight of E2 (paper: 1)
     e1: str = "levels"  # "levels" (Eq. 5 per level) | "matrix" (Eq. 7/8 with its scale fixed)
     e2: str = "balance"  # "balance" | "trace" (paper's -tr(H A H^T)) | "none"
+    target: str = "signed"  # rho target for s^k = 0: "signed" -1 (opposite) | "binary" 0 (Eq. 5)
     reduction: str = "sum"  # "sum" over partners (escapes the h~=0 saddle) | "mean" (paper scale)
     grad_clip: float = 10.0  # max gradient norm; 0 = off (the "sum" scale blows up without it)
     head_init: str = "default"  # "default" (fan-in) | "paper" (U[0, 0.001]: the h~=0 saddle)
@@ -80,6 +81,7 @@ class TrainConfig:
             "layout": ("levels", "paper"),
             "e1": E1_MODES,
             "e2": E2_MODES,
+            "target": TARGETS,
             "reduction": REDUCTIONS,
             "head_init": HEAD_INITS,
         }
@@ -148,6 +150,7 @@ def make_shdh_loss(
         e1=config.e1,
         e2=config.e2,
         reduction=config.reduction,
+        target=config.target,
     )
 
     def loss_fn(

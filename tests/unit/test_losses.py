@@ -18,7 +18,9 @@ def _layout(n_bits: int, k: int, layout: str) -> tuple[list[int], list[int], lis
     return sizes, levels, u
 
 
-def _brute(z, anc, sizes, levels, u, alpha, e1, e2, reduction, bank_z=None, bank_anc=None):
+def _brute(
+    z, anc, sizes, levels, u, alpha, e1, e2, reduction, bank_z=None, bank_anc=None, target="signed"
+):
     """The loss written pair by pair, straight from the definitions in METHOD.md."""
     h = np.tanh(z)
     hp, ap = h, anc
@@ -31,16 +33,16 @@ def _brute(z, anc, sizes, levels, u, alpha, e1, e2, reduction, bank_z=None, bank
             if j == i:  # batch self-pair (bank rows start at len(h))
                 continue
             n_pairs += 1
-            pred = target = term = 0.0
+            pred = s_ij = term = 0.0
             for s, k in enumerate(levels):
                 a, b = starts[s], starts[s + 1]
                 rho = float(h[i, a:b] @ hp[j, a:b]) / (b - a)
                 same = k >= 2 and anc[i, k - 1] != -1 and anc[i, k - 1] == ap[j, k - 1]
-                t = 1.0 if same else -1.0
+                t = 1.0 if same else (-1.0 if target == "signed" else 0.0)
                 term += u[k - 1] * (rho - t) ** 2
                 pred += u[k - 1] * rho
-                target += u[k - 1] * t
-            total += term if e1 == "levels" else (pred - target) ** 2
+                s_ij += u[k - 1] * t
+            total += term if e1 == "levels" else (pred - s_ij) ** 2
     e1_val = total / len(h) if reduction == "sum" else total / n_pairs
     e2_val = 0.0
     for s, k in enumerate(levels):
@@ -67,7 +69,10 @@ def _data(b: int = 5, n_bits: int = 10, seed: int = 0, m: int = 0):
 @pytest.mark.parametrize("e2", ["balance", "trace", "none"])
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
 @pytest.mark.parametrize("bank", [0, 3])
-def test_matches_brute_force(layout: str, e1: str, e2: str, reduction: str, bank: int) -> None:
+@pytest.mark.parametrize("target", ["signed", "binary"])
+def test_matches_brute_force(
+    layout: str, e1: str, e2: str, reduction: str, bank: int, target: str
+) -> None:
     sizes, levels, u = _layout(10, 3, layout)
     z, anc, bz, banc = _data(m=bank)
     extra = {"bank_z": torch.from_numpy(bz), "bank_anc": torch.from_numpy(banc)} if bank else {}
@@ -81,6 +86,7 @@ def test_matches_brute_force(layout: str, e1: str, e2: str, reduction: str, bank
         e1=e1,
         e2=e2,
         reduction=reduction,
+        target=target,
         **extra,
     )
     want, want_e1, want_e2 = _brute(
@@ -95,6 +101,7 @@ def test_matches_brute_force(layout: str, e1: str, e2: str, reduction: str, bank
         reduction,
         bz if bank else None,
         banc if bank else None,
+        target,
     )
     assert loss.dtype == torch.float64
     assert math.isclose(float(loss), want, rel_tol=1e-10, abs_tol=1e-12)

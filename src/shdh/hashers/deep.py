@@ -309,6 +309,7 @@ class SHDH(_DeepHasher):
         alpha: float = 1.0,
         e1: str = "levels",
         e2: str = "balance",
+        target: str = "signed",
         reduction: str = "sum",
         grad_clip: float = 10.0,
         head_init: str = "default",
@@ -327,6 +328,7 @@ class SHDH(_DeepHasher):
             lr_decay_every,
         )
         self.alpha, self.e1, self.e2, self.reduction = alpha, e1, e2, reduction
+        self.target = target
         self.grad_clip, self.head_init, self.memory_bank = grad_clip, head_init, memory_bank
         self.device, self.bf16, self.num_threads, self.work_dir = (
             device,
@@ -341,6 +343,7 @@ class SHDH(_DeepHasher):
             "alpha": self.alpha,
             "e1": self.e1,
             "e2": self.e2,
+            "target": self.target,
             "memory_bank": self.memory_bank,
         }
 
