@@ -102,8 +102,14 @@ def apply_profile(
 
     overrides = load_params(profile_path(name, profiles_dir))
     overrides["profile"] = name
+    from ruamel.yaml.comments import CommentedSeq
+
     rt = YAML()
     rt.preserve_quotes = True
+    # Keep params.yaml's own style: `null` rather than an empty value, lists as [a, b].
+    rt.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
     params_file = Path(params_file)
     doc = rt.load(params_file.read_text())
 
@@ -113,6 +119,10 @@ def apply_profile(
                 raise ConfigError(f"{where}: profile '{name}' sets unknown key '{key}'")
             if isinstance(value, dict):
                 assign(node[key], value, f"{where}.{key}")
+            elif isinstance(value, list):
+                seq = CommentedSeq(value)
+                seq.fa.set_flow_style()
+                node[key] = seq
             else:
                 node[key] = value
 

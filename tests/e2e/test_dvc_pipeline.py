@@ -113,3 +113,22 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
         assert f"Running stage '{cached}'" not in out
     history = json.loads((dest / "artifacts" / "models" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
+
+
+def test_every_stage_runs_on_a_generated_folder_dataset(clone):
+    """The user's own data: a folder tree with leaves at two depths, selected in params.yaml."""
+    from shdh.data.folder import make_demo_folder
+
+    dest, env = clone
+    make_demo_folder(dest / "photos", n_per_leaf=40)
+    out = sh(["dvc", "exp", "run", "-S", "data.dataset=folder", "-S", "data.raw_dir=photos",
+              "-S", "data.max_items=null"], dest, env)  # fmt: skip
+    for stage in ("download", "tree", "smatrix", "features", "train@shdh-16",
+                  "baseline@ksh+h-16", "evaluate"):  # fmt: skip
+        assert f"Running stage '{stage}'" in out
+    tree = json.loads((dest / "artifacts" / "tree" / "tree.json").read_text())
+    assert tree["names"][0] == "photos" and len(tree["names"]) == 1 + 2 + 4 + 4
+    metrics = json.loads((dest / "results" / "metrics.json").read_text())
+    assert metrics["shdh"]["16"]["ndcg@100"] > metrics["random"]["16"]["ndcg@100"]
+    results_doc = (dest / "docs" / "results.md").read_text()
+    assert "| SHDH |" in results_doc and "The paper (Table 1, CIFAR-100)" in results_doc

@@ -1,0 +1,42 @@
+"""Profiles rewrite params.yaml in place; `default` must restore exactly what ships."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from shdh.config import ConfigError, apply_profile, load_params
+from tests.conftest import REPO
+
+
+def test_default_profile_restores_params_yaml_after_any_other(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    shipped = params.read_text()
+    for name in sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")):
+        apply_profile(name, params, REPO / "profiles")
+        assert load_params(params)["profile"] == name
+        apply_profile("default", params, REPO / "profiles")
+        # byte for byte: comments, `null` and [flow, lists] survive the round trip
+        assert params.read_text() == shipped, name
+
+
+def test_smoke_profile_changes_what_it_lists_and_nothing_else(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    before = load_params(params)
+    apply_profile("smoke", params, REPO / "profiles")
+    after = load_params(params)
+    assert after["data"]["max_items"] == 600 and after["train"]["bits"] == [16]
+    assert after["seed"] == before["seed"] and after["tree"] == before["tree"]
+    assert "[16]" in params.read_text()
+
+
+def test_a_profile_with_an_unknown_key_is_refused_and_leaves_the_file(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    (tmp_path / "typo.yaml").write_text("train:\n  epochz: 3\n")
+    with pytest.raises(ConfigError, match="train: profile 'typo' sets unknown key 'epochz'"):
+        apply_profile("typo", params, tmp_path)
+    assert params.read_text() == (REPO / "params.yaml").read_text()
