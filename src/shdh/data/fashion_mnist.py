@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,9 +84,10 @@ def fetch_raw(
 
     ``sources`` are tried in order for each file: "debian" (the installed package), "official"
     (the upstream URLs), or a directory, ``file://``, ``http(s)://`` or ``s3://`` base holding
-    the ``.gz`` files. The .gz goes to a temporary sibling directory, is checked (gzip and IDX
-    structure, and the decompressed md5 when ``verify``), and only then written to
-    ``dest_dir/<name>``. Files already present with the right md5 are left alone.
+    the ``.gz`` files. The .gz goes to a hidden sibling folder (where an interrupted download
+    resumes on the next call), is checked (gzip and IDX structure, and the decompressed md5 when
+    ``verify``), and only then written to ``dest_dir/<name>``. Files already present with the
+    right md5 are left alone.
     """
     if isinstance(sources, str):
         raise TypeError("sources must be a sequence of source names, not one string")
@@ -97,23 +97,40 @@ def fetch_raw(
     if not todo:
         log.info("%s already holds verified Fashion-MNIST raw files", dest_dir)
         return dest_dir
-    with tempfile.TemporaryDirectory(prefix=f".{dest_dir.name}.", dir=dest_dir.parent) as tmp:
+    # A fixed hidden folder, not a temporary one: an interrupted download leaves NAME.gz.part
+    # there, and the next call resumes it (shdh.data.download.fetch) instead of starting over.
+    downloads = dest_dir.parent / f".{dest_dir.name}.downloads"
+    downloads.mkdir(exist_ok=True)
+    try:
         for key, name in todo.items():
-            urls = [url for source in sources for url in source_urls(source, name + ".gz")]
-            gz = fetch(urls, Path(tmp) / (name + ".gz"))
-            data = read_idx_bytes(gz)
-            parse_idx(data, f"{name}.gz")  # structure and exact payload length
-            if verify:
-                actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
-                if actual != CONTENT_MD5[key]:
-                    raise DataFormatError(
-                        f"{name}.gz: decompressed md5 mismatch: expected {CONTENT_MD5[key]}, "
-                        f"got {actual}"
-                    )
-            with atomic_path(dest_dir / name) as out, open(out, "xb") as f:
-                f.write(data)
-            log.info("wrote %s", dest_dir / name)
+            _fetch_one(key, name, sources, downloads, dest_dir, verify)
+    finally:
+        if not any(downloads.iterdir()):  # nothing to resume: leave no trace
+            downloads.rmdir()
     return dest_dir
+
+
+def _fetch_one(
+    key: str, name: str, sources: Sequence[str], downloads: Path, dest_dir: Path, verify: bool
+) -> None:
+    """Fetch NAME.gz into `downloads`, check it, and write the decompressed file atomically."""
+    urls = [url for source in sources for url in source_urls(source, name + ".gz")]
+    gz = fetch(urls, downloads / (name + ".gz"))
+    try:
+        data = read_idx_bytes(gz)
+        parse_idx(data, f"{name}.gz")  # structure and exact payload length
+        if verify:
+            actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
+            if actual != CONTENT_MD5[key]:
+                raise DataFormatError(
+                    f"{name}.gz: decompressed md5 mismatch: expected {CONTENT_MD5[key]}, "
+                    f"got {actual}"
+                )
+    finally:
+        gz.unlink()  # a complete but bad .gz must not be "resumed" next time
+    with atomic_path(dest_dir / name) as out, open(out, "xb") as f:
+        f.write(data)
+    log.info("wrote %s", dest_dir / name)
 
 
 def _find(raw_dir: Path, name: str) -> Path:
