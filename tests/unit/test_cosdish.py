@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from shdh.hashers import get_hasher_class
-from shdh.hashers.base import Hasher, NotFittedError
 from shdh.hashers.cosdish import (
     COSDISH,
     COSDISHH,
@@ -95,26 +94,6 @@ def test_fit_encode_shapes_codes_and_determinism(cls, train, fitted):
         "ridge": 1.0,
         "balance": True,
     }
-
-
-@pytest.mark.parametrize("cls", METHODS)
-def test_refuses_before_fit(cls, train, tmp_path):
-    h = cls(n_bits=8)
-    with pytest.raises(NotFittedError):
-        h.encode(train[0])
-    with pytest.raises(NotFittedError):
-        h.save(tmp_path / "model")
-
-
-@pytest.mark.parametrize("cls", METHODS)
-def test_save_load_round_trip(cls, train, fitted, tmp_path):
-    X, _ = train
-    h = fitted[cls]
-    h.save(tmp_path / "model")
-    for loader in (cls, Hasher):
-        back = loader.load(tmp_path / "model")
-        assert type(back) is cls and back.get_params() == h.get_params()
-        np.testing.assert_array_equal(back.encode(X), h.encode(X))
 
 
 @pytest.mark.parametrize("cls", METHODS)

@@ -10,7 +10,6 @@ import pytest
 from scipy.linalg import orthogonal_procrustes
 
 from shdh.hashers import get_hasher_class
-from shdh.hashers.base import Hasher, NotFittedError
 from shdh.hashers.itq import ITQ, itq_rotation, pca, random_rotation
 from shdh.hashers.validation import check_features
 from shdh.metrics import evaluate
@@ -80,22 +79,6 @@ def test_deterministic_under_seed(toy, fitted) -> None:
     np.testing.assert_array_equal(again.encode(toy[0]), fitted.encode(toy[0]))
     other = ITQ(n_bits=16, seed=4).fit(toy[0])
     assert not np.allclose(other.projection_, fitted.projection_)  # the random start matters
-
-
-def test_refuses_before_fit(tmp_path) -> None:
-    h = ITQ(n_bits=8)
-    with pytest.raises(NotFittedError, match="itq"):
-        h.encode(np.zeros((2, 16)))
-    with pytest.raises(NotFittedError):
-        h.save(tmp_path / "m")
-
-
-def test_save_load_round_trip(tmp_path, toy, fitted) -> None:
-    fitted.save(tmp_path / "m")
-    for loader in (ITQ.load, Hasher.load):
-        back = loader(tmp_path / "m")
-        assert isinstance(back, ITQ) and back.get_params() == fitted.get_params()
-        np.testing.assert_array_equal(back.encode(toy[0]), fitted.encode(toy[0]))
 
 
 def test_load_refuses_other_method_and_mismatched_bits(tmp_path, fitted) -> None:

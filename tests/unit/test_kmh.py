@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from shdh.hashers import get_hasher_class
-from shdh.hashers.base import Hasher, NotFittedError
 from shdh.hashers.itq import ITQ
 from shdh.hashers.kmh import (
     KMH,
@@ -105,22 +104,6 @@ def test_deterministic(toy, fitted) -> None:
     again = KMH(n_bits=16, seed=7).fit(toy[0])
     np.testing.assert_array_equal(again.encode(toy[0]), fitted.encode(toy[0]))
     np.testing.assert_array_equal(again.codewords_, fitted.codewords_)
-
-
-def test_refuses_before_fit(tmp_path) -> None:
-    h = KMH(n_bits=8)
-    with pytest.raises(NotFittedError, match="kmh"):
-        h.encode(np.zeros((2, 16)))
-    with pytest.raises(NotFittedError):
-        h.save(tmp_path / "m")
-
-
-def test_save_load_round_trip(tmp_path, toy, fitted) -> None:
-    fitted.save(tmp_path / "m")
-    for loader in (KMH.load, Hasher.load):
-        back = loader(tmp_path / "m")
-        assert isinstance(back, KMH) and back.get_params() == fitted.get_params()
-        np.testing.assert_array_equal(back.encode(toy[0]), fitted.encode(toy[0]))
 
 
 def test_load_refuses_other_method_and_mismatched_bits(tmp_path, fitted) -> None:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from scipy.special import expit
 
 from shdh.hashers import get_hasher_class
-from shdh.hashers.base import Hasher, NotFittedError
-from shdh.hashers.ksh import KSH
 from shdh.hashers.lfh import (
     LFH,
     _standardiser,
@@ -23,28 +19,14 @@ from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
+from tests.unit.toys import train_and_queries
 
 N_BITS = 8
 
 
-def toy_tree_data(n: int, seed: int = 0, n_sup: int = 2, per_sup: int = 3, d: int = 16):
-    """Gaussian clusters per leaf of a K=3 tree: superclass centre + leaf offset + noise."""
-    rng = np.random.default_rng(seed)
-    leaf = rng.integers(0, n_sup * per_sup, n)
-    sup = leaf // per_sup
-    X = (
-        3.0 * rng.standard_normal((n_sup, d))[sup]
-        + 1.5 * rng.standard_normal((n_sup * per_sup, d))[leaf]
-        + rng.standard_normal((n, d))
-    )
-    anc = np.stack([np.zeros(n, int), 1 + sup, 1 + n_sup + leaf], axis=1).astype(np.int32)
-    return X.astype(np.float32), anc
-
-
 @pytest.fixture(scope="module")
 def data():
-    X, anc = toy_tree_data(480)
-    return X[80:], anc[80:], X[:80], anc[:80]  # database/training, queries
+    return train_and_queries()  # database/training, queries
 
 
 @pytest.fixture(scope="module")
@@ -79,43 +61,6 @@ def test_deterministic_under_seed(data, pairs, fitted):
     np.testing.assert_array_equal(again.encode(data[0]), fitted.encode(data[0]))
     other = LFH(n_bits=N_BITS, seed=4).fit(data[0], pairs)
     assert not np.array_equal(other.projection_, fitted.projection_)
-
-
-def test_refuses_before_fit(data, tmp_path):
-    with pytest.raises(NotFittedError):
-        LFH(n_bits=N_BITS).encode(data[0])
-    with pytest.raises(NotFittedError):
-        LFH(n_bits=N_BITS).save(tmp_path / "model")
-
-
-def test_save_load_round_trip(data, fitted, tmp_path):
-    fitted.save(tmp_path / "model")
-    for loader in (LFH.load, Hasher.load):
-        loaded = loader(tmp_path / "model")
-        assert type(loaded) is LFH and loaded.get_params() == fitted.get_params()
-        np.testing.assert_array_equal(loaded.encode(data[2]), fitted.encode(data[2]))
-        np.testing.assert_array_equal(loaded.train_codes_, fitted.train_codes_)
-
-
-def test_load_into_wrong_method_is_refused(data, pairs, fitted, tmp_path):
-    fitted.save(tmp_path / "lfh")
-    with pytest.raises(ValueError, match=r"params\.json.*'lfh'"):
-        KSH.load(tmp_path / "lfh")
-    KSH(n_bits=N_BITS, n_anchors=20, n_labelled=50, n_iter=5).fit(data[0], pairs).save(
-        tmp_path / "ksh"
-    )
-    with pytest.raises(ValueError, match=r"params\.json.*'ksh'"):
-        LFH.load(tmp_path / "ksh")
-
-
-def test_load_with_wrong_bit_length_is_refused(fitted, tmp_path):
-    fitted.save(tmp_path / "model")
-    meta_path = tmp_path / "model" / "params.json"
-    meta = json.loads(meta_path.read_text())
-    meta["params"]["n_bits"] = 2 * N_BITS
-    meta_path.write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=rf"projection_.*n_bits={2 * N_BITS}"):
-        LFH.load(tmp_path / "model")
 
 
 def _acg(q_codes: np.ndarray, db_codes: np.ndarray, q_anc, db_anc) -> float:
