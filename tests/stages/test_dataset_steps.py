@@ -87,3 +87,18 @@ def test_unknown_dataset_and_wrong_sources_are_config_errors(tmp_path):
         steps.fetch(tmp_path, dataset="cifar100", sources=["debian"])
     with pytest.raises(ConfigError, match="does not exist"):
         steps.fetch(tmp_path / "missing", dataset="folder")
+
+
+def test_undecodable_image_fails_the_download_unless_skipped(tmp_path, caplog):
+    raw = make_demo_folder(tmp_path / "photos", n_per_leaf=5)
+    bad = raw / "animal" / "bird" / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    params = smoke_params(tmp_path, raw, data={"dataset": "folder"})
+    assert main(["download", "--params", str(params)]) == 1
+    assert str(bad) in caplog.text
+    assert not (tmp_path / "prepared").exists()  # nothing half-written
+    caplog.clear()
+    run_steps(params, ["download", "--skip-bad-images"])
+    assert len(np.load(tmp_path / "prepared" / "dataset" / "labels.npy")) == 30
+    assert f"skipping an undecodable image: {bad}" in caplog.text
+    assert "skipped 1 undecodable image(s) of 31" in caplog.text
