@@ -29,14 +29,16 @@ LABEL org.opencontainers.image.title="shdh" \
 
 # No bytecode or pip cache in the layers; logs unbuffered so `kubectl logs` streams them;
 # matplotlib draws without a display and keeps its cache in /tmp (the root filesystem is
-# read-only in the pods of k8s/).
+# read-only in the pods of k8s/). SHDH_GIT_COMMIT tags every MLflow run with the image's commit
+# (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    SHDH_GIT_COMMIT=${VCS_REF}
 
 # A fixed, numeric UID/GID (10001): the pods' securityContext names the same numbers, and
 # Kubernetes can only verify runAsNonRoot for a numeric USER. /gcs, /minio and /s3 are where

@@ -36,8 +36,8 @@ data: setup
 	shdh fetch
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks components pipelines
+	$(BIN)/ruff format --check src tests benchmarks components pipelines
 
 clean-results:
 	rm -rf artifacts results mlflow.db

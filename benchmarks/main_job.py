@@ -38,8 +38,13 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="shdh-main-job-"))
     clone = workdir / "shdh"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MLFLOW_TRACKING_URI")}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                            capture_output=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     phases = {
         "setup (venv from requirements.lock)": timed(["make", "setup"], clone, env),
@@ -53,8 +58,10 @@ def main() -> None:
     print(f"{'total':40s} {sum(phases.values()):7.1f} s")
     for method, by_bits in metrics.items():
         for bits, row in by_bits.items():
-            print(f"{method:8s} {bits:>3s} bits  NDCG@100 {row['ndcg@100']:.4f}  "
-                  f"ACG@100 {row['acg@100']:.4f}  WR@1000 {row['wr@1000']:.4f}")
+            print(
+                f"{method:8s} {bits:>3s} bits  NDCG@100 {row['ndcg@100']:.4f}  "
+                f"ACG@100 {row['acg@100']:.4f}  WR@1000 {row['wr@1000']:.4f}"
+            )
     if args.keep:
         print(f"clone kept in {clone}")
     else:

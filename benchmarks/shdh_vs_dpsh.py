@@ -63,6 +63,12 @@ def main() -> None:
     parser.add_argument("--bits", type=int, default=64)
     parser.add_argument("--n-train", type=int, default=None)
     parser.add_argument("--out", default=None, help="JSON file for the per-run results")
+    parser.add_argument(
+        "--eval-smatrix",
+        default=None,
+        help="score against this S-matrix artifact instead of the training one (e.g. train on "
+        "flat leaf labels, score on the hierarchy: same items, same split)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     params = yaml.safe_load(Path(args.params).read_text())
@@ -87,8 +93,9 @@ def main() -> None:
             seconds = time.perf_counter() - start
             ev = {**params["evaluate"], "report": None, "random_floor": False}
             metrics = evaluation.evaluate(
-                prepared_dir=params["data"]["prepared_dir"], smatrix_path=params["smatrix"]["out"],
-                models_dir=models, results_dir=models.parent / "results",
+                prepared_dir=params["data"]["prepared_dir"],
+                smatrix_path=args.eval_smatrix or params["smatrix"]["out"], models_dir=models,
+                results_dir=models.parent / "results",
                 runs=[(method, args.bits)], eval_params=ev, seed=params["seed"],
             )[method][str(args.bits)]  # fmt: skip
             last = json.loads((mdir / "history.json").read_text())[-1]

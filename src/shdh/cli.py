@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shdh {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="step", required=True, metavar="STEP")
-    for step in STEPS:
+    for step in (*STEPS, "pipeline"):  # pipeline: the Kubeflow front door (stages/pipeline.py)
         module = importlib.import_module(f"shdh.stages.{step}")
         p = sub.add_parser(step, help=module.HELP, description=module.HELP)
         module.add_arguments(p)

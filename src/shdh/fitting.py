@@ -29,6 +29,7 @@ RESUME_MODES = ("never", "auto", "always")
 HASHER_DIR = "hasher"  # inside a model folder: params.json + state.npz
 RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
+ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
 # Keys of the `train` section that configure the pipeline rather than a method.
 _PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train")
 
@@ -176,6 +177,8 @@ def train(
         tracking.log_metrics({"fit_seconds": seconds})
         if deep:
             tracking.log_artifact(out_dir / "work" / "checkpoint.pt", "checkpoint")
+            # The encoder as an MLflow model (images -> packed codes), servable and registrable.
+            tracking.log_encoder(out_dir / HASHER_DIR, X[:ENCODER_EXAMPLE_ITEMS])
             history = json.dumps(hasher.history_, indent=2) + "\n"
             atomic_write_text(out_dir / "history.json", history)
     record = {

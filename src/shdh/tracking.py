@@ -1,9 +1,13 @@
-"""MLflow tracking: where runs go, and the few calls the pipeline makes.
+"""MLflow tracking: where runs go, the few calls the pipeline makes, and the encoders as models.
 
 The tracking URI comes from MLFLOW_TRACKING_URI when set (a team server), else a SQLite file in
 the working directory: MLflow 3.17 refuses the plain ./mlruns file store. A remote server is
 probed once with a short timeout, because MLflow's own client retries for minutes before it
 gives up, and a pipeline that hangs on a typo in a URL wastes a training slot.
+
+Both front doors (DVC and Kubeflow) put one pipeline run under one parent run, with a nested run
+per method and code length, and tag every run alike (git commit, raw-data hash, pipeline run
+id, dataset, profile) so that runs from either can be filtered and compared in one UI.
 """
 
 from __future__ import annotations
@@ -70,8 +74,16 @@ def _configure(experiment: str) -> Any:
     return mlflow
 
 
+GIT_COMMIT_ENV = "SHDH_GIT_COMMIT"
+
+
 def git_commit() -> str:
-    """The commit the code ran from, so a run can be traced to its source; 'unknown' outside git."""
+    """The commit the code ran from, so a run can be traced to its source; 'unknown' outside git.
+
+    A container has no .git: the image records its commit in SHDH_GIT_COMMIT at build time.
+    """
+    if os.environ.get(GIT_COMMIT_ENV):
+        return os.environ[GIT_COMMIT_ENV]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
@@ -188,3 +200,169 @@ def parent_run(pipeline_id: str, tags: dict[str, str], experiment: str = DEFAULT
     )  # fmt: skip
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def pipeline_context(pipeline_id: str, tags: dict[str, str]) -> dict[str, Any]:
+    """The tags and parent run id that every tracked step of one pipeline run passes on.
+
+    Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
+    components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
+    keyword arguments of fitting.train and evaluation.evaluate.
+    """
+    tags = {**tags, PIPELINE_TAG: pipeline_id}
+    return {"tags": tags, "parent_run_id": parent_run(pipeline_id, tags)}
+
+
+def dvc_dir_md5(folder: str | Path) -> str:
+    """The hash DVC gives a tracked folder (`md5: ....dir` in data.dvc), computed without DVC.
+
+    DVC hashes the JSON list of {md5, relpath} of every file, sorted by path. A Kubeflow
+    component fetches the raw files itself rather than through data.dvc; hashing them the same
+    way gives its runs the same `dvc_data_md5` tag as `dvc repro` on the same data.
+    """
+    import hashlib
+
+    from shdh.data.download import md5sum
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a folder; cannot hash the raw data")
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    entries = [{"md5": md5sum(p), "relpath": p.relative_to(folder).as_posix()} for p in files]
+    entries.sort(key=lambda e: e["relpath"])
+    listing = json.dumps(entries, sort_keys=True).encode("utf-8")
+    return hashlib.md5(listing).hexdigest() + ".dir"
+
+
+# ---- the deep encoders as MLflow models ------------------------------------------------------
+
+MODEL_ARTIFACT = "encoder"  # the logged model's name inside its run
+MODEL_URI_TAG = "shdh.model_uri"
+DEFAULT_SELECTION_METRIC = "ndcg_at_100"
+
+
+def encoder_signature(image_shape: tuple[int, ...], n_bits: int) -> Any:
+    """uint8 images (N, H, W[, C]) in, packed codes uint8 (N, ceil(L/8)) out."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Schema, TensorSpec
+
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, *image_shape))]),
+        outputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, (n_bits + 7) // 8))]),
+    )
+
+
+def _encoder_requirements() -> list[str]:
+    """The encoder's third-party imports, pinned to what trained it (shdh itself must be
+    installed where the model is served: the project image, or `pip install` of this repo)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("numpy", "torch", "tqdm")]
+
+
+def log_encoder(hasher_dir: str | Path, example: Any) -> str:
+    """Log a fitted deep hasher (saved in hasher_dir) to the active run as a pyfunc model that
+    maps images to packed codes; returns its model URI (also set as the run's tag
+    shdh.model_uri, so the best model of a pipeline run can be found and registered)."""
+    import mlflow
+    import numpy as np
+
+    from shdh.hashers.base import Hasher
+
+    hasher = Hasher.load(hasher_dir)
+    example = np.ascontiguousarray(example, dtype=np.uint8)
+    info = mlflow.pyfunc.log_model(
+        name=MODEL_ARTIFACT,
+        python_model=encoder_model_class()(),
+        artifacts={"hasher": str(hasher_dir)},
+        signature=encoder_signature(tuple(example.shape[1:]), hasher.n_bits),
+        input_example=example,
+        pip_requirements=_encoder_requirements(),
+        metadata={"method": hasher.name, "n_bits": int(hasher.n_bits),
+                  "segment_sizes": [int(s) for s in hasher.segment_sizes()]},
+    )  # fmt: skip
+    mlflow.set_tag(MODEL_URI_TAG, info.model_uri)
+    return info.model_uri
+
+
+def encoder_model_class() -> type:
+    """The pyfunc class: a subclass of mlflow.pyfunc.PythonModel, defined on first use so that
+    importing shdh.tracking does not import MLflow (seconds). It is published as
+    shdh.tracking.EncoderModel, so cloudpickle stores it by reference and a logged model loads
+    wherever shdh is installed."""
+    if "EncoderModel" in globals():
+        return globals()["EncoderModel"]
+    import mlflow.pyfunc
+
+    class EncoderModel(mlflow.pyfunc.PythonModel):
+        """Images (N, H, W[, C]) uint8 -> packed binary codes (N, ceil(L/8)) uint8."""
+
+        def load_context(self, context):
+            from shdh.hashers.base import Hasher
+
+            self.hasher = Hasher.load(context.artifacts["hasher"])
+
+        # No type hints: MLflow would read them as a schema; the signature is the schema.
+        def predict(self, context, model_input, params=None):
+            import numpy as np
+
+            from shdh.retrieval import pack_codes
+
+            images = np.asarray(model_input)
+            if images.dtype != np.uint8:
+                raise ValueError(f"encoder input: expected uint8 images, got {images.dtype}")
+            return pack_codes(self.hasher.encode(images))
+
+    EncoderModel.__module__ = __name__
+    EncoderModel.__qualname__ = "EncoderModel"
+    globals()["EncoderModel"] = EncoderModel
+    return EncoderModel
+
+
+def __getattr__(name: str) -> Any:
+    """`shdh.tracking.EncoderModel` (what a logged model's pickle names) defines the class."""
+    if name == "EncoderModel":
+        return encoder_model_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def register_best_model(
+    parent_run_id: str,
+    name: str,
+    *,
+    metric: str = DEFAULT_SELECTION_METRIC,
+    experiment: str = DEFAULT_EXPERIMENT,
+) -> Any:
+    """Register the logged encoder with the highest `metric` among a pipeline run's children
+    in the Model Registry under `name`; returns the new ModelVersion.
+
+    Ties go to the run name (METHOD-BITS) in sorted order, so the choice is reproducible. Only
+    runs that logged an encoder compete: the shallow baselines have no image model.
+    """
+    mlflow = _configure(experiment)
+    client = mlflow.MlflowClient()
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        max_results=1000,
+    )
+    candidates = [r for r in children if MODEL_URI_TAG in r.data.tags and metric in r.data.metrics]
+    if not candidates:
+        raise ValueError(
+            f"MLflow run {parent_run_id}: no child run has both a logged encoder and the metric "
+            f"'{metric}' (run the evaluate step first)"
+        )
+    best = min(candidates, key=lambda r: (-r.data.metrics[metric], r.info.run_name or ""))
+    version = mlflow.register_model(best.data.tags[MODEL_URI_TAG], name)
+    log.info("registered %s (run %s, %s=%.4f) as %s version %s", best.info.run_name,
+             best.info.run_id, metric, best.data.metrics[metric], name,
+             version.version)  # fmt: skip
+    return version
+
+
+def attach_text(run_id: str, text: str, artifact_file: str) -> None:
+    """Add a text artifact to a finished run (the pipeline's parent) without reopening it."""
+    mlflow = _configure(DEFAULT_EXPERIMENT)
+    mlflow.MlflowClient().log_text(run_id, text, artifact_file)

@@ -50,8 +50,7 @@ def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[s
 
     tags = run_tags(params)
     pipeline_id = tracking.pipeline_run_id(Path(args.params).read_text(), tags["dvc_data_md5"])
-    tags[tracking.PIPELINE_TAG] = pipeline_id
-    return {"tags": tags, "parent_run_id": tracking.parent_run(pipeline_id, tags)}
+    return tracking.pipeline_context(pipeline_id, tags)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -1,0 +1,41 @@
+"""baseline: fit one shallow method (ITQ, KMH, KSH, LFH, COSDISH, ...) on GIST features."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Model, Output
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def baseline(
+    prepared: Input[Dataset], similarity: Input[Dataset], gist: Input[Dataset], method: str,
+    bits: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    model: Output[Model],
+):  # fmt: skip
+    """Fit a shallow hashing method (shdh train --method METHOD --bits BITS).
+
+    Inputs:
+        prepared: the dataset folder from `download`.
+        similarity: the S-matrix from `smatrix` (the pair labels).
+        gist: the GIST features from `features`.
+        method: a shallow method of shdh.hashers (itq, kmh, ksh, ksh+h, lfh, cosdish, ...).
+        bits: the code length L.
+        settings: the `baselines` section of params.yaml as JSON.
+        seed: the master seed.
+        profile: the params profile (an MLflow tag).
+        pipeline_run_id: the Kubeflow run id (the MLflow parent run's key).
+    Outputs:
+        model: the fitted hasher folder (hasher/, fit.json, mlflow_run.json).
+    """
+    import tempfile
+
+    from shdh import fitting
+    from shdh.stages.pipeline import run_context, save_model, section_arg
+
+    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+        context = run_context(prepared.metadata, profile, pipeline_run_id)
+        out = fitting.train(method, bits, prepared_dir=prepared.path,
+                            smatrix_path=similarity.path, models_dir=models_dir,
+                            section=section_arg(settings, "baselines"), features_path=gist.path,
+                            seed=seed, **context)  # fmt: skip
+        save_model(out, model)

@@ -1,0 +1,23 @@
+"""features: 512-D GIST of every item, for the shallow baselines."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Output
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
+    """Compute GIST features (shdh features).
+
+    Inputs:
+        prepared: the dataset folder from `download`.
+        settings: the `features` section of params.yaml as JSON (batch_size).
+    Outputs:
+        gist: the (N, 512) float32 .npy written by shdh.steps.features.
+    """
+    from shdh import steps
+    from shdh.stages.pipeline import section_arg
+
+    steps.features(prepared.path, gist.path,
+                   batch_size=section_arg(settings, "features")["batch_size"])  # fmt: skip

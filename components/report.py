@@ -1,0 +1,37 @@
+"""report: the results in the layout of the paper's Table 1, the paper's numbers beside them."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Markdown, Output
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def report(
+    prepared: Input[Dataset], results: Input[Dataset], settings: str, profile: str,
+    pipeline_run_id: str, document: Output[Markdown],
+):  # fmt: skip
+    """Write the results document (the tables `shdh evaluate` writes into docs/results.md) and
+    attach it to the pipeline's MLflow parent run as report/results.md.
+
+    Inputs:
+        prepared: the dataset folder from `download` (its metadata names the dataset).
+        results: the folder from `evaluate` (metrics.json).
+        settings: the `evaluate` section of params.yaml as JSON (n).
+        profile: the params profile (an MLflow tag).
+        pipeline_run_id: the Kubeflow run id (the MLflow parent run's key).
+    Outputs:
+        document: the Markdown report, shown in the Kubeflow UI.
+    """
+    import json
+    from pathlib import Path
+
+    from shdh import evaluation, tracking
+    from shdh.stages.pipeline import run_context, section_arg
+
+    scores = json.loads((Path(results.path) / "metrics.json").read_text())
+    evaluation.write_report(document.path, scores, {}, dataset=prepared.metadata["dataset"],
+                            n=section_arg(settings, "evaluate")["n"])  # fmt: skip
+    context = run_context(prepared.metadata, profile, pipeline_run_id)
+    tracking.attach_text(context["parent_run_id"], Path(document.path).read_text(),
+                         "report/results.md")  # fmt: skip

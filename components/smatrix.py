@@ -1,0 +1,29 @@
+"""smatrix: the compact hierarchical similarity artifact (never N x N)."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Output
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def smatrix(
+    prepared: Input[Dataset], labels: Input[Dataset], settings: str, seed: int,
+    similarity: Output[Dataset],
+):  # fmt: skip
+    """Write the S-matrix artifact (shdh smatrix; paper Eq. 1-3 by shared depth).
+
+    Inputs:
+        prepared: the dataset folder from `download` (its split picks the dense sample).
+        labels: the tree and ancestors from `tree`.
+        settings: the `smatrix` section of params.yaml as JSON (sample_size).
+        seed: the master seed (the dense sample).
+    Outputs:
+        similarity: the S-matrix .npz written by shdh.steps.smatrix.
+    """
+    from shdh import steps
+    from shdh.stages.pipeline import section_arg
+
+    cfg = section_arg(settings, "smatrix")
+    steps.smatrix(labels.path, similarity.path, prepared_dir=prepared.path,
+                  sample_size=cfg["sample_size"], seed=seed)  # fmt: skip

@@ -1,0 +1,40 @@
+"""train: fit one deep method (SHDH, DPSH) at one code length; the step that wants a GPU."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Model, Output
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def train(
+    prepared: Input[Dataset], similarity: Input[Dataset], method: str, bits: int,
+    settings: str, seed: int, profile: str, pipeline_run_id: str, model: Output[Model],
+):  # fmt: skip
+    """Train a deep hashing network (shdh train --method METHOD --bits BITS).
+
+    Inputs:
+        prepared: the dataset folder from `download`.
+        similarity: the S-matrix from `smatrix` (the pair labels).
+        method: a deep method of shdh.hashers (shdh, dpsh).
+        bits: the code length L.
+        settings: the `train` section of params.yaml as JSON.
+        seed: the master seed (initialisation, shuffles).
+        profile: the params profile (an MLflow tag).
+        pipeline_run_id: the Kubeflow run id (the MLflow parent run's key).
+    Outputs:
+        model: the fitted hasher folder (hasher/, fit.json, history.json, mlflow_run.json);
+            the run also logs the encoder as an MLflow model.
+    """
+    import tempfile
+
+    from shdh import fitting
+    from shdh.stages.pipeline import run_context, save_model, section_arg
+
+    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+        context = run_context(prepared.metadata, profile, pipeline_run_id)
+        out = fitting.train(method, bits, prepared_dir=prepared.path,
+                            smatrix_path=similarity.path, models_dir=models_dir,
+                            section=section_arg(settings, "train"), seed=seed, progress=False,
+                            **context)  # fmt: skip
+        save_model(out, model)

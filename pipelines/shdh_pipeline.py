@@ -1,0 +1,143 @@
+"""The SHDH pipeline as a Kubeflow DAG, the same steps as dvc.yaml:
+
+    download -> tree -> smatrix -> start (MLflow parent run)
+      -> ParallelFor deep runs:    train    (SHDH and DPSH at each code length; GPU on a cluster)
+      -> features -> ParallelFor shallow runs: baseline (on GIST features)
+      -> evaluate (every model) -> report
+
+The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
+smatrix, features, train, baselines, evaluate), their defaults the values of the params the
+pipeline is built from (params.yaml plus a profile: shdh.stages.pipeline.resolve_params).
+
+Each branch fans out over one list of {method, bits} from a `plan` task, not over nested loops
+of methods and bits: Kubeflow (and kfp.local) collect the outputs of a single loop level only.
+Whether the shallow branch exists is decided when the pipeline is built: a loop over an empty
+list collects nothing that `evaluate` could be given, so `baselines.methods: []` leaves the
+branch out (and a run's methods and bits lists must not be emptied at submit time).
+"""
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+# The components under other names: the pipeline's parameters take the sections' names.
+from components.baseline import baseline as baseline_op
+from components.download import download as download_op
+from components.evaluate import evaluate as evaluate_op
+from components.features import features as features_op
+from components.plan import plan as plan_op
+from components.report import report as report_op
+from components.smatrix import smatrix as smatrix_op
+from components.start import start as start_op
+from components.train import train as train_op
+from components.tree import tree as tree_op
+from kfp import compiler, dsl
+from kfp.dsl import Dataset, Markdown
+
+from pipelines.cluster import TrainScheduling, apply_scheduling, use_cluster_settings
+from shdh.stages.pipeline import pipeline_arguments, planned_runs
+
+PIPELINE_NAME = "shdh"
+DESCRIPTION = (
+    "Supervised Hierarchical Deep Hashing (arXiv 1704.02088): SHDH and DPSH at each code length "
+    "and the shallow baselines on GIST, scored by ACG, DCG, NDCG and weighted recall"
+)
+
+
+class Outputs(NamedTuple):
+    results: Dataset
+    report: Markdown
+
+
+def build_pipeline(
+    params: dict[str, Any], *, cluster: bool = False, scheduling: TrainScheduling | None = None
+) -> Any:
+    """The pipeline (a kfp GraphComponent) with `params` as its parameters' defaults.
+
+    cluster=True adds what only a Kubernetes cluster understands: environment from the
+    ConfigMap and Secret on every task, and `scheduling` (node selector, tolerations, a GPU) on
+    each training task. kfp.local runs the pipeline built with cluster=False.
+    """
+    defaults = pipeline_arguments(params)
+    deep_runs = planned_runs(params["train"], params["baselines"], "deep")
+    shallow_runs = planned_runs(params["train"], params["baselines"], "shallow")
+    if not deep_runs and not shallow_runs:
+        raise ValueError("params: train and baselines list no (method, bits) to run")
+    tasks: list[Any] = []
+
+    def step(task: Any) -> Any:
+        tasks.append(task)
+        return task
+
+    @dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)
+    def shdh_pipeline(
+        profile: str = defaults["profile"],
+        seed: int = defaults["seed"],
+        data: str = defaults["data"],
+        tree: str = defaults["tree"],
+        smatrix: str = defaults["smatrix"],
+        features: str = defaults["features"],
+        train: str = defaults["train"],
+        baselines: str = defaults["baselines"],
+        evaluate: str = defaults["evaluate"],
+    ) -> Outputs:
+        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        tracked = {"seed": seed, "profile": profile, "pipeline_run_id": run_id}
+        prepared = step(download_op(data=data, seed=seed)).outputs["prepared"]
+        labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
+        similarity = step(smatrix_op(prepared=prepared, labels=labels, settings=smatrix,
+                                     seed=seed)).outputs["similarity"]  # fmt: skip
+        opened = step(start_op(prepared=prepared, profile=profile, pipeline_run_id=run_id))
+        inputs: dict[str, Any] = {"deep_runs": [], "shallow_runs": []}
+        if deep_runs:
+            planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
+            with dsl.ParallelFor(planned.output) as item:
+                fit = train_op(prepared=prepared, similarity=similarity, method=item.method,
+                               bits=item.bits, settings=train, **tracked)  # fmt: skip
+                step(fit.after(opened))
+                if cluster and scheduling is not None:
+                    apply_scheduling(fit, scheduling)
+            inputs.update(deep_runs=planned.output, deep_models=dsl.Collected(fit.outputs["model"]))
+        if shallow_runs:
+            gist = step(features_op(prepared=prepared, settings=features)).outputs["gist"]
+            planned = step(plan_op(train=train, baselines=baselines, kind="shallow"))
+            with dsl.ParallelFor(planned.output) as item:
+                fit = baseline_op(prepared=prepared, similarity=similarity, gist=gist,
+                                  method=item.method, bits=item.bits, settings=baselines,
+                                  **tracked)  # fmt: skip
+                step(fit.after(opened))
+            inputs.update(shallow_runs=planned.output, gist=gist,
+                          shallow_models=dsl.Collected(fit.outputs["model"]))  # fmt: skip
+        scored = step(evaluate_op(prepared=prepared, similarity=similarity, settings=evaluate,
+                                  **tracked, **inputs))  # fmt: skip
+        written = step(
+            report_op(
+                prepared=prepared,
+                results=scored.outputs["results"],
+                settings=evaluate,
+                profile=profile,
+                pipeline_run_id=run_id,
+            )
+        )
+        if cluster:
+            for task in tasks:
+                use_cluster_settings(task)
+        return Outputs(results=scored.outputs["results"], report=written.outputs["document"])
+
+    return shdh_pipeline
+
+
+def compile_pipeline(
+    params: dict[str, Any],
+    out: str | Path,
+    *,
+    cluster: bool = True,
+    scheduling: TrainScheduling | None = None,
+) -> Path:
+    """Write the pipeline YAML (IR) for `params`, written atomically."""
+    from shdh.atomic import atomic_path
+
+    out = Path(out)
+    pipeline = build_pipeline(params, cluster=cluster, scheduling=scheduling)
+    with atomic_path(out, suffix=".yaml") as tmp:
+        compiler.Compiler().compile(pipeline, str(tmp))
+    return out

@@ -1,0 +1,180 @@
+"""A real `mlflow server` (SQLite backend store, artifacts in a SeaweedFS S3 bucket) on loopback,
+the smoke pipeline tracked into it, and everything read back through its REST API.
+
+The pipeline is the DVC front door run through the library (the dvc.yaml commands in this
+process); the client has no S3 credentials, so its artifacts reach the bucket only through the
+server's artifact proxy, as on a cluster. The server is stopped by its PID (its process group:
+uvicorn workers and the job runner go with it), SeaweedFS by the session fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.integration.conftest import S3Server, free_ports
+from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
+ARTIFACT_PREFIX = "mlflow-artifacts"
+SMOKE_RUNS = {f"{m}-16" for m in
+              ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h",
+               "random")}  # fmt: skip
+
+
+def get_json(url: str, **query: str) -> dict:
+    full = f"{url}?{urllib.parse.urlencode(query)}" if query else url
+    with urllib.request.urlopen(full, timeout=30) as response:  # noqa: S310 (loopback)
+        return json.loads(response.read())
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (loopback)
+        return json.loads(response.read())
+
+
+def stop_by_pid(process: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (its PID), then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {process.returncode}:\n"
+                               f"{log_path.read_text()[-4000:]}")  # fmt: skip
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise RuntimeError(f"mlflow server at {url} not healthy after {START_TIMEOUT_S:.0f} s:\n"
+                       f"{log_path.read_text()[-4000:]}")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        str(Path(sys.executable).parent / "mlflow"), "server",
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    env = {**os.environ, **s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint}
+    log_path = root / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, cwd=root,
+                                   start_new_session=True)  # fmt: skip
+    try:
+        wait_for_health(url, process, log_path)
+        yield {"url": url, "process": process, "log": log_path}
+    finally:
+        stop_by_pid(process)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(mlflow_server, tmp_path_factory) -> dict:
+    """The smoke pipeline tracked into the server, by a client without S3 credentials."""
+    work = tmp_path_factory.mktemp("smoke")
+    params = smoke_settings()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
+            mp.delenv(name, raising=False)
+        mp.chdir(REPO)  # data.dvc and the git commit, as a user runs it
+        run_dvc_stages(dvc_params_file(params, work), params)
+    return {"results": work / "results"}
+
+
+def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server, smoke_run):
+    api = f"{mlflow_server['url']}/api/2.0/mlflow"
+    experiment = get_json(f"{api}/experiments/get-by-name", experiment_name="shdh")["experiment"]
+    search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
+    runs = post_json(f"{api}/runs/search", search)["runs"]
+    tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+            for r in runs}  # fmt: skip
+    (parent,) = [r for r in runs if tags[r["info"]["run_id"]].get("shdh.role") == "pipeline"]
+    parent_id = parent["info"]["run_id"]
+    children = {r["info"]["run_name"]: r for r in runs
+                if tags[r["info"]["run_id"]].get("mlflow.parentRunId") == parent_id}  # fmt: skip
+    assert set(children) == SMOKE_RUNS and len(runs) == len(SMOKE_RUNS) + 1
+    data_md5 = yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]["md5"]
+    for run_id in [parent_id, *(c["info"]["run_id"] for c in children.values())]:
+        assert tags[run_id]["profile"] == "smoke" and tags[run_id]["dvc_data_md5"] == data_md5
+        assert tags[run_id]["shdh.pipeline_run_id"] == tags[parent_id]["shdh.pipeline_run_id"]
+
+    # Metrics: what evaluate wrote to metrics.json, logged on the model's own run.
+    scores = json.loads((smoke_run["results"] / "metrics.json").read_text())
+    shdh = children["shdh-16"]
+    metrics = {m["key"]: m["value"] for m in shdh["data"]["metrics"]}
+    assert metrics["ndcg_at_100"] == pytest.approx(scores["shdh"]["16"]["ndcg@100"], abs=1e-6)
+    history = get_json(f"{api}/metrics/get-history", run_id=shdh["info"]["run_id"],
+                       metric_key="loss")["metrics"]  # fmt: skip
+    assert [m["step"] for m in history] == [1]  # one smoke epoch
+
+    # Artifacts: listed and downloaded through the server's proxy, byte for byte.
+    listed = get_json(f"{api}/artifacts/list", run_id=shdh["info"]["run_id"], path="codes")
+    assert [f["path"] for f in listed["files"]] == ["codes/shdh-16.npz"]
+    url = (f"{mlflow_server['url']}/get-artifact?"
+           + urllib.parse.urlencode({"path": "codes/shdh-16.npz",
+                                     "run_uuid": shdh["info"]["run_id"]}))  # fmt: skip
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (loopback)
+        downloaded = response.read()
+    assert downloaded == (smoke_run["results"] / "codes" / "shdh-16.npz").read_bytes()
+    # The encoder was logged as a model: its MLmodel reaches the client through the REST API.
+    model_id = tags[shdh["info"]["run_id"]]["shdh.model_uri"].removeprefix("models:/")
+    model = get_json(f"{api}/logged-models/{model_id}")["model"]
+    assert model["info"]["source_run_id"] == shdh["info"]["run_id"]
+
+
+def test_artifacts_live_in_the_s3_bucket(mlflow_server, smoke_run, s3_server):
+    listing = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=ARTIFACT_PREFIX)
+    keys = [item["Key"] for item in listing.get("Contents", [])]
+    while listing.get("IsTruncated"):
+        listing = s3_server.client().list_objects_v2(
+            Bucket=s3_server.bucket, Prefix=ARTIFACT_PREFIX,
+            ContinuationToken=listing["NextContinuationToken"],
+        )  # fmt: skip
+        keys += [item["Key"] for item in listing.get("Contents", [])]
+    assert any(k.endswith("/codes/shdh-16.npz") for k in keys)
+    assert any(k.endswith("/checkpoint/checkpoint.pt") for k in keys)
+    assert sum(k.endswith("/MLmodel") for k in keys) == 2  # the SHDH and DPSH encoders
+
+
+def test_the_server_stops_by_its_pid(mlflow_server):
+    process = mlflow_server["process"]
+    stop_by_pid(process)
+    assert process.poll() is not None
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(f"{mlflow_server['url']}/health", timeout=2)  # noqa: S310

@@ -1,0 +1,78 @@
+"""The two front doors on the same settings: the DVC stages and the Kubeflow pipeline.
+
+Shared by the tests that compare them and the MLflow-server integration test. The DVC side runs
+the commands of dvc.yaml itself (its matrices expanded from params, in its stage order) through
+`shdh`'s entry point in this process: the commands `dvc repro` runs, without DVC's scheduling
+(tests/e2e runs the real `dvc repro`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shdh.cli import main
+from shdh.config import deep_merge
+from shdh.stages.pipeline import resolve_params
+from tests.conftest import REPO
+
+_REF = re.compile(r"\$\{([^}]+)\}")
+
+
+def smoke_settings() -> dict[str, Any]:
+    """params.yaml with the smoke profile: what `shdh pipeline run --local --profile smoke` and
+    `shdh profile apply smoke && dvc repro` both run."""
+    return resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+
+
+def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
+    """The same settings with every path inside workdir (paths change no result)."""
+    paths = {
+        "data": {"raw_dir": str(workdir / "data" / "fashion-mnist"),
+                 "prepared_dir": str(workdir / "artifacts" / "prepared")},
+        "tree": {"out_dir": str(workdir / "artifacts" / "tree")},
+        "smatrix": {"out": str(workdir / "artifacts" / "smatrix.npz")},
+        "features": {"out": str(workdir / "artifacts" / "gist.npy")},
+        "train": {"models_dir": str(workdir / "artifacts" / "models")},
+        "evaluate": {"results_dir": str(workdir / "results"),
+                     "report": str(workdir / "docs" / "results.md")},
+    }  # fmt: skip
+    path = workdir / "params.yaml"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(deep_merge(params, paths), sort_keys=False))
+    return path
+
+
+def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> list[str]:
+    """Every stage command of dvc.yaml in order, with `matrix` stages expanded as DVC does."""
+
+    def lookup(path: str, item: dict[str, Any]) -> Any:
+        node: Any = {**params, "item": item}
+        for part in path.split("."):
+            node = node[part]
+        return node
+
+    commands = []
+    for stage in yaml.safe_load(dvc_file.read_text())["stages"].values():
+        matrix = stage.get("matrix", {})
+        axes = [lookup(_REF.fullmatch(v).group(1), {}) if isinstance(v, str) else v
+                for v in matrix.values()]  # fmt: skip
+        for values in itertools.product(*axes):
+            item = dict(zip(matrix, values, strict=True))
+            commands.append(_REF.sub(lambda m, i=item: str(lookup(m.group(1), i)), stage["cmd"]))
+    return commands
+
+
+def run_dvc_stages(params_file: Path, params: dict[str, Any]) -> list[str]:
+    """`shdh fetch` (what data.dvc stands for), then every dvc.yaml command, in this process."""
+    commands = ["shdh fetch", *dvc_commands(params)]
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "shdh", command
+        assert main([*argv[1:], "--params", str(params_file)]) == 0, command
+    return commands

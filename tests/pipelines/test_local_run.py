@@ -1,0 +1,122 @@
+"""The whole Kubeflow DAG on the smoke profile with kfp.local, beside the DVC stages on the same
+settings: both produce the same metrics, and MLflow holds one parent run per pipeline run with a
+nested run per method and code length, tagged alike."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from shdh import tracking
+from shdh.cli import main
+from tests.conftest import REPO
+from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
+
+pytestmark = pytest.mark.slow
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+SMOKE_METHODS = {"shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One kfp.local run and one run of the dvc.yaml commands, on smoke, into one MLflow store."""
+    import pipelines
+
+    if not DEBIAN_DIR.is_dir():
+        pytest.fail(f"{DEBIAN_DIR} is missing: run `make data` (installs dataset-fashion-mnist)")
+    tmp = tmp_path_factory.mktemp("front-doors")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    params = smoke_settings()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.chdir(REPO)  # git commit and data.dvc, as a user runs both
+        start = time.monotonic()
+        kfp_run = pipelines.run_local(params, tmp / "kfp")
+        kfp_seconds = time.monotonic() - start
+        dvc_params = dvc_params_file(params, tmp / "dvc")
+        run_dvc_stages(dvc_params, params)
+    dvc_metrics = json.loads((tmp / "dvc" / "results" / "metrics.json").read_text())
+    print(f"kfp.local smoke run: {kfp_seconds:.0f} s")
+    return {"kfp": kfp_run, "dvc": dvc_metrics, "dvc_params": dvc_params, "uri": uri}
+
+
+@pytest.fixture
+def client(runs, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", runs["uri"])
+    mlflow.set_tracking_uri(runs["uri"])
+    return mlflow.MlflowClient()
+
+
+def test_local_run_scores_every_method_and_writes_the_report(runs):
+    kfp_run = runs["kfp"]
+    assert set(kfp_run.metrics) == SMOKE_METHODS | {"random"}
+    for method in SMOKE_METHODS:
+        row = kfp_run.metrics[method]["16"]
+        assert 0 < row["ndcg@100"] <= 1 and row["acg@100"] > 0, method
+    assert (kfp_run.results_dir / "codes" / "shdh-16.npz").is_file()
+    assert (kfp_run.results_dir / "plots" / "wr_at_n-16.png").is_file()
+    assert "| shdh | 16 |" in kfp_run.table
+    report = kfp_run.report.read_text()
+    assert "This run: fashion-mnist-h, @100" in report and "| SHDH |" in report
+
+
+def test_dvc_and_kubeflow_give_the_same_metrics(runs):
+    """Same steps, same params, same seeds: every metric of every method agrees exactly."""
+    assert runs["kfp"].metrics == runs["dvc"]
+
+
+def test_a_kubeflow_run_is_one_parent_with_a_nested_run_per_method(runs, client):
+    exp = client.get_experiment_by_name(tracking.DEFAULT_EXPERIMENT)
+    parents = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`{tracking.ROLE_TAG}` = 'pipeline'"
+    )
+    dvc_md5 = yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]["md5"]
+    # One parent per front door: DVC's keyed by a hash of its params and data, Kubeflow's by
+    # the kfp.local job id.
+    dvc_id = tracking.pipeline_run_id(runs["dvc_params"].read_text(), dvc_md5)
+    assert len(parents) == 2
+    dvc_parent = next(p for p in parents if p.data.tags[tracking.PIPELINE_TAG] == dvc_id)
+    kfp_parent = next(p for p in parents if p.data.tags[tracking.PIPELINE_TAG] != dvc_id)
+    children = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{kfp_parent.info.run_id}'",
+    )
+    assert {c.info.run_name for c in children} == {f"{m}-16" for m in SMOKE_METHODS} | {"random-16"}
+    for run in (kfp_parent, *children):
+        tags = run.data.tags
+        assert tags["dataset"] == "fashion-mnist-h" and tags["profile"] == "smoke"
+        assert tags[tracking.PIPELINE_TAG] == kfp_parent.data.tags[tracking.PIPELINE_TAG]
+        # The raw files, hashed by the download component as DVC hashes data/: data.dvc's md5.
+        assert tags["dvc_data_md5"] == dvc_md5 == dvc_parent.data.tags["dvc_data_md5"]
+    # The commit the components ran from: a commit of this repository, on every run.
+    commit = kfp_parent.data.tags["git_commit"]
+    found = subprocess.run(["git", "cat-file", "-t", commit], cwd=REPO, capture_output=True)
+    assert found.stdout.strip() == b"commit"
+    for run in children:
+        if run.info.run_name != "random-16":
+            assert run.data.tags["git_commit"] == commit
+            assert "ndcg_at_100" in run.data.metrics and "fit_seconds" in run.data.metrics
+    deep = [c for c in children if c.data.tags.get("method") in ("shdh", "dpsh")]
+    assert len(deep) == 2 and all(tracking.MODEL_URI_TAG in c.data.tags for c in deep)
+    artifacts = [a.path for a in client.list_artifacts(kfp_parent.info.run_id, "report")]
+    assert artifacts == ["report/results.md"]
+
+
+def test_run_local_fails_fast_naming_an_unreachable_tracking_server(monkeypatch, caplog):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(REPO)
+    start = time.monotonic()
+    assert main(["pipeline", "run", "--local", "--profile", "smoke", "--root", "/nonexistent"]) == 1
+    assert time.monotonic() - start < 30
+    assert uri in caplog.text and "unreachable" in caplog.text

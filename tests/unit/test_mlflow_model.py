@@ -1,0 +1,119 @@
+"""The deep encoders as MLflow models: logged at training time, served by `mlflow models predict`
+with the codes the pipeline computed, and the best one registered in the Model Registry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from shdh import tracking
+from shdh.codes import load_codes
+from tests.stages.test_steps import run_steps, smoke_params
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """SHDH at 16 bits on tiny data, tracked in its own SQLite store, then evaluated."""
+    from tests.conftest import write_fashion_mnist_raw
+
+    tmp = tmp_path_factory.mktemp("encoder")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        raw = write_fashion_mnist_raw(tmp / "raw")
+        params = smoke_params(
+            tmp, raw, train={"methods": ["shdh"], "epochs": 1},
+            baselines={"methods": []}, evaluate={"report": str(tmp / "results.md")},
+        )  # fmt: skip
+        run_steps(params, ["download"], ["tree"], ["smatrix"])
+        run_steps(params, ["train", "--method", "shdh", "--bits", "16", "--no-progress"])
+        run_steps(params, ["evaluate"])
+    run_id = json.loads((tmp / "models" / "shdh-16" / "mlflow_run.json").read_text())["run_id"]
+    return {"tmp": tmp, "uri": uri, "run_id": run_id}
+
+
+@pytest.fixture
+def store(trained, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", trained["uri"])
+    mlflow.set_tracking_uri(trained["uri"])
+    return trained
+
+
+def query_images(tmp: Path) -> np.ndarray:
+    from shdh.steps import load_prepared
+
+    ds, split = load_prepared(tmp / "prepared")
+    return np.asarray(ds.images[split.query_idx])
+
+
+def test_training_logs_the_encoder_with_signature_and_example(store):
+    run = mlflow.MlflowClient().get_run(store["run_id"])
+    uri = run.data.tags[tracking.MODEL_URI_TAG]
+    info = mlflow.models.get_model_info(uri)
+    images = query_images(store["tmp"])
+    inputs = info.signature.inputs.inputs[0]
+    outputs = info.signature.outputs.inputs[0]
+    assert inputs.type == np.dtype(np.uint8) and inputs.shape == (-1, *images.shape[1:])
+    assert outputs.type == np.dtype(np.uint8) and outputs.shape == (-1, 2)  # 16 bits, packed
+    assert info.saved_input_example_info is not None
+    assert info.metadata["method"] == "shdh" and info.metadata["n_bits"] == 16
+    # In-process: the pyfunc gives the codes of the saved hasher, packed.
+    model = mlflow.pyfunc.load_model(uri)
+    codes = load_codes(store["tmp"] / "results" / "codes" / "shdh-16.npz")
+    np.testing.assert_array_equal(model.predict(images), codes.query_codes)
+    with pytest.raises(Exception, match="uint8"):
+        model.predict(images.astype(np.float32))
+
+
+def test_mlflow_models_predict_returns_the_pipeline_codes(store, tmp_path):
+    """The CLI, in its own process: the query codes that `shdh evaluate` wrote, bit for bit."""
+    uri = mlflow.MlflowClient().get_run(store["run_id"]).data.tags[tracking.MODEL_URI_TAG]
+    images = query_images(store["tmp"])
+    (tmp_path / "input.json").write_text(json.dumps({"inputs": images.tolist()}))
+    mlflow_cli = Path(sys.executable).parent / "mlflow"
+    proc = subprocess.run(
+        [str(mlflow_cli), "models", "predict", "-m", uri, "-i", str(tmp_path / "input.json"),
+         "-t", "json", "-o", str(tmp_path / "out.json"), "--env-manager", "local"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    predicted = np.asarray(json.loads((tmp_path / "out.json").read_text())["predictions"])
+    expected = load_codes(store["tmp"] / "results" / "codes" / "shdh-16.npz").query_codes
+    assert predicted.dtype.kind in "iu"
+    np.testing.assert_array_equal(predicted.astype(np.uint8), expected)
+
+
+def test_register_best_model_picks_the_highest_metric_then_the_name(store):
+    """Three children of one pipeline run: two tie on NDCG, the name breaks the tie."""
+    hasher_dir = store["tmp"] / "models" / "shdh-16" / "hasher"
+    example = query_images(store["tmp"])[:2]
+    with tracking.run(run_name="pipeline-x") as parent:
+        parent_id = parent.info.run_id
+    children = {}
+    for name, ndcg in (("shdh-32", 0.7), ("dpsh-16", 0.9), ("shdh-16", 0.9)):
+        with tracking.run(run_name=name, parent_run_id=parent_id) as child:
+            tracking.log_encoder(hasher_dir, example)
+            tracking.log_metrics({"ndcg@100": ndcg})
+            children[name] = child.info.run_id
+    with tracking.run(run_name="itq-16", parent_run_id=parent_id):
+        tracking.log_metrics({"ndcg@100": 1.0})  # no encoder: a shallow baseline cannot win
+    version = tracking.register_best_model(parent_id, "shdh-encoder")
+    assert version.name == "shdh-encoder" and str(version.version) == "1"
+    assert version.run_id == children["dpsh-16"]
+    client = mlflow.MlflowClient()
+    assert str(client.get_registered_model("shdh-encoder").latest_versions[0].version) == "1"
+
+
+def test_register_best_model_without_candidates_names_the_run(store):
+    with tracking.run(run_name="empty") as parent:
+        parent_id = parent.info.run_id
+    with pytest.raises(ValueError, match=parent_id):
+        tracking.register_best_model(parent_id, "nothing")
