@@ -21,8 +21,8 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.lock
-	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip install -q --no-compile -r requirements.lock
+	$(BIN)/python -m pip install -q --no-compile --no-deps -e .
 	touch $@
 
 ## data: Debian's dataset-fashion-mnist where apt works, then the verified raw files in data/

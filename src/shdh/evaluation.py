@@ -160,6 +160,7 @@ def _score(
         codes.segment_sizes, codes.segment_weights, n=eval_params["n"], wr_ns=wr_ns,
         curve_max=min(eval_params.get("curve_max", 5000), n_db),
         workers=eval_workers(eval_params.get("workers")),
+        radius_queries=eval_params.get("radius_queries"),
     )  # fmt: skip
     result = Scored(method, bits, metrics, curves, path)
     log.info("%s-%d: %s", method, bits, json.dumps({k: round(v, 4) for k, v in metrics.items()}))

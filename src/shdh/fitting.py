@@ -35,7 +35,9 @@ _PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train")
 
 
 def model_dir(models_dir: str | Path, method: str, bits: int) -> Path:
-    return Path(models_dir) / f"{method}-{bits}"
+    """models_dir/METHOD/METHOD-BITS: one folder per method (a DVC stage's output), one per
+    code length inside it (self-describing when copied out on its own)."""
+    return Path(models_dir) / method / f"{method}-{bits}"
 
 
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
@@ -119,7 +121,7 @@ def train(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> Path:
-    """Fit `method` at `bits` and save it under models_dir/METHOD-BITS/.
+    """Fit `method` at `bits` and save it under models_dir/METHOD/METHOD-BITS/.
 
     resume (deep methods): "never" starts afresh; "always" continues the checkpoint and fails if
     it does not match; "auto" continues a matching checkpoint and starts afresh otherwise (what

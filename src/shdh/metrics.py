@@ -201,6 +201,7 @@ def evaluate(
     curve_max: int = 5000,
     chunk: int | None = None,
     workers: int = 1,
+    radius_queries: int | None = None,
 ) -> tuple[dict[str, float], Curves]:
     """All metrics of METHOD.md for packed codes, as means over queries.
 
@@ -208,7 +209,12 @@ def evaluate(
     weights u of Eq. 2 from K = ancestor columns: the two are independent on purpose, so plain
     Hamming baselines are scored with the same gain as SHDH. Lists are cut at N when the database
     is smaller than a requested depth. Returns ({"acg@n", "dcg@n", "ndcg@n" (database ideal),
-    "ndcg_list@n" (list ideal, paper-compatible), "wr@m" for m in wr_ns}, Curves)."""
+    "ndcg_list@n" (list ideal, paper-compatible), "wr@m" for m in wr_ns}, Curves).
+
+    radius_queries: average the WR-by-radius curve (a figure, not a table metric) over the first
+    this many queries only (None: all). Queries come in a seeded random order, so they are a
+    random sample; the curve's histogram over every database item is the costliest part of
+    the evaluation, and 1,000 queries draw it to within a fraction of a percent."""
     q_anc, x_anc = _check_ancestors(query_anc, db_anc, query_codes_packed, db_codes_packed)
     for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -244,6 +250,9 @@ def evaluate(
     wr_sums = dict.fromkeys(wr_ns, 0.0)
     curve_sum = np.zeros(curve_len)
     radius_sum = np.zeros(max_radius + 1)
+    n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
+    if n_radius < 1:
+        raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
     for part in ranked:
         qa = q_anc[part.start : part.start + part.indices.shape[0]]
         rel_u, gain_u = _relevance_and_gain(qa, rows_u, u)  # (Qc, U) each
@@ -261,7 +270,11 @@ def evaluate(
         for m, d in wr_depths.items():
             wr_sums[m] += curve[:, d - 1].sum()
         curve_sum += curve[:, :curve_len].sum(axis=0)
-        radius_sum += _recall_by_radius(part.all_distances, row_of, gain_u, total, max_radius)
+        rows = max(0, min(len(qa), n_radius - part.start))  # this chunk's sampled queries
+        if rows:
+            radius_sum += _recall_by_radius(
+                part.all_distances[:rows], row_of, gain_u[:rows], total[:rows], max_radius
+            )
 
     result = {f"{name}@{n}": float(value / n_q) for name, value in sums.items()}
     result.update({f"wr@{m}": float(value / n_q) for m, value in wr_sums.items()})
@@ -270,7 +283,7 @@ def evaluate(
         wr_at_n=curve_sum / n_q,
         radius=radius,
         radius_real=radius * real_per_unit,
-        wr_at_radius=radius_sum / n_q,
+        wr_at_radius=radius_sum / n_radius,
     )
     return result, curves
 
@@ -301,9 +314,22 @@ def _recall_by_radius(
     if width * n_rows > max(distances.shape[1], 1 << 12):
         gains = gain_u[:, row_of]
         return weighted_recall_by_radius(distances, gains, total, max_radius).sum(axis=0)
-    bins = distances.astype(np.intp) * n_rows + row_of
-    bins += (np.arange(n_q, dtype=np.intp) * (width * n_rows))[:, None]
-    counts = np.bincount(bins.ravel(), minlength=n_q * width * n_rows)
+    # A few query rows at a time, with keys in the smallest integer type that holds them: the
+    # (rows, N) key block then stays in cache, which makes this 5-10x faster than one pass of
+    # int64 keys over the whole (Qc, N) chunk.
+    cells = width * n_rows
+    step = max(1, min(32, np.iinfo(np.uint16).max // cells))
+    dtype = np.uint16 if cells * step <= np.iinfo(np.uint16).max else np.int64
+    row_key = row_of.astype(dtype)
+    counts = np.empty((n_q, cells), dtype=np.int64)
+    for start in range(0, n_q, step):
+        block = distances[start : start + step].astype(dtype)  # (r, N)
+        block *= dtype(n_rows)
+        block += row_key
+        block += (np.arange(block.shape[0], dtype=dtype) * dtype(cells))[:, None]
+        counts[start : start + step] = np.bincount(
+            block.ravel(), minlength=block.shape[0] * cells
+        ).reshape(-1, cells)
     mass = counts.reshape(n_q, width, n_rows) @ gain_u[:, :, None]  # (Qc, width, 1)
     cum = np.cumsum(mass[:, :, 0], axis=1)
     share = np.divide(cum, total[:, None], out=np.zeros_like(cum), where=total[:, None] > 0)

@@ -4,7 +4,7 @@ Each step reads its inputs from paths, validates them, and writes its outputs at
 DVC stages (dvc.yaml), `shdh <step>` and the Kubeflow components are thin shells over these
 functions, so every front door runs exactly the same code.
 
-    fetch -> download -> tree -> smatrix -> features -> train@METHOD-BITS -> evaluate
+    fetch -> download -> tree -> smatrix -> features -> train@METHOD -> evaluate
 
 Training lives in shdh.fitting and scoring in shdh.evaluation; this module holds the data steps.
 """

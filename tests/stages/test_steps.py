@@ -81,7 +81,7 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
             assert 0 <= row[key] and np.isfinite(row[key]), (method, key)
     # The class squares are trivially separable: two epochs must beat random codes clearly.
     assert metrics["shdh"]["16"]["ndcg@100"] > floor["ndcg@100"] + 0.05
-    history = json.loads((tmp_path / "models" / "shdh-16" / "history.json").read_text())
+    history = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
     # SHDH ranks with weighted segments, the baselines with one plain Hamming segment.
     from shdh.codes import load_codes
@@ -112,7 +112,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     run_steps(params, ["train", "--bits", "16", "--no-progress"])
     run_steps(params, ["train", "--method", "itq", "--bits", "16"], ["evaluate"])
     client = mlflow.MlflowClient()
-    ref = json.loads((tmp_path / "models" / "shdh-16" / "mlflow_run.json").read_text())
+    ref = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "mlflow_run.json").read_text())
     run = client.get_run(ref["run_id"])
     assert run.data.params["epochs"] == "2" and run.data.params["bits"] == "16"
     assert run.data.tags["method"] == "shdh" and run.data.tags["profile"] == "smoke"
@@ -123,7 +123,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     assert {"checkpoint", "codes", "plots"} <= artifacts
     # Both methods' runs and the random floor hang under one parent run of this pipeline run.
     parent_id = run.data.tags["mlflow.parentRunId"]
-    itq = json.loads((tmp_path / "models" / "itq-16" / "mlflow_run.json").read_text())
+    itq = json.loads((tmp_path / "models" / "itq" / "itq-16" / "mlflow_run.json").read_text())
     assert client.get_run(itq["run_id"]).data.tags["mlflow.parentRunId"] == parent_id
     children = client.search_runs(
         [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
@@ -139,7 +139,7 @@ def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
     )
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 2})
     run_steps(params, ["train", "--bits", "16", "--no-progress", "--resume", "auto"])
-    history = json.loads((tmp_path / "models" / "shdh-16" / "history.json").read_text())
+    history = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
 
 
@@ -219,3 +219,16 @@ def test_default_profile_matches_params_yaml():
     params = load_params(REPO / "params.yaml")
     default = load_params(REPO / "profiles" / "default.yaml")
     assert deep_merge(params, default) == params
+
+
+def test_train_fits_every_code_length_of_a_method_in_one_process(tmp_path, fashion_raw):
+    params = smoke_params(tmp_path, fashion_raw, baselines={"bits": [10, 16]})
+    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["train", "--method", "itq"], ["train", "--method", "kmh"])
+    models = tmp_path / "models"
+    assert sorted(p.name for p in (models / "itq").iterdir()) == ["itq-10", "itq-16"]
+    # KMH's 4-bit subspaces do not divide 10 bits: it runs at 16 only, as evaluate expects
+    assert sorted(p.name for p in (models / "kmh").iterdir()) == ["kmh-16"]
+    runs = {json.loads((d / "mlflow_run.json").read_text())["run_id"]
+            for d in (models / "itq").iterdir()}  # fmt: skip
+    assert len(runs) == 2  # one MLflow run per method and code length

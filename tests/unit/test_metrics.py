@@ -268,6 +268,22 @@ def test_evaluate_does_not_depend_on_chunk_or_workers() -> None:
         np.testing.assert_allclose(curves.wr_at_radius, ref_curves.wr_at_radius, atol=1e-12)
 
 
+def test_radius_curve_over_the_first_queries_only() -> None:
+    q, db, q_anc, db_anc = make_case(5, n_q=9)
+    sizes, weights = [7, 6], (2 / 3, 1 / 3)
+    full, full_curves = evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, sizes, weights, n=7)
+    for m, chunk in [(4, 3), (4, None), (1, 2), (20, None)]:
+        result, curves = evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, sizes, weights,
+                                  n=7, chunk=chunk, radius_queries=m)  # fmt: skip
+        assert result == pytest.approx(full, abs=1e-12)  # the table metrics use every query
+        _, first = evaluate(pack_codes(q[:m]), pack_codes(db), q_anc[:m], db_anc, sizes,
+                            weights, n=7)  # fmt: skip
+        np.testing.assert_allclose(curves.wr_at_radius, first.wr_at_radius, atol=1e-12)
+        np.testing.assert_allclose(curves.wr_at_n, full_curves.wr_at_n, atol=1e-12)
+    with pytest.raises(ValueError, match="radius_queries must be >= 1"):
+        evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, sizes, weights, radius_queries=0)
+
+
 def test_evaluate_rejects_bad_input() -> None:
     q, db, q_anc, db_anc = make_case(4)
     qp, dp = pack_codes(q), pack_codes(db)

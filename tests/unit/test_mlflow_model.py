@@ -36,7 +36,8 @@ def trained(tmp_path_factory):
         run_steps(params, ["download"], ["tree"], ["smatrix"])
         run_steps(params, ["train", "--method", "shdh", "--bits", "16", "--no-progress"])
         run_steps(params, ["evaluate"])
-    run_id = json.loads((tmp / "models" / "shdh-16" / "mlflow_run.json").read_text())["run_id"]
+    ref = tmp / "models" / "shdh" / "shdh-16" / "mlflow_run.json"
+    run_id = json.loads(ref.read_text())["run_id"]
     return {"tmp": tmp, "uri": uri, "run_id": run_id}
 
 
@@ -93,7 +94,7 @@ def test_mlflow_models_predict_returns_the_pipeline_codes(store, tmp_path):
 
 def test_register_best_model_picks_the_highest_metric_then_the_name(store):
     """Three children of one pipeline run: two tie on NDCG, the name breaks the tie."""
-    hasher_dir = store["tmp"] / "models" / "shdh-16" / "hasher"
+    hasher_dir = store["tmp"] / "models" / "shdh" / "shdh-16" / "hasher"
     example = query_images(store["tmp"])[:2]
     with tracking.run(run_name="pipeline-x") as parent:
         parent_id = parent.info.run_id

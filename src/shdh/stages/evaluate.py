@@ -11,20 +11,26 @@ from shdh.stages.common import add_params_argument, params_section, pipeline_con
 HELP = "score every fitted method: metrics.json, codes files, WR plots, results table"
 
 
-def planned_runs(params: dict) -> list[tuple[str, int]]:
-    """(method, bits) for every deep and shallow method the params ask for, in that order.
-
-    KMH runs only at the bit lengths its subspaces allow (as in the paper's table).
-    """
+def method_bits(params: dict, method: str) -> list[int]:
+    """The code lengths params.yaml asks `method` to run at: train.bits for the deep methods,
+    baselines.bits for the shallow ones; KMH only where its subspaces divide the length (as in
+    the paper's table)."""
+    from shdh.hashers import get_hasher_class
     from shdh.hashers.kmh import KMH
 
-    train, baselines = params["train"], params.get("baselines", {"methods": [], "bits": []})
+    if get_hasher_class(method).input_kind == "images":
+        return list(params["train"]["bits"])
+    baselines = params.get("baselines") or {}
+    kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
+    return [b for b in baselines.get("bits", []) if method != "kmh" or KMH.supports(b, kmh_bits)]
+
+
+def planned_runs(params: dict) -> list[tuple[str, int]]:
+    """(method, bits) for every deep and shallow method the params ask for, in that order."""
+    train, baselines = params["train"], params.get("baselines") or {}
     runs = [(m, b) for b in train["bits"] for m in train["methods"]]
-    for b in baselines["bits"]:
-        for m in baselines["methods"]:
-            kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
-            if m != "kmh" or KMH.supports(b, kmh_bits):
-                runs.append((m, b))
+    for b in baselines.get("bits", []):
+        runs += [(m, b) for m in baselines.get("methods", []) if b in method_bits(params, m)]
     return runs
 
 

@@ -294,7 +294,7 @@ def save_model(model_dir: str | Path, model: Any) -> None:
 
 
 def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
-    """Lay Model artifacts out as evaluate expects (models_dir/METHOD-BITS), by links."""
+    """Lay Model artifacts out as evaluate expects (models_dir/METHOD/METHOD-BITS), by links."""
     from shdh.fitting import FIT_RECORD, model_dir
 
     models_dir = Path(models_dir)
