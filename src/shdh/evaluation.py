@@ -78,6 +78,7 @@ def evaluate(
             query_ids=ds.ids[q_idx], db_ids=ds.ids[db_idx],
         )  # fmt: skip
 
+    split_inputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     scored: list[Scored] = []
     timings: dict[str, dict[str, dict[str, float]]] = {}
     for method, bits in runs:
@@ -86,12 +87,15 @@ def evaluate(
         if hasher.n_bits != bits:
             raise ValueError(f"{mdir / HASHER_DIR}: holds a {hasher.n_bits}-bit {method}, "
                              f"not {bits} bits")  # fmt: skip
-        X = inputs.get(hasher.input_kind)
-        if X is None:
+        if hasher.input_kind not in inputs:
             raise ValueError(f"{method}: needs {hasher.input_kind}, which the evaluate step "
                              f"was not given (features: {features_path})")  # fmt: skip
+        if hasher.input_kind not in split_inputs:  # gathered once, not once per method
+            X = inputs[hasher.input_kind]
+            split_inputs[hasher.input_kind] = (np.asarray(X[q_idx]), np.asarray(X[db_idx]))
+        X_q, X_db = split_inputs[hasher.input_kind]
         start = time.perf_counter()
-        q, db = hasher.encode(np.asarray(X[q_idx])), hasher.encode(np.asarray(X[db_idx]))
+        q, db = hasher.encode(X_q), hasher.encode(X_db)
         encode_s = time.perf_counter() - start
         codes = codes_for(q, db, hasher.segment_sizes(), hasher.segment_weights())
         run_id = tracking.load_run_ref(mdir / RUN_REF)
