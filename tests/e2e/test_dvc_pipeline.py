@@ -122,8 +122,10 @@ def test_every_stage_runs_on_a_generated_folder_dataset(clone):
 
     dest, env = clone
     make_demo_folder(dest / "photos", n_per_leaf=40)
+    # One deep and one shallow method: every kind of stage runs, at a third of the cost.
     out = sh(["dvc", "exp", "run", "-S", "data.dataset=folder", "-S", "data.raw_dir=photos",
-              "-S", "data.max_items=null"], dest, env)  # fmt: skip
+              "-S", "data.max_items=null", "-S", "train.methods=[shdh]",
+              "-S", "baselines.methods=[ksh+h]"], dest, env)  # fmt: skip
     for stage in ("download", "tree", "smatrix", "features", "train@shdh",
                   "baseline@ksh+h", "evaluate"):  # fmt: skip
         assert f"Running stage '{stage}'" in out
