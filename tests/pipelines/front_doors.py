@@ -49,7 +49,8 @@ def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
 
 
 def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> list[str]:
-    """Every stage command of dvc.yaml in order, with `matrix` stages expanded as DVC does."""
+    """Every stage command of dvc.yaml in order, with `foreach` and `matrix` stages expanded as
+    DVC does."""
 
     def lookup(path: str, item: dict[str, Any]) -> Any:
         node: Any = {**params, "item": item}
@@ -59,6 +60,12 @@ def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> 
 
     commands = []
     for stage in yaml.safe_load(dvc_file.read_text())["stages"].values():
+        if "foreach" in stage:  # foreach: ${list} / do: {cmd: ... ${item} ...}
+            for item in lookup(_REF.fullmatch(stage["foreach"]).group(1), {}):
+                commands.append(
+                    _REF.sub(lambda m, i=item: str(lookup(m.group(1), i)), stage["do"]["cmd"])
+                )
+            continue
         matrix = stage.get("matrix", {})
         axes = [lookup(_REF.fullmatch(v).group(1), {}) if isinstance(v, str) else v
                 for v in matrix.values()]  # fmt: skip
