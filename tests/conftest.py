@@ -19,6 +19,19 @@ def isolated_tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_PYTHON_REFRESH", "quiet")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch CPU thread for tiny networks, where threads only add overhead; restored after,
+    because float sums (and so trained weights) depend on the thread count and later tests
+    compare runs made in this process with runs made in subprocesses."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def write_fashion_mnist_raw(
     raw_dir: Path, n_train: int = 240, n_test: int = 60, seed: int = 0
 ) -> Path:

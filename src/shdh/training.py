@@ -11,12 +11,13 @@ init, dropout and CUDA RNG states are seeded inside a forked RNG scope and saved
 checkpoint, so a resumed CPU run ends with bit-identical weights to an uninterrupted one.
 """
 
+import contextlib
 import hashlib
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -176,12 +177,29 @@ def _forward_all(
     return torch.cat(out) if out else torch.zeros(0, model.n_bits, device=device)
 
 
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block on num_threads torch CPU threads (None: as set), then restore the count.
+
+    Float sums, and so trained weights and the signs of near-zero outputs, depend on the thread
+    count; pinning it makes runs agree bit for bit across processes and machines.
+    """
+    old = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def encode(
     model: HashingNet,
     images: np.ndarray,
     *,
     batch_size: int = 512,
     device: torch.device | str | None = None,
+    num_threads: int | None = None,
 ) -> np.ndarray:
     """Codes sgn(z) in {-1, +1}, int8 (N, L), with sgn(0) = -1; eval mode, no grad, in fp32.
 
@@ -192,7 +210,8 @@ def encode(
         model.to(resolve_device(str(device)))
     dev = next(model.parameters()).device
     idx = np.arange(len(images))
-    z = _forward_all(model, images, idx, batch_size, dev)  # (N, L)
+    with torch_threads(num_threads):
+        z = _forward_all(model, images, idx, batch_size, dev)  # (N, L)
     return torch.where(z > 0, 1, -1).to(torch.int8).cpu().numpy()
 
 
@@ -425,29 +444,24 @@ def train(
     }
     ckpt = _resumable_checkpoint(resume, ckpt_path, config, identity)
 
-    old_threads = torch.get_num_threads()
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
     cuda_devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=cuda_devices):  # seeds stay local to this run
-            torch.manual_seed(config.seed)
-            return _run(
-                config,
-                images,
-                ancestors,
-                train_idx,
-                device,
-                in_channels,
-                identity,
-                loss_fn,
-                ckpt,
-                ckpt_path,
-                progress,
-                on_epoch,
-            )
-    finally:
-        torch.set_num_threads(old_threads)
+    # Seeds stay local to this run.
+    with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(config.seed)
+        return _run(
+            config,
+            images,
+            ancestors,
+            train_idx,
+            device,
+            in_channels,
+            identity,
+            loss_fn,
+            ckpt,
+            ckpt_path,
+            progress,
+            on_epoch,
+        )
 
 
 def _run(

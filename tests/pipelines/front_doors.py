@@ -26,8 +26,13 @@ _REF = re.compile(r"\$\{([^}]+)\}")
 
 def smoke_settings() -> dict[str, Any]:
     """params.yaml with the smoke profile: what `shdh pipeline run --local --profile smoke` and
-    `shdh profile apply smoke && dvc repro` both run."""
-    return resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+    `shdh profile apply smoke && dvc repro` both run, with torch's CPU thread count pinned.
+
+    Trained weights depend on the thread count (it changes the order of float sums), and the
+    front doors run training in different processes: kfp.local in subprocesses, the DVC commands
+    here in pytest's process. Pinned, the two agree bit for bit on any machine."""
+    params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+    return deep_merge(params, {"train": {"num_threads": 1}})
 
 
 def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:

@@ -16,7 +16,7 @@ from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 from shdh.training import CHECKPOINT_NAME, TrainConfig
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 U = layer_weights(3)  # (0, 2/3, 1/3)
 TINY = {"n_bits": 16, "width": 1 / 16, "image_size": 8, "batch_size": 16, "device": "cpu"}

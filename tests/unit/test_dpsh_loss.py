@@ -6,7 +6,7 @@ import torch
 
 from shdh.losses import dpsh_loss
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # K = 4 rows; the last two leaves sit at depth 3 (column 3 is -1), as in a ragged tree.
 ANC = np.array(

@@ -6,7 +6,7 @@ import torch
 
 from shdh.losses import shdh_loss
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _layout(n_bits: int, k: int, layout: str) -> tuple[list[int], list[int], list[float]]:

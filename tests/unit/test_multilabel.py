@@ -30,7 +30,7 @@ from shdh.retrieval import pack_codes
 from shdh.similarity import SMatrix, build_smatrix
 from shdh.training import TrainConfig, train
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # K = 4. "bottoms", "bag" and "tops" can end a label above the deepest level.
 TREE = LabelTree.from_nested(

@@ -6,7 +6,7 @@ from torch import nn
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import HashingNet, build_model
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _images(n: int, side: int, channels: int | None, seed: int = 0) -> np.ndarray:

@@ -16,7 +16,7 @@ from shdh.training import (
     train,
 )
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # K = 3 tree: root 0; superclasses 1, 2; leaves 3, 4 (under 1) and 5, 6 (under 2).
 SIZES, LEVELS, U = [8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]
@@ -104,6 +104,23 @@ def test_rng_and_threads_left_as_found(tmp_path: Path) -> None:
     _train(tmp_path, config={"epochs": 1, "num_threads": 2})
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.get_num_threads() == threads
+
+
+def test_encode_runs_on_the_pinned_thread_count_and_restores_it(monkeypatch) -> None:
+    """Codes must not depend on the caller's thread count, so encode pins it when asked."""
+    images, _ = _toy(2)
+    model = build_model(n_bits=16, width=1 / 16, in_channels=1)
+    seen = []
+    real_forward = model.forward
+    monkeypatch.setattr(
+        model, "forward", lambda x: (seen.append(torch.get_num_threads()), real_forward(x))[1]
+    )
+    before = torch.get_num_threads()  # 1, from the module's fixture
+    encode(model, images, num_threads=2)
+    assert seen and set(seen) == {2} and torch.get_num_threads() == before
+    seen.clear()
+    encode(model, images)  # None: the caller's count
+    assert set(seen) == {before}
 
 
 @pytest.mark.parametrize("memory_bank", [False, True])

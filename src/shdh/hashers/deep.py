@@ -175,7 +175,9 @@ class _DeepHasher(Hasher):
                 f"{self.name}: images have shape {tuple(images.shape[1:])} per item but the "
                 f"model was trained on {tuple(int(s) for s in self.image_shape_)}"
             )
-        return training.encode(self.model_, images, device=self.device)  # (N, L) int8 +-1
+        return training.encode(  # (N, L) int8 +-1
+            self.model_, images, device=self.device, num_threads=self.num_threads
+        )
 
     # -- work_dir and resume ------------------------------------------------------------------
 
