@@ -32,9 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 ARTIFACT_PREFIX = "mlflow-artifacts"
-SMOKE_RUNS = {f"{m}-16" for m in
-              ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h",
-               "random")}  # fmt: skip
+METHODS = ("shdh", "itq")  # a deep and a shallow method: every kind of run and artifact
+SMOKE_RUNS = {f"{m}-16" for m in (*METHODS, "random")}
 
 
 def get_json(url: str, **query: str) -> dict:
@@ -107,7 +106,7 @@ def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
 def smoke_run(mlflow_server, tmp_path_factory) -> dict:
     """The smoke pipeline tracked into the server, by a client without S3 credentials."""
     work = tmp_path_factory.mktemp("smoke")
-    params = smoke_settings()
+    params = smoke_settings(METHODS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
@@ -169,7 +168,7 @@ def test_artifacts_live_in_the_s3_bucket(mlflow_server, smoke_run, s3_server):
         keys += [item["Key"] for item in listing.get("Contents", [])]
     assert any(k.endswith("/codes/shdh-16.npz") for k in keys)
     assert any(k.endswith("/checkpoint/checkpoint.pt") for k in keys)
-    assert sum(k.endswith("/MLmodel") for k in keys) == 2  # the SHDH and DPSH encoders
+    assert sum(k.endswith("/MLmodel") for k in keys) == 1  # the SHDH encoder
 
 
 def test_the_server_stops_by_its_pid(mlflow_server):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,25 @@ from tests.conftest import REPO
 _REF = re.compile(r"\$\{([^}]+)\}")
 
 
-def smoke_settings() -> dict[str, Any]:
+def smoke_settings(methods: Collection[str] | None = None) -> dict[str, Any]:
     """params.yaml with the smoke profile: what `shdh pipeline run --local --profile smoke` and
     `shdh profile apply smoke && dvc repro` both run, with torch's CPU thread count pinned.
 
     Trained weights depend on the thread count (it changes the order of float sums), and the
     front doors run training in different processes: kfp.local in subprocesses, the DVC commands
-    here in pytest's process. Pinned, the two agree bit for bit on any machine."""
+    here in pytest's process. Pinned, the two agree bit for bit on any machine.
+
+    `methods` keeps a subset of the smoke methods (deep and shallow alike): each method is one
+    more task and ~10 s of process start-up, and the DAG treats every method the same way.
+    """
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
-    return deep_merge(params, {"train": {"num_threads": 1}})
+    params = deep_merge(params, {"train": {"num_threads": 1}})
+    if methods is not None:
+        for section in ("train", "baselines"):
+            params[section]["methods"] = [m for m in params[section]["methods"] if m in methods]
+        kept = {*params["train"]["methods"], *params["baselines"]["methods"]}
+        assert kept == set(methods), f"not smoke methods: {set(methods) - kept}"
+    return params
 
 
 def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
