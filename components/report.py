@@ -30,7 +30,7 @@ def report(
     from shdh.stages.pipeline import run_context, section_arg
 
     scores = json.loads((Path(results.path) / "metrics.json").read_text())
-    evaluation.write_report(document.path, scores, {}, dataset=prepared.metadata["dataset"],
+    evaluation.write_report(document.path, scores, [], dataset=prepared.metadata["dataset"],
                             n=section_arg(settings, "evaluate")["n"])  # fmt: skip
     context = run_context(prepared.metadata, profile, pipeline_run_id)
     tracking.attach_text(context["parent_run_id"], Path(document.path).read_text(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +21,20 @@ import numpy as np
 from shdh import tracking
 from shdh.atomic import atomic_write_text
 from shdh.codes import Codes, save_codes
+from shdh.figures import (
+    CURVES_FILE,
+    PLOTS_DIR,
+    Figure,
+    load_curves,
+    save_curves,
+    wr_at_n_figure,
+    write_figures,
+)
 from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir
+from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.metrics import evaluate as score_codes
-from shdh.report import results_doc, results_table, update_generated_section, wr_plot
+from shdh.report import results_doc, results_table, update_generated_section
 from shdh.retrieval import pack_codes
 
 log = logging.getLogger(__name__)
@@ -53,12 +64,17 @@ def evaluate(
     runs: list[tuple[str, int]],
     eval_params: dict[str, Any],
     features_path: str | Path | None = None,
+    shallow_models_dir: str | Path | None = None,
     seed: int = 0,
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Score every (method, bits) in `runs`; write results_dir/{metrics.json, timings.json,
-    table.md, codes/METHOD-BITS.npz, plots/wr_at_n-BITS.png}."""
+    table.md, curves.npz, codes/METHOD-BITS.npz, plots/*.png} and the report.
+
+    Models are read from models_dir/METHOD/METHOD-BITS, the shallow methods' from
+    shallow_models_dir when given (the DVC layout keeps them apart: one stage output each).
+    """
     from shdh.steps import load_prepared, load_smatrix
 
     ds, split = load_prepared(prepared_dir)
@@ -82,7 +98,9 @@ def evaluate(
     scored: list[Scored] = []
     timings: dict[str, dict[str, dict[str, float]]] = {}
     for method, bits in runs:
-        mdir = model_dir(models_dir, method, bits)
+        shallow = get_hasher_class(method).input_kind != "images"
+        root = shallow_models_dir if shallow and shallow_models_dir is not None else models_dir
+        mdir = model_dir(root, method, bits)
         hasher = Hasher.load(mdir / HASHER_DIR)
         if hasher.n_bits != bits:
             raise ValueError(f"{mdir / HASHER_DIR}: holds a {hasher.n_bits}-bit {method}, "
@@ -117,24 +135,49 @@ def evaluate(
     metrics = nested_metrics(scored)
     atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     atomic_write_text(results_dir / "timings.json", json.dumps(timings, indent=2) + "\n")
-    plots = {bits: results_dir / "plots" / f"wr_at_n-{bits}.png"
-             for bits in sorted({s.bits for s in scored})}  # fmt: skip
-    for bits, plot in plots.items():
-        wr_plot([s for s in scored if s.bits == bits], plot, title=f"{bits} bits")
+    save_curves(results_dir / CURVES_FILE, {(s.method, s.bits): s.curves for s in scored},
+                dataset=ds.name, n=eval_params["n"])  # fmt: skip
     atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
+    figures = write_figures({(s.method, s.bits): s.curves for s in scored},
+                            results_dir / PLOTS_DIR)  # fmt: skip
     if eval_params.get("report"):
-        write_report(eval_params["report"], metrics, plots, dataset=ds.name, n=eval_params["n"])
+        write_report(eval_params["report"], metrics, figures, dataset=ds.name, n=eval_params["n"])
     return metrics
 
 
-def write_report(path: str | Path, metrics: dict[str, Any], plots: dict[int, Path], *,
+def report_from_results(results_dir: str | Path, report_path: str | Path) -> list[Figure]:
+    """`shdh report`: the figures and docs/results.md's tables from a finished evaluation's
+    metrics.json and curves.npz, with no ranking again (to restyle a figure, or to refresh the
+    document after editing the analysis around its generated block)."""
+    results_dir = Path(results_dir)
+    metrics_path = results_dir / "metrics.json"
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{metrics_path}: cannot read the metrics ({err}); run `shdh evaluate`"
+        ) from err
+    curves, dataset, n = load_curves(results_dir / CURVES_FILE)
+    unscored = sorted({f"{m}-{b}" for m, b in curves} - {f"{m}-{b}" for m in metrics
+                                                          for b in metrics[m]})  # fmt: skip
+    if unscored:
+        raise ValueError(f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
+                         f"{results_dir / CURVES_FILE} has: the two files are from different "
+                         "runs; rerun `shdh evaluate`")  # fmt: skip
+    figures = write_figures(curves, results_dir / PLOTS_DIR)
+    write_report(report_path, metrics, figures, dataset=dataset, n=n)
+    return figures
+
+
+def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,
                  dataset: str, n: int) -> Path:  # fmt: skip
-    """Refresh the generated tables of docs/results.md (the analysis around them is kept)."""
+    """Refresh the generated tables and figures of docs/results.md (the analysis around them
+    is kept); figures are linked relative to the document."""
     import os
 
     path = Path(path)
-    links = {b: os.path.relpath(p, path.parent) for b, p in plots.items()}
-    doc = results_doc(metrics, dataset=dataset, n=n, plots=links)
+    links = [(os.path.relpath(f.path, path.parent), f.caption) for f in figures]
+    doc = results_doc(metrics, dataset=dataset, n=n, figures=links)
     return update_generated_section(path, doc, title="Results")
 
 
@@ -175,9 +218,10 @@ def _score(
     ):  # fmt: skip
         tracking.log_metrics({**metrics, **(extra or {})})
         tracking.log_artifact(path, "codes")
-        plot = results_dir / "plots" / "runs" / f"{method}-{bits}-wr.png"
-        wr_plot([result], plot, title=f"{method}, {bits} bits")
-        tracking.log_artifact(plot, "plots")
+        with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
+            plot = Path(tmp) / f"{method}-{bits}-wr.png"
+            wr_at_n_figure({method: result.curves}, plot, title=f"{method}, {bits} bits")
+            tracking.log_artifact(plot, "plots")
     return result
 
 

@@ -193,6 +193,24 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
+def outputs(
+    model: HashingNet,
+    images: np.ndarray,
+    *,
+    batch_size: int = 512,
+    device: torch.device | str | None = None,
+    num_threads: int | None = None,
+) -> torch.Tensor:
+    """The network's outputs z (N, L), eval mode, no grad, in fp32 (even where training used
+    bf16, so that results do not depend on the precision of the card). `device` moves the model
+    there first; None keeps it where it is."""
+    if device is not None:
+        model.to(resolve_device(str(device)))
+    dev = next(model.parameters()).device
+    with torch_threads(num_threads):
+        return _forward_all(model, images, np.arange(len(images)), batch_size, dev)
+
+
 def encode(
     model: HashingNet,
     images: np.ndarray,
@@ -201,17 +219,8 @@ def encode(
     device: torch.device | str | None = None,
     num_threads: int | None = None,
 ) -> np.ndarray:
-    """Codes sgn(z) in {-1, +1}, int8 (N, L), with sgn(0) = -1; eval mode, no grad, in fp32.
-
-    Uses fp32 even where training used bf16, so that codes do not depend on the precision of
-    the card. `device` moves the model there first; None keeps it where it is.
-    """
-    if device is not None:
-        model.to(resolve_device(str(device)))
-    dev = next(model.parameters()).device
-    idx = np.arange(len(images))
-    with torch_threads(num_threads):
-        z = _forward_all(model, images, idx, batch_size, dev)  # (N, L)
+    """Codes sgn(z) in {-1, +1}, int8 (N, L), with sgn(0) = -1 (see `outputs`)."""
+    z = outputs(model, images, batch_size=batch_size, device=device, num_threads=num_threads)
     return torch.where(z > 0, 1, -1).to(torch.int8).cpu().numpy()
 
 
@@ -565,6 +574,8 @@ def _run(
             sums["loss"] += loss_value
             sums["e1"] += float(parts.get("e1", math.nan))
             sums["e2"] += float(parts.get("e2", math.nan))
+            for key in parts.keys() - {"e1", "e2"}:  # a method's own diagnostics (accuracy)
+                sums[key] = sums.get(key, 0.0) + float(parts[key])
             n_steps += 1
             n_seen += len(pos)
             bar.update(1)

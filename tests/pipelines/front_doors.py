@@ -55,6 +55,7 @@ def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
         "smatrix": {"out": str(workdir / "artifacts" / "smatrix.npz")},
         "features": {"out": str(workdir / "artifacts" / "gist.npy")},
         "train": {"models_dir": str(workdir / "artifacts" / "models")},
+        "baselines": {"models_dir": str(workdir / "artifacts" / "baselines")},
         "evaluate": {"results_dir": str(workdir / "results"),
                      "report": str(workdir / "docs" / "results.md")},
     }  # fmt: skip

@@ -31,6 +31,7 @@ def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
             "smatrix": {"out": str(tmp_path / "smatrix.npz")},
             "features": {"out": str(tmp_path / "gist.npy")},
             "train": {"models_dir": str(tmp_path / "models"), "epochs": 2},
+            "baselines": {"models_dir": str(tmp_path / "baselines")},
             "evaluate": {
                 "results_dir": str(tmp_path / "results"),
                 "report": str(tmp_path / "results.md"),
@@ -123,7 +124,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     assert {"checkpoint", "codes", "plots"} <= artifacts
     # Both methods' runs and the random floor hang under one parent run of this pipeline run.
     parent_id = run.data.tags["mlflow.parentRunId"]
-    itq = json.loads((tmp_path / "models" / "itq" / "itq-16" / "mlflow_run.json").read_text())
+    itq = json.loads((tmp_path / "baselines" / "itq" / "itq-16" / "mlflow_run.json").read_text())
     assert client.get_run(itq["run_id"]).data.tags["mlflow.parentRunId"] == parent_id
     children = client.search_runs(
         [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
@@ -221,11 +222,15 @@ def test_default_profile_matches_params_yaml():
     assert deep_merge(params, default) == params
 
 
-def test_train_fits_every_code_length_of_a_method_in_one_process(tmp_path, fashion_raw):
-    params = smoke_params(tmp_path, fashion_raw, baselines={"bits": [10, 16]})
+def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path, fashion_raw):
+    params = smoke_params(
+        tmp_path, fashion_raw, baselines={"bits": [10, 16], "methods": ["itq", "kmh"]}
+    )
     run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
-    run_steps(params, ["train", "--method", "itq"], ["train", "--method", "kmh"])
-    models = tmp_path / "models"
+    run_steps(params, ["train", "--baselines"])  # what the DVC stage `baselines` runs
+    models = tmp_path / "baselines"
+    assert sorted(p.name for p in models.iterdir()) == ["itq", "kmh"]
+    assert not (tmp_path / "models").exists()  # the deep methods' folder is another output
     assert sorted(p.name for p in (models / "itq").iterdir()) == ["itq-10", "itq-16"]
     # KMH's 4-bit subspaces do not divide 10 bits: it runs at 16 only, as evaluate expects
     assert sorted(p.name for p in (models / "kmh").iterdir()) == ["kmh-16"]

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher, NotFittedError

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from shdh.evaluation import eval_workers, write_report
+from shdh.figures import Figure
 
 
 def test_eval_workers_defaults_to_one_thread_per_core():
@@ -20,11 +21,11 @@ def test_eval_workers_refuses_anything_but_a_positive_int(bad):
         eval_workers(bad)
 
 
-def test_write_report_links_the_plots_relative_to_the_document(tmp_path):
+def test_write_report_links_the_figures_relative_to_the_document(tmp_path):
     row = {"acg@100": 2.0, "dcg@100": 40.0, "ndcg@100": 0.8, "ndcg_list@100": 0.9}
     doc = tmp_path / "docs" / "results.md"
-    plot = tmp_path / "results" / "plots" / "wr_at_n-64.png"
-    write_report(doc, {"shdh": {"64": row}}, {64: plot}, dataset="fashion-mnist-h", n=100)
+    plot = Figure(tmp_path / "results" / "plots" / "wr_at_n-64.png", "Fig. 3 (g-l): 64 bits.")
+    write_report(doc, {"shdh": {"64": row}}, [plot], dataset="fashion-mnist-h", n=100)
     text = doc.read_text()
-    assert "[wr_at_n-64.png](../results/plots/wr_at_n-64.png)" in text
+    assert "![Fig. 3 (g-l): 64 bits.](../results/plots/wr_at_n-64.png)" in text
     assert "| SHDH | 2.0000 | 40.0000 | 0.9000 |" in text

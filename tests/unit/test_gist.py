@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh.features.gist import block_edges, gabor_bank, gist, gist_features, prefilter
+from shdh.features.gist import block_edges, gabor_bank, gist_features, prefilter
 
 ORIENTATIONS = (8, 8, 8, 8)
 
@@ -62,13 +62,16 @@ def stretch(img: np.ndarray) -> np.ndarray:
 
 def test_shapes_and_dtype_for_gray_rgb_and_other_sizes():
     rng = np.random.default_rng(0)
-    assert gist(rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)).shape == (3, 512)
-    rgb = gist(rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8))
+    assert gist_features(rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)).shape == (3, 512)
+    rgb = gist_features(rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8))
     assert rgb.shape == (2, 512) and rgb.dtype == np.float32
-    assert gist(rng.integers(0, 256, (2, 40, 40, 1), dtype=np.uint8)).shape == (2, 512)
-    small = gist(rng.integers(0, 256, (2, 32, 32), dtype=np.uint8), orientations=(4, 6))
+    assert gist_features(rng.integers(0, 256, (2, 40, 40, 1), dtype=np.uint8)).shape == (2, 512)
+    small = gist_features(rng.integers(0, 256, (2, 32, 32), dtype=np.uint8), orientations=(4, 6))
     assert small.shape == (2, 10 * 16)
-    assert gist(rng.integers(0, 256, (1, 32, 32), dtype=np.uint8), n_blocks=2).shape == (1, 128)
+    assert gist_features(rng.integers(0, 256, (1, 32, 32), dtype=np.uint8), n_blocks=2).shape == (
+        1,
+        128,
+    )
 
 
 def test_matches_a_literal_lmgist_transcription():
@@ -77,7 +80,7 @@ def test_matches_a_literal_lmgist_transcription():
     yy, xx = np.mgrid[:32, :32]
     pattern = (127 + 120 * np.sin(0.7 * xx + 0.3 * yy) * (xx > 10)).astype(np.uint8)
     images = np.concatenate([noise, pattern[None]])
-    ours = gist(images)
+    ours = gist_features(images)
     for img, feat in zip(images, ours, strict=True):
         ref = lmgist_reference(stretch(img))
         # The support truncation and float32 leave errors far below the features' scale.
@@ -102,22 +105,24 @@ def test_28x28_is_zero_padded_like_the_network_input():
     rng = np.random.default_rng(3)
     img = rng.integers(1, 256, (2, 28, 28), dtype=np.uint8)
     padded = np.pad(img, ((0, 0), (2, 2), (2, 2)))
-    np.testing.assert_array_equal(gist(img), gist(padded))
+    np.testing.assert_array_equal(gist_features(img), gist_features(padded))
 
 
 def test_deterministic_and_independent_of_batch_size():
     rng = np.random.default_rng(4)
     images = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
-    a = gist(images)
-    np.testing.assert_array_equal(a, gist(images))
-    np.testing.assert_allclose(gist(images, batch_size=3), a, rtol=1e-5, atol=1e-7)
+    a = gist_features(images)
+    np.testing.assert_array_equal(a, gist_features(images))
+    np.testing.assert_allclose(gist_features(images, batch_size=3), a, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(gist_features(images, progress=False), a)
 
 
 def test_invariant_to_an_affine_change_of_intensity():
     rng = np.random.default_rng(5)
     img = rng.integers(0, 100, (2, 32, 32), dtype=np.uint8)
-    np.testing.assert_allclose(gist(img * 2 + 40), gist(img), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        gist_features(img * 2 + 40), gist_features(img), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_filter_bank_count_and_peaks():
@@ -146,7 +151,7 @@ def test_filter_bank_count_and_peaks():
 def test_rotating_stripes_moves_energy_between_orientation_channels():
     xx = np.arange(32)[None, :].repeat(32, axis=0)
     stripes = (127 + 120 * np.cos(2 * np.pi * xx / 5)).astype(np.uint8)  # varies along x
-    feats = gist(np.stack([stripes, np.rot90(stripes)]))
+    feats = gist_features(np.stack([stripes, np.rot90(stripes)]))
     energy = feats.reshape(2, 4, 8, 16).sum(axis=(1, 3))  # (image, orientation)
     assert np.argmax(energy[0]) == 0  # frequency along fx: orientation 0
     assert np.argmax(energy[1]) == 4  # rotated by 90 degrees: orientation 4 (-pi/2)
@@ -157,16 +162,16 @@ def test_block_order_is_matlab_column_major():
     img = np.full((32, 32), 128, dtype=np.uint8)
     yy, xx = np.mgrid[:8, 24:32]
     img[:8, 24:] = (128 + 120 * np.cos(2 * np.pi * (xx + yy) / 4)).astype(np.uint8)
-    blocks = gist(img[None]).reshape(32, 16).sum(axis=0)
+    blocks = gist_features(img[None]).reshape(32, 16).sum(axis=0)
     assert np.argmax(blocks) == 0 + 4 * 3  # block row 0, block column 3
 
 
 @pytest.mark.parametrize("value", [0, 37, 255])
 def test_constant_images_give_finite_features(value):
     # 32x32: nothing to stretch, so every feature is 0 (LMgist would divide by zero).
-    np.testing.assert_array_equal(gist(np.full((2, 32, 32), value, dtype=np.uint8)), 0)
+    np.testing.assert_array_equal(gist_features(np.full((2, 32, 32), value, dtype=np.uint8)), 0)
     # 28x28: the zero border of the padding makes an edge, still finite.
-    assert np.all(np.isfinite(gist(np.full((2, 28, 28), value, dtype=np.uint8))))
+    assert np.all(np.isfinite(gist_features(np.full((2, 28, 28), value, dtype=np.uint8))))
 
 
 def _toy_fashion(kind: int, rng: np.random.Generator) -> np.ndarray:
@@ -194,7 +199,7 @@ def _toy_fashion(kind: int, rng: np.random.Generator) -> np.ndarray:
 def test_same_toy_class_is_closer_than_other_classes():
     rng = np.random.default_rng(6)
     labels = np.repeat(np.arange(3), 8)
-    feats = gist(np.stack([_toy_fashion(k, rng) for k in labels])).astype(np.float64)
+    feats = gist_features(np.stack([_toy_fashion(k, rng) for k in labels])).astype(np.float64)
     dist = np.linalg.norm(feats[:, None] - feats[None], axis=-1)
     same = labels[:, None] == labels[None]
     off_diag = ~np.eye(len(labels), dtype=bool)
@@ -222,7 +227,7 @@ def test_block_edges_follow_downN():
 )
 def test_bad_images_are_refused(images, match):
     with pytest.raises(ValueError, match=match):
-        gist(images)
+        gist_features(images)
 
 
 @pytest.mark.parametrize(
@@ -242,4 +247,4 @@ def test_bad_images_are_refused(images, match):
 )
 def test_bad_parameters_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
-        gist(np.zeros((1, 28, 28), dtype=np.uint8), **params)
+        gist_features(np.zeros((1, 28, 28), dtype=np.uint8), **params)

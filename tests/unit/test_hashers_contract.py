@@ -47,6 +47,7 @@ BUDGET: dict[str, dict[str, Any]] = {
     "cosdish+h": {"n_outer": 3, "n_alternations": 2},
     "dpsh": DEEP,
     "shdh": DEEP,
+    "oracle": {**DEEP, "epochs": 3, "lr": 0.05},
 }
 
 

@@ -1,10 +1,7 @@
-"""The results table and the weighted-recall plot."""
+"""The results table and the generated block of docs/results.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import pytest
 
 from shdh.report import (
@@ -13,7 +10,6 @@ from shdh.report import (
     results_doc,
     results_table,
     update_generated_section,
-    wr_plot,
 )
 
 
@@ -33,23 +29,6 @@ def test_results_table_lists_methods_then_the_random_floor():
     assert "| 2.5000 | 54.321 | 0.8600 | 0.9600 | 0.0040 |" in lines[2]
 
 
-def test_wr_plot_writes_a_png(tmp_path):
-    @dataclass
-    class Curves:
-        wr_at_n: np.ndarray
-
-    @dataclass
-    class Scored:
-        method: str
-        curves: Curves
-
-    path = wr_plot(
-        [Scored("shdh", Curves(np.linspace(0, 1, 50)))], tmp_path / "p" / "wr.png", title="64 bits"
-    )
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for p in path.parent.iterdir()] == ["wr.png"]
-
-
 def _row(acg: float, ndcg_list: float) -> dict[str, float]:
     return {"acg@100": acg, "dcg@100": 10 * acg, "ndcg@100": ndcg_list - 0.1,
             "ndcg_list@100": ndcg_list, "wr@100": 0.01}  # fmt: skip
@@ -61,7 +40,8 @@ def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
         "shdh": {"32": _row(2.5, 0.96), "64": _row(2.6, 0.97)},
         "kmh": {"32": _row(1.5, 0.8)},
     }
-    doc = results_doc(metrics, dataset="fashion-mnist-h", n=100, plots={32: "../p/wr-32.png"})
+    figure = ("../p/wr-32.png", "Fig. 3 (g-l): WR@n, 32 bits.")
+    doc = results_doc(metrics, dataset="fashion-mnist-h", n=100, figures=[figure])
     ours = doc.split("### This run")[1].split("\n\n")[2].splitlines()
     assert ours[0] == ("| method | ACG@100 32 | ACG@100 64 | DCG@100 32 | DCG@100 64 | "
                        "NDCG@100 32 | NDCG@100 64 |")  # fmt: skip
@@ -71,9 +51,12 @@ def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
     paper = doc.split("### The paper (Table 1, CIFAR-100)")[1]
     assert "| SHDH | 0.5225 | 0.5724 | 0.6084 | 12.7460 | 13.9575 | 14.7861 | 0.6141 |" in paper
     assert "| KMH | 0.2023 | - | 0.2261 |" in paper
-    assert "[wr-32.png](../p/wr-32.png)" in doc
-    iapr = results_doc(metrics, dataset="iaprtc12", n=100, plots={})
-    assert "Table 2, IAPRTC-12" in iapr and "ACG@100 128" in iapr
+    # each figure: the image, then its caption line
+    assert (
+        "![Fig. 3 (g-l): WR@n, 32 bits.](../p/wr-32.png)\n\n*Fig. 3 (g-l): WR@n, 32 bits.*" in doc
+    )
+    iapr = results_doc(metrics, dataset="iaprtc12", n=100)
+    assert "Table 2, IAPRTC-12" in iapr and "ACG@100 128" in iapr and "![" not in iapr
 
 
 def test_update_generated_section_keeps_the_hand_written_analysis(tmp_path):
@@ -95,3 +78,24 @@ def test_update_generated_section_refuses_a_file_without_markers(tmp_path):
     with pytest.raises(ValueError, match="results.md: the markers"):
         update_generated_section(path, "x", title="Results")
     assert path.read_text() == "# Results\nno markers here\n"
+
+
+def test_the_papers_claims_are_checked_against_this_run():
+    metrics = {
+        "shdh": {"32": _row(2.0, 0.9), "64": _row(3.0, 0.9)},
+        "dpsh": {"32": _row(1.0, 0.8), "64": _row(4.0, 0.8)},
+        "ksh": {"32": _row(1.0, 0.5)},
+        "ksh+h": {"32": _row(0.5, 0.4)},
+    }
+    doc = results_doc(metrics, dataset="fashion-mnist-h", n=100)
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
+            for line in doc.split("### The paper's claims")[1].splitlines()
+            if line.startswith("| ") and "claim" not in line}  # fmt: skip
+    # SHDH's ACG: +100% at 32 bits, -25% at 64; the paper's CIFAR-100 ratios beside them.
+    assert [c.strip() for c in rows[("SHDH over DPSH", "ACG")]] == [
+        "+100.0% / -25.0%", "+12.5% / +15.1% / +18.4%", "partly"]  # fmt: skip
+    assert rows[("SHDH over DPSH", "NDCG")][2].strip() == "yes"  # 0.9 / 0.8, list ideal
+    assert rows[("KSH+H over KSH", "ACG")][2].strip() == "no"
+    # best deep (DPSH's 4.0 at 64 bits) over best shallow (KSH; nothing at 64 bits)
+    assert rows[("best deep over best shallow", "ACG")][0].strip() == "+100.0% / -"
+    assert ("COSDISH+H over COSDISH", "ACG") not in rows  # neither was run

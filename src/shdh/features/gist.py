@@ -220,29 +220,6 @@ def to_gray(images: np.ndarray, image_size: int) -> np.ndarray:
     return np.divide(255.0 * (x - lo), span, out=np.zeros_like(x), where=span > 0)
 
 
-def gist(
-    images: np.ndarray,
-    *,
-    image_size: int = 32,
-    n_blocks: int = 4,
-    orientations: Sequence[int] = (8, 8, 8, 8),
-    fc_prefilt: float = 4.0,
-    batch_size: int = 256,
-) -> np.ndarray:
-    """GIST of uint8 images (N, H, W) or (N, H, W, C): (N, sum(orientations) * n_blocks^2) float32.
-
-    The defaults give the paper's 512-D descriptor. Batches of `batch_size` images bound memory.
-    """
-    return gist_features(
-        images,
-        image_size=image_size,
-        n_blocks=n_blocks,
-        orientations=orientations,
-        fc_prefilt=fc_prefilt,
-        batch_size=batch_size,
-    )
-
-
 def gist_features(
     images: np.ndarray,
     *,
@@ -253,7 +230,11 @@ def gist_features(
     batch_size: int = 256,
     progress: bool = False,
 ) -> np.ndarray:
-    """`gist` for a whole data set (an array or a np.memmap), with an optional progress bar."""
+    """GIST of uint8 images (N, H, W) or (N, H, W, C): (N, sum(orientations) * n_blocks^2) float32.
+
+    The defaults give the paper's 512-D descriptor. `images` may be a np.memmap: batches of
+    `batch_size` images bound memory.
+    """
     orientations = _check_params(image_size, n_blocks, orientations, fc_prefilt, batch_size)
     _check_images(images)
     n = images.shape[0]

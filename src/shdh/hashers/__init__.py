@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "cosdish+h": "shdh.hashers.cosdish:COSDISHH",
     "dpsh": "shdh.hashers.deep:DPSH",
     "shdh": "shdh.hashers.deep:SHDH",
+    "oracle": "shdh.hashers.oracle:Oracle",  # a reference row: classifier codes (issue 6)
 }
 
 

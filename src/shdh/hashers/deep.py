@@ -20,7 +20,9 @@ segment sizes and levels, the layer weights u and the training image shape.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -55,6 +57,13 @@ class _DeepHasher(Hasher):
 
     input_kind: ClassVar[str] = "images"
 
+    def _keep_arguments(self, arguments: dict[str, Any]) -> None:
+        """Store each keyword argument of the constructor under its own name, where get_params()
+        (which reads the names off the signature) and save() look for it."""
+        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+                setattr(self, name, arguments[name])
+
     # -- for subclasses -----------------------------------------------------------------------
 
     def _config_fields(self) -> dict[str, Any]:
@@ -73,6 +82,11 @@ class _DeepHasher(Hasher):
         layer_weights: Sequence[float],
     ) -> training.LossFn:
         raise NotImplementedError
+
+    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
+        """The network's output segments: the code's own, except for a method whose network
+        outputs something else than the code (the classifier oracle's class scores)."""
+        return sizes, levels
 
     # -- parameters -> TrainConfig ------------------------------------------------------------
 
@@ -143,6 +157,8 @@ class _DeepHasher(Hasher):
         config = self.train_config()
         sizes, levels = self._layout(K)
         loss_fn = self._loss_fn(config, sizes, levels, u)
+        net_sizes, net_levels = self._net_layout(sizes, levels)
+        config = dataclasses.replace(config, n_bits=sum(net_sizes))
         opts = self._fit_options
         with self._work_dir() as work_dir:
             resume = self._prepare_work_dir(work_dir, images, pairs, opts["resume"])
@@ -152,8 +168,8 @@ class _DeepHasher(Hasher):
                 anc,
                 np.arange(len(images)),
                 work_dir,
-                segment_sizes=sizes,
-                segment_levels=levels,
+                segment_sizes=net_sizes,
+                segment_levels=net_levels,
                 layer_weights=u,
                 loss_fn=loss_fn,
                 resume=resume,
@@ -215,9 +231,12 @@ class _DeepHasher(Hasher):
 
     # -- save / load --------------------------------------------------------------------------
 
+    def _state_fields(self) -> tuple[str, ...]:
+        return _STATE_FIELDS
+
     def state(self) -> dict[str, np.ndarray]:
         self._check_fitted()
-        arrays = {name: np.asarray(getattr(self, name)) for name in _STATE_FIELDS}
+        arrays = {name: np.asarray(getattr(self, name)) for name in self._state_fields()}
         for key, tensor in self.model_.state_dict().items():
             arrays[NET_PREFIX + key] = tensor.detach().cpu().numpy()
         return arrays
@@ -245,7 +264,7 @@ class _DeepHasher(Hasher):
         net = {}
         for key in [k for k in vars(self) if k.startswith(NET_PREFIX)]:
             net[key[len(NET_PREFIX) :]] = torch.from_numpy(np.array(vars(self).pop(key)))
-        missing = [name for name in _STATE_FIELDS if not hasattr(self, name)]
+        missing = [name for name in self._state_fields() if not hasattr(self, name)]
         if missing or not net:
             raise _StateError(f"missing fields {missing or ['net.*']}")
         K = int(self.K_)
@@ -261,20 +280,22 @@ class _DeepHasher(Hasher):
                 f"fields 'segment_sizes_'/'segment_levels_' {sizes}/{levels} do not match "
                 f"{self.name}'s layout {self._layout(K)} for K={K}"
             )
+        net_sizes, _ = self._net_layout(sizes, levels)
         head = net.get("head.weight")
-        if head is None or head.shape[0] != self.n_bits:
+        if head is None or head.shape[0] != sum(net_sizes):
             rows = None if head is None else head.shape[0]
             raise _StateError(
-                f"field 'net.head.weight' has {rows} output rows, params.json n_bits={self.n_bits}"
+                f"field 'net.head.weight' has {rows} output rows, {self.name} with "
+                f"n_bits={self.n_bits} has {sum(net_sizes)}"
             )
         shape = [int(s) for s in self.image_shape_]
         model = build_model(
             in_channels=shape[2] if len(shape) == 3 else 1,
-            n_bits=self.n_bits,
+            n_bits=sum(net_sizes),
             width=self.width,
             image_size=self.image_size,
             head_init=self.head_init,
-            segment_sizes=sizes,
+            segment_sizes=net_sizes,
         )
         try:
             model.load_state_dict(net, strict=True)
@@ -287,7 +308,20 @@ class _DeepHasher(Hasher):
         self.history_ = []  # the epoch history lives in the checkpoint, not in the model
 
 
-class SHDH(_DeepHasher):
+class LevelSegments:
+    """One code segment per tree level, ranked by the weighted Hamming distance of Eq. 4."""
+
+    def segment_sizes(self) -> list[int]:
+        self._check_fitted()
+        return [int(s) for s in self.segment_sizes_]
+
+    def segment_weights(self) -> list[float]:
+        """u_k (Eq. 2) of each segment's level: the weights of the weighted Hamming (Eq. 4)."""
+        self._check_fitted()
+        return [float(self.layer_weights_[k - 1]) for k in self.segment_levels_]
+
+
+class SHDH(LevelSegments, _DeepHasher):
     """Supervised Hierarchical Deep Hashing: segmented code, J = E1 + E2 (paper Eq. 5-7)."""
 
     name: ClassVar[str] = "shdh"
@@ -322,22 +356,7 @@ class SHDH(_DeepHasher):
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
-        self.layout, self.width, self.image_size = layout, width, image_size
-        self.epochs, self.batch_size, self.lr, self.momentum = epochs, batch_size, lr, momentum
-        self.weight_decay, self.lr_decay, self.lr_decay_every = (
-            weight_decay,
-            lr_decay,
-            lr_decay_every,
-        )
-        self.alpha, self.e1, self.e2, self.reduction = alpha, e1, e2, reduction
-        self.target = target
-        self.grad_clip, self.head_init, self.memory_bank = grad_clip, head_init, memory_bank
-        self.device, self.bf16, self.num_threads, self.work_dir = (
-            device,
-            bf16,
-            num_threads,
-            work_dir,
-        )
+        self._keep_arguments(locals())
 
     def _config_fields(self) -> dict[str, Any]:
         return {
@@ -362,15 +381,6 @@ class SHDH(_DeepHasher):
         return training.make_shdh_loss(
             config, segment_sizes=sizes, segment_levels=levels, layer_weights=layer_weights
         )
-
-    def segment_sizes(self) -> list[int]:
-        self._check_fitted()
-        return [int(s) for s in self.segment_sizes_]
-
-    def segment_weights(self) -> list[float]:
-        """u_k (Eq. 2) of each segment's level: the weights of the weighted Hamming (Eq. 4)."""
-        self._check_fitted()
-        return [float(self.layer_weights_[k - 1]) for k in self.segment_levels_]
 
 
 class DPSH(_DeepHasher):
@@ -415,25 +425,7 @@ class DPSH(_DeepHasher):
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
-        self.eta, self.width, self.image_size, self.memory_bank = (
-            eta,
-            width,
-            image_size,
-            memory_bank,
-        )
-        self.epochs, self.batch_size, self.lr, self.momentum = epochs, batch_size, lr, momentum
-        self.weight_decay, self.lr_decay, self.lr_decay_every = (
-            weight_decay,
-            lr_decay,
-            lr_decay_every,
-        )
-        self.reduction, self.grad_clip, self.head_init = reduction, grad_clip, head_init
-        self.device, self.bf16, self.num_threads, self.work_dir = (
-            device,
-            bf16,
-            num_threads,
-            work_dir,
-        )
+        self._keep_arguments(locals())
 
     def _config_fields(self) -> dict[str, Any]:
         eta = self.eta

@@ -87,15 +87,13 @@ class ITQ(Hasher):
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         n_bits = check_int(self.name, "n_bits", self.n_bits, 1)
         n_iter = check_int(self.name, "n_iter", self.n_iter, 0)
-        X = check_features(X, self.name)
-        n, d = X.shape
+        X = check_features(X, self.name, min_items=2)
+        d = X.shape[1]
         if n_bits > d:
             raise ValueError(
                 f"{self.name}: n_bits={n_bits} exceeds the feature dimension d={d}; PCA cannot "
                 f"give more than d directions"
             )
-        if n < 2:
-            raise ValueError(f"{self.name}: fitting needs at least 2 items, got {n}")
         mean, _, vectors = pca(X)
         W = vectors[:, :n_bits]
         R, losses = itq_rotation((X - mean) @ W, n_iter, self._rng())

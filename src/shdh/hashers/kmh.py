@@ -219,15 +219,13 @@ class KMH(Hasher):
         real = isinstance(lam, int | float | np.floating) and not isinstance(lam, bool)
         if not (real and np.isfinite(lam) and lam >= 0):
             raise ValueError(f"{self.name}: lam must be a finite number >= 0, got {lam!r}")
-        X = check_features(X, self.name)
-        n, d = X.shape
+        X = check_features(X, self.name, min_items=2)
+        d = X.shape[1]
         if d < self.n_bits:
             raise ValueError(
                 f"{self.name}: {n_subspaces} subspaces of {b} bits need at least {self.n_bits} "
                 f"feature dimensions (>= b per subspace), got d={d}"
             )
-        if n < 2:
-            raise ValueError(f"{self.name}: fitting needs at least 2 items, got {n}")
 
         mean, eigenvalues, vectors = pca(X)
         size = d // n_subspaces

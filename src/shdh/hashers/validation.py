@@ -13,11 +13,13 @@ import numpy as np
 from shdh.hashers.base import Hasher
 
 
-def check_features(X: Any, who: str, n_features: int | None = None) -> np.ndarray:
+def check_features(
+    X: Any, who: str, n_features: int | None = None, min_items: int = 1
+) -> np.ndarray:
     """X as a real (N, d) array (dtype kept; callers cast per chunk), or a ValueError.
 
     NaN or inf would silently turn a PCA (and every code after it) into garbage, so they are
-    refused here with the position of the first bad value.
+    refused here with the position of the first bad value. A PCA needs min_items=2.
     """
     X = np.asarray(X)
     if X.ndim != 2:
@@ -26,6 +28,8 @@ def check_features(X: Any, who: str, n_features: int | None = None) -> np.ndarra
         raise ValueError(f"{who}: features X must be non-empty, got shape {X.shape}")
     if not (np.issubdtype(X.dtype, np.number) and not np.iscomplexobj(X)):
         raise ValueError(f"{who}: features X must be real numbers, got dtype {X.dtype}")
+    if X.shape[0] < min_items:
+        raise ValueError(f"{who}: fitting needs at least {min_items} items, got {X.shape[0]}")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{who}: features X have {X.shape[1]} dimensions, the model was fitted on {n_features}"

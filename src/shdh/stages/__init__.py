@@ -15,4 +15,5 @@ STEPS = (
     "metrics",
     "profile",
     "results",
+    "report",
 )

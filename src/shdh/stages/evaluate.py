@@ -25,6 +25,16 @@ def method_bits(params: dict, method: str) -> list[int]:
     return [b for b in baselines.get("bits", []) if method != "kmh" or KMH.supports(b, kmh_bits)]
 
 
+def models_root(params: dict, method: str) -> Path:
+    """Where `method`'s model folders live: train.models_dir for the deep methods (a DVC
+    output per method), baselines.models_dir for the shallow ones (one output for all)."""
+    from shdh.hashers import get_hasher_class
+
+    if get_hasher_class(method).input_kind == "images":
+        return Path(params["train"]["models_dir"])
+    return Path(params["baselines"]["models_dir"])
+
+
 def planned_runs(params: dict) -> list[tuple[str, int]]:
     """(method, bits) for every deep and shallow method the params ask for, in that order."""
     train, baselines = params["train"], params.get("baselines") or {}
@@ -43,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     evaluation.evaluate(
         prepared_dir=params["data"]["prepared_dir"], smatrix_path=params["smatrix"]["out"],
         models_dir=params["train"]["models_dir"], results_dir=ev["results_dir"],
+        shallow_models_dir=params["baselines"]["models_dir"],
         runs=planned_runs(params), eval_params=ev, features_path=params["features"]["out"],
         seed=params["seed"], **pipeline_context(args, params),
     )  # fmt: skip

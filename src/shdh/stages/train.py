@@ -1,9 +1,10 @@
-"""shdh train: fit one method (deep or shallow) at its code lengths; checkpoints every epoch.
+"""shdh train: fit methods (deep or shallow) at their code lengths; checkpoints every epoch.
 
-One process fits every code length of a method in turn: the DVC stage is per method
-(`train@shdh`, `baseline@itq`), since starting Python with PyTorch and MLflow costs about ten
-seconds, more than most shallow fits. Each (method, bits) is still its own model folder and its
-own MLflow run.
+One process fits every code length of its methods in turn: DVC runs one stage per deep method
+(`train@shdh`, minutes each) and one for all the shallow ones (`baselines`: `--baselines`),
+since a stage costs ~20 s of start-up (Python, PyTorch, MLflow, DVC), more than most shallow
+fits. Each (method, bits) is still its own model folder and its own MLflow run. Deep models go
+to train.models_dir, shallow ones to baselines.models_dir: one DVC output each.
 """
 
 from __future__ import annotations
@@ -14,12 +15,22 @@ from shdh import fitting
 from shdh.hashers import REGISTRY, get_hasher_class
 from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
 
-HELP = "fit one method at its code lengths (deep: SHDH, DPSH; shallow: ITQ, KSH, ...)"
+HELP = "fit methods at their code lengths (deep: SHDH, DPSH; shallow: ITQ, KSH, ...)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
-    parser.add_argument("--method", default="shdh", choices=list(REGISTRY), help="method name")
+    methods = parser.add_mutually_exclusive_group()
+    methods.add_argument(
+        "--method",
+        nargs="+",
+        default=["shdh"],
+        choices=list(REGISTRY),
+        metavar="METHOD",
+        help=f"methods to fit, in turn ({', '.join(REGISTRY)})",
+    )
+    methods.add_argument("--baselines", action="store_true",
+                         help="every shallow method in baselines.methods")  # fmt: skip
     parser.add_argument(
         "--bits", type=int, nargs="+", metavar="L",
         help="code lengths (default: train.bits for deep methods, baselines.bits for shallow "
@@ -34,23 +45,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shdh.stages.evaluate import method_bits
+    methods = args.method
+    if args.baselines:
+        methods = list(params_section(args, "baselines")[1].get("methods") or [])
+        if not methods:
+            raise SystemExit(f"shdh train --baselines: {args.params}: baselines.methods is empty")
+    context = None
+    for method in methods:
+        context = _fit_method(args, method, context)
+    return 0
 
-    deep = get_hasher_class(args.method).input_kind == "images"
+
+def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> dict:
+    """Fit one method at each of its code lengths; returns the tracking context to reuse."""
+    from shdh.stages.evaluate import method_bits, models_root
+
+    deep = get_hasher_class(method).input_kind == "images"
     params, section = params_section(args, "train" if deep else "baselines")
-    bits_list = args.bits or method_bits(params, args.method)
+    bits_list = args.bits or method_bits(params, method)
     if not bits_list:
-        raise SystemExit(f"shdh train: no code length to fit {args.method} at (see --bits)")
-    context = pipeline_context(args, params)
+        raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
+    context = context if context is not None else pipeline_context(args, params)
     for bits in bits_list:
         out = fitting.train(
-            args.method, bits, prepared_dir=params["data"]["prepared_dir"],
-            smatrix_path=params["smatrix"]["out"], models_dir=params["train"]["models_dir"],
+            method, bits, prepared_dir=params["data"]["prepared_dir"],
+            smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
             section=section, features_path=None if deep else params["features"]["out"],
             seed=params["seed"], resume=args.resume, progress=not args.no_progress, **context,
         )  # fmt: skip
         print(f"model written to {out}")
-    return 0
+    return context
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,186 @@
+"""The paper's figures from a finished evaluation: the curves it saved, drawn as PNGs.
+
+`shdh evaluate` saves every method's weighted-recall curves to results/curves.npz, so that the
+figures (and `shdh report`, which redraws them) need no ranking again:
+
+- Fig. 3 a-f: weighted recall against the weighted Hamming radius, one figure per code length;
+- Fig. 3 g-l: weighted recall WR@n for n = 1..curve_max, one figure per code length;
+- Fig. 4: WR@N against the code length, N = 10,000 as in the paper, or the longest curve the
+  evaluation kept (evaluate.curve_max) when that is shorter; the caption says which.
+
+Fig. 5 (sensitivity to alpha) needs one training run per alpha: benchmarks/alpha_sweep.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shdh.atomic import atomic_path
+from shdh.metrics import Curves
+
+CURVES_FILE = "curves.npz"
+PLOTS_DIR = "plots"
+FIG4_N = 10_000  # the paper's Fig. 4 depth
+_CURVE_FIELDS = ("wr_at_n", "radius", "radius_real", "wr_at_radius")
+
+
+@dataclass(frozen=True)
+class Figure:
+    path: Path
+    caption: str
+
+
+# ---- results/curves.npz ---------------------------------------------------------------------
+
+
+def save_curves(
+    path: str | Path, curves: dict[tuple[str, int], Curves], *, dataset: str, n: int
+) -> Path:
+    """One npz: arrays named METHOD/BITS/FIELD, plus the dataset name and the @n of the tables."""
+    arrays: dict[str, np.ndarray] = {"dataset": np.array(dataset), "n": np.array(n)}
+    for (method, bits), c in curves.items():
+        for field in _CURVE_FIELDS:
+            arrays[f"{method}/{bits}/{field}"] = np.asarray(getattr(c, field))
+    path = Path(path)
+    with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return path
+
+
+def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, int]:
+    """(curves by (method, bits), dataset name, n), or a ValueError naming the file and field."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{path}: cannot read the saved curves ({err}); rerun `shdh evaluate`"
+        ) from err
+    for key in ("dataset", "n"):
+        if key not in arrays:
+            raise ValueError(f"{path}: field '{key}' is missing; rerun `shdh evaluate`")
+    grouped: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        if key in ("dataset", "n"):
+            continue
+        parts = key.split("/")
+        if len(parts) != 3 or not parts[1].isdigit() or parts[2] not in _CURVE_FIELDS:
+            raise ValueError(f"{path}: field '{key}' is not METHOD/BITS/{'|'.join(_CURVE_FIELDS)}")
+        grouped.setdefault((parts[0], int(parts[1])), {})[parts[2]] = value
+    curves = {}
+    for (method, bits), fields in grouped.items():
+        missing = [f for f in _CURVE_FIELDS if f not in fields]
+        if missing:
+            raise ValueError(f"{path}: field '{method}/{bits}/{missing[0]}' is missing")
+        curves[(method, bits)] = Curves(**fields)
+    return curves, str(arrays["dataset"]), int(arrays["n"])
+
+
+# ---- the figures ----------------------------------------------------------------------------
+
+
+def _ordered(methods: Iterable[str]) -> list[str]:
+    from shdh.report import ordered_methods
+
+    return ordered_methods(methods)
+
+
+def _label(method: str) -> str:
+    from shdh.report import DISPLAY
+
+    return "random codes" if method == "random" else DISPLAY.get(method, method)
+
+
+def _draw(path: Path, title: str, xlabel: str, ylabel: str, lines, *, xticks=None) -> Path:
+    """One line plot with labelled axes and a legend, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on pipeline workers
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for label, x, y, style in lines:
+        ax.plot(x, y, style, label=label, markersize=4)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(0, 1.02)
+    if xticks is not None:
+        ax.set_xticks(list(xticks))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _style(method: str) -> str:
+    return "k:" if method == "random" else "-"
+
+
+def wr_at_n_figure(by_method: dict[str, Curves], path: str | Path, *, title: str) -> Path:
+    """Fig. 3 g-l: WR@n against n, one line per method."""
+    lines = [(_label(m), np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n,
+              _style(m)) for m in _ordered(by_method)]  # fmt: skip
+    return _draw(Path(path), f"Weighted recall WR@n, {title}", "number of retrieved items n",
+                 "weighted recall WR@n", lines)  # fmt: skip
+
+
+def radius_figure(by_method: dict[str, Curves], path: str | Path, *, title: str) -> Path:
+    """Fig. 3 a-f: the share of the total gain within each weighted Hamming radius (cumulative).
+
+    Radii are in the units of the segment weights (plain Hamming: bits), so that methods with
+    and without weights share the axis; the radius is normalised by the code length.
+    """
+    lines = []
+    for m in _ordered(by_method):
+        c = by_method[m]
+        span = float(c.radius_real[-1]) or 1.0
+        lines.append((_label(m), c.radius_real / span, c.wr_at_radius, _style(m)))
+    return _draw(Path(path), f"Weighted recall by radius, {title}",
+                 "weighted Hamming radius / its maximum", "weighted recall within the radius",
+                 lines)  # fmt: skip
+
+
+def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -> tuple[Path, int]:
+    """Fig. 4: WR@N against the code length, N = min(10,000, the shortest saved curve)."""
+    depth = min([FIG4_N, *(len(c.wr_at_n) for c in curves.values())])
+    lines = []
+    for m in _ordered({m for m, _ in curves}):
+        bits = sorted(b for mm, b in curves if mm == m)
+        wr = [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
+        lines.append((_label(m), bits, wr, "k:o" if m == "random" else "-o"))
+    _draw(Path(path), f"WR@{depth} against code length", "code length (bits)",
+          f"weighted recall WR@{depth}", lines, xticks=sorted({b for _, b in curves}))  # fmt: skip
+    return Path(path), depth
+
+
+def write_figures(curves: dict[tuple[str, int], Curves], plots_dir: str | Path) -> list[Figure]:
+    """Every figure of a run into plots_dir, in the paper's order, each with its caption."""
+    plots_dir = Path(plots_dir)
+    bits_all = sorted({b for _, b in curves})
+    figures = []
+    for bits in bits_all:
+        by_method = {m: c for (m, b), c in curves.items() if b == bits}
+        path = radius_figure(by_method, plots_dir / f"wr_by_radius-{bits}.png",
+                             title=f"{bits} bits")  # fmt: skip
+        figures.append(Figure(path, f"Fig. 3 (a-f): weighted recall within each weighted "
+                                    f"Hamming radius, {bits} bits."))  # fmt: skip
+    for bits in bits_all:
+        by_method = {m: c for (m, b), c in curves.items() if b == bits}
+        path = wr_at_n_figure(by_method, plots_dir / f"wr_at_n-{bits}.png", title=f"{bits} bits")
+        figures.append(Figure(path, f"Fig. 3 (g-l): weighted recall WR@n for n = 1.."
+                                    f"{len(next(iter(by_method.values())).wr_at_n)}, "
+                                    f"{bits} bits."))  # fmt: skip
+    path, depth = wr_vs_bits_figure(curves, plots_dir / "wr_vs_bits.png")
+    note = "" if depth == FIG4_N else (f" (the paper's WR@{FIG4_N} needs evaluate.curve_max >= "
+                                       f"{FIG4_N}; this run kept {depth})")  # fmt: skip
+    figures.append(Figure(path, f"Fig. 4: WR@{depth} against the code length{note}."))
+    return figures

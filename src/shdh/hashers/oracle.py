@@ -1,0 +1,137 @@
+"""The classifier oracle: a reference row that bounds what the backbone allows (issue 6).
+
+The same CNN-F backbone is trained with plain cross-entropy on the finest labels; an item's code
+is then built from its *predicted* class path: one fixed random +-1 pattern per tree node, the
+pattern of the path's node at level k filling SHDH's segment for level k, ranked with SHDH's
+weighted Hamming distance. Items predicted into the same class get identical codes, items
+predicted into the same superclass share that segment, and so on: the ranking is as good as
+the classifier. Where SHDH falls short of this row, the hashing loses what the backbone could
+have given; where both fall short of perfect, the backbone is the limit.
+
+Single-label data only: a multi-label item has no one class path to predict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch.nn import functional
+
+from shdh import training
+from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _check_images, _DeepHasher
+from shdh.hierarchy import segment_levels, segment_sizes
+
+
+def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:
+    """The fixed random +-1 pattern (size,) of one tree node at one level, from the seed alone,
+    so that every class under the node carries the same bits in that level's segment."""
+    rng = np.random.default_rng([seed, level, node, 20170407])
+    return np.where(rng.random(size) < 0.5, -1, 1).astype(np.int8)
+
+
+def class_codes(paths: np.ndarray, sizes: Sequence[int], levels: Sequence[int], seed: int):
+    """(C, L) int8 codes of C classes from their ancestor paths (C, K): per segment, the pattern
+    of the path's node at the segment's level (1-based, level 1 = the root)."""
+    parts = [np.stack([node_pattern(seed, k, int(path[k - 1]), size) for path in paths])
+             for size, k in zip(sizes, levels, strict=True)]  # fmt: skip
+    return np.concatenate(parts, axis=1)
+
+
+class Oracle(LevelSegments, _DeepHasher):
+    """Cross-entropy classifier on the shared backbone; codes from the predicted class path."""
+
+    name: ClassVar[str] = "oracle"
+    supervision: ClassVar[str | None] = "hierarchical"
+
+    def __init__(
+        self,
+        *,
+        n_bits: int,
+        seed: int = 0,
+        width: float = 1.0,
+        image_size: int = 32,
+        epochs: int = 10,
+        batch_size: int = 128,
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 5e-4,
+        lr_decay: float = 2 / 3,
+        lr_decay_every: int = 20,
+        reduction: str = "mean",
+        grad_clip: float = 10.0,
+        head_init: str = "default",
+        device: str = "auto",
+        bf16: bool = True,
+        num_threads: int | None = None,
+        work_dir: str | None = None,
+    ) -> None:
+        super().__init__(n_bits=n_bits, seed=seed)
+        self._keep_arguments(locals())
+
+    def _config_fields(self) -> dict[str, Any]:
+        return {}
+
+    def _layout(self, K: int) -> tuple[list[int], list[int]]:
+        return segment_sizes(self.n_bits, K, "levels"), segment_levels(K, "levels")
+
+    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
+        n_classes = len(self.classes_)
+        return [n_classes], [int(self.K_)]  # one output per class, at the finest level
+
+    def _fit(self, X: np.ndarray, pairs: Any) -> None:
+        anc = np.asarray(pairs.ancestors)
+        if anc.ndim != 2:
+            raise ValueError(
+                f"{self.name}: needs one class path per item, got ancestor sets of shape "
+                f"{anc.shape} (multi-label data has no single class to predict)"
+            )
+        self.K_ = np.int64(anc.shape[1])
+        self.classes_, first = np.unique(anc[:, -1], return_index=True)
+        self.class_paths_ = anc[first].astype(np.int64)  # (C, K), the path of each class
+        try:
+            super()._fit(X, pairs)
+        except BaseException:
+            for name in ("K_", "classes_", "class_paths_"):  # a failed fit leaves no state
+                vars(self).pop(name, None)
+            raise
+        sizes, levels = self._layout(int(self.K_))
+        self.class_codes_ = class_codes(self.class_paths_, sizes, levels, self.seed)
+
+    def _loss_fn(
+        self,
+        config: training.TrainConfig,
+        sizes: Sequence[int],
+        levels: Sequence[int],
+        layer_weights: Sequence[float],
+    ) -> training.LossFn:
+        lookup = torch.full((int(self.classes_.max()) + 1,), -1, dtype=torch.long)
+        lookup[torch.from_numpy(self.classes_)] = torch.arange(len(self.classes_))
+        reduction = config.reduction
+
+        def loss_fn(
+            z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            target = lookup.to(anc.device)[anc[:, -1].long()]
+            loss = functional.cross_entropy(z.float(), target, reduction=reduction)
+            accuracy = (z.argmax(dim=1) == target).float().mean()
+            return loss, {"accuracy": accuracy.detach()}
+
+        return loss_fn
+
+    def _encode(self, X: np.ndarray) -> np.ndarray:
+        images = _check_images(self.name, X)
+        z = training.outputs(self.model_, images, device=self.device, num_threads=self.num_threads)
+        return self.class_codes_[z.argmax(dim=1).cpu().numpy()]
+
+    def predict_classes(self, X: np.ndarray) -> np.ndarray:
+        """The finest label each image is predicted to carry (the oracle's classifier)."""
+        self._check_fitted()
+        images = _check_images(self.name, X)
+        z = training.outputs(self.model_, images, device=self.device, num_threads=self.num_threads)
+        return self.classes_[z.argmax(dim=1).cpu().numpy()]
+
+    def _state_fields(self) -> tuple[str, ...]:
+        return (*_STATE_FIELDS, "classes_", "class_paths_", "class_codes_")

@@ -1,0 +1,136 @@
+"""The figures of a finished evaluation: saved curves, the PNGs, and `shdh report`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from shdh.cli import main
+from shdh.evaluation import report_from_results
+from shdh.figures import CURVES_FILE, FIG4_N, load_curves, save_curves, write_figures
+from shdh.metrics import Curves
+from shdh.report import BEGIN_MARK, END_MARK
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _curves(length: int, bits: int, level: float) -> Curves:
+    radius = np.arange(bits + 1)
+    return Curves(
+        wr_at_n=np.linspace(0, level, length),
+        radius=radius,
+        radius_real=radius * 0.5,
+        wr_at_radius=np.linspace(0, 1, bits + 1),
+    )
+
+
+def _run(length: int = 50) -> dict[tuple[str, int], Curves]:
+    return {(m, b): _curves(length, b, lvl) for b in (16, 32)
+            for m, lvl in (("shdh", 0.9), ("itq", 0.6), ("random", 0.1))}  # fmt: skip
+
+
+def _row(x: float) -> dict[str, float]:
+    return {"acg@100": x, "dcg@100": 10 * x, "ndcg@100": x / 3, "ndcg_list@100": x / 2}
+
+
+def test_curves_round_trip(tmp_path):
+    curves = _run()
+    path = save_curves(tmp_path / "r" / CURVES_FILE, curves, dataset="fashion-mnist-h", n=100)
+    loaded, dataset, n = load_curves(path)
+    assert (dataset, n) == ("fashion-mnist-h", 100) and loaded.keys() == curves.keys()
+    for key, c in curves.items():
+        for field in ("wr_at_n", "radius", "radius_real", "wr_at_radius"):
+            np.testing.assert_array_equal(getattr(loaded[key], field), getattr(c, field))
+    assert [p.name for p in path.parent.iterdir()] == [CURVES_FILE]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"n": np.array(100)}, "field 'dataset' is missing"),
+        ({"dataset": np.array("d"), "n": np.array(1), "shdh/x/wr_at_n": np.zeros(3)},
+         "field 'shdh/x/wr_at_n' is not METHOD/BITS/"),
+        ({"dataset": np.array("d"), "n": np.array(1), "shdh/16/wr_at_n": np.zeros(3)},
+         "field 'shdh/16/radius' is missing"),
+    ],
+)  # fmt: skip
+def test_bad_curves_files_are_named_with_the_field(tmp_path, arrays, message):
+    path = tmp_path / CURVES_FILE
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match=f"{CURVES_FILE}: {message}"):
+        load_curves(path)
+
+
+def test_an_unreadable_curves_file_says_to_rerun_evaluate(tmp_path):
+    path = tmp_path / CURVES_FILE
+    path.write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="cannot read the saved curves.*shdh evaluate"):
+        load_curves(path)
+
+
+def test_every_figure_is_written_with_a_caption(tmp_path):
+    figures = write_figures(_run(), tmp_path / "plots")
+    names = [f.path.name for f in figures]
+    assert names == ["wr_by_radius-16.png", "wr_by_radius-32.png", "wr_at_n-16.png",
+                     "wr_at_n-32.png", "wr_vs_bits.png"]  # fmt: skip
+    assert all(f.path.read_bytes()[:8] == PNG for f in figures)
+    assert figures[0].caption.startswith("Fig. 3 (a-f)") and "16 bits" in figures[0].caption
+    assert figures[2].caption.startswith("Fig. 3 (g-l)") and "n = 1..50" in figures[2].caption
+    # Fig. 4 at the longest depth the curves allow, and the caption says so.
+    assert figures[4].caption.startswith("Fig. 4: WR@50 against the code length")
+    assert f"needs evaluate.curve_max >= {FIG4_N}" in figures[4].caption
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(names)
+
+
+def test_fig4_at_the_papers_depth_when_the_curves_reach_it(tmp_path):
+    figures = write_figures(_run(length=FIG4_N), tmp_path)
+    assert figures[-1].caption == f"Fig. 4: WR@{FIG4_N} against the code length."
+
+
+def _results(tmp_path, curves=None):
+    results = tmp_path / "results"
+    metrics = {m: {str(b): _row(x) for b in (16, 32)}
+               for m, x in (("shdh", 2.0), ("itq", 1.0), ("random", 0.5))}  # fmt: skip
+    results.mkdir()
+    (results / "metrics.json").write_text(json.dumps(metrics))
+    save_curves(results / CURVES_FILE, curves or _run(), dataset="fashion-mnist-h", n=100)
+    return results
+
+
+def test_report_redraws_figures_and_keeps_the_analysis(tmp_path):
+    results = _results(tmp_path)
+    doc = tmp_path / "docs" / "results.md"
+    doc.parent.mkdir()
+    doc.write_text(f"# Results\n\n{BEGIN_MARK}\nstale tables\n{END_MARK}\n\n## Analysis\nby hand\n")
+    figures = report_from_results(results, doc)
+    text = doc.read_text()
+    assert "stale tables" not in text and text.endswith("## Analysis\nby hand\n")
+    assert "| SHDH | 2.0000 | 2.0000 |" in text
+    for f in figures:
+        assert f"![{f.caption}](../results/plots/{f.path.name})" in text
+        assert f.path.parent == results / "plots" and f.path.read_bytes()[:8] == PNG
+
+
+def test_report_refuses_curves_from_another_run(tmp_path):
+    curves = {**_run(), ("ksh", 16): _curves(50, 16, 0.7)}
+    results = _results(tmp_path, curves)
+    doc = tmp_path / "results.md"
+    with pytest.raises(ValueError, match=r"metrics.json: no metrics for ksh-16.*different runs"):
+        report_from_results(results, doc)
+    assert not doc.exists() and not (results / "plots").exists()
+
+
+def test_shdh_report_command(tmp_path, capsys, caplog):
+    results = _results(tmp_path)
+    params = tmp_path / "params.yaml"
+    report = tmp_path / "out.md"
+    params.write_text(yaml.safe_dump({"evaluate": {"results_dir": str(results), "n": 100,
+                                                   "report": str(report)}}))  # fmt: skip
+    assert main(["report", "--params", str(params)]) == 0
+    assert "wr_vs_bits.png" in capsys.readouterr().out and "| SHDH |" in report.read_text()
+    (results / "metrics.json").unlink()
+    assert main(["report", "--params", str(params)]) == 1
+    assert "metrics.json: cannot read the metrics" in caplog.text

@@ -1,0 +1,67 @@
+"""The classifier oracle: codes from the predicted class path, one pattern per node and level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shdh.hashers.oracle import Oracle, class_codes, node_pattern
+from shdh.hashers.supervision import PairSimilarity
+from shdh.hierarchy import LabelTree, layer_weights
+from tests.unit.test_hashers_contract import DEEP, TREE, _toy_set
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_classes_share_the_segments_of_their_shared_ancestors():
+    tree = LabelTree.from_nested({"a": {"a1": {}, "a2": {}}, "b": {"b1": {}}})
+    leaves = [tree.node_id(n) for n in ("a1", "a2", "b1")]
+    paths = tree.ancestors(leaves)  # (3, K=3): root, superclass, class
+    codes = class_codes(paths, sizes=[8, 8], levels=[2, 3], seed=3)
+    assert codes.shape == (3, 16) and codes.dtype == np.int8
+    assert set(np.unique(codes)) <= {-1, 1}
+    sup, leaf = codes[:, :8], codes[:, 8:]
+    np.testing.assert_array_equal(sup[0], sup[1])  # a1 and a2 share superclass a
+    assert not np.array_equal(sup[0], sup[2])  # a and b: two patterns (seeded, they differ)
+    assert len({row.tobytes() for row in leaf}) == 3  # one pattern per class
+    np.testing.assert_array_equal(class_codes(paths, [8, 8], [2, 3], seed=3), codes)
+    np.testing.assert_array_equal(sup[0], node_pattern(3, 2, paths[0, 1], 8))
+
+
+def _fit(tmp_path, **extra) -> tuple[Oracle, np.ndarray, np.ndarray]:
+    _, db_images, db_anc = _toy_set(seed=1, per_leaf=40)
+    oracle = Oracle(n_bits=16, seed=7, work_dir=str(tmp_path / "w"),
+                    **{**DEEP, "epochs": 3, "lr": 0.05, **extra})  # fmt: skip
+    oracle.fit(db_images, PairSimilarity(db_anc, layer_weights(TREE.height), "hierarchical"))
+    return oracle, db_images, db_anc
+
+
+def test_codes_are_the_predicted_class_codes(tmp_path):
+    oracle, _, _ = _fit(tmp_path)
+    _, q_images, q_anc = _toy_set(seed=2, per_leaf=10)
+    predicted = oracle.predict_classes(q_images)
+    assert (predicted == q_anc[:, -1]).mean() > 0.5  # 9 classes: chance is 0.11
+    codes = oracle.encode(q_images)
+    index = np.searchsorted(oracle.classes_, predicted)
+    np.testing.assert_array_equal(codes, oracle.class_codes_[index])
+    # SHDH's segments and weights: the root level carries no bits, u_k ranks the rest.
+    assert oracle.segment_sizes() == [8, 8]
+    assert oracle.segment_weights() == pytest.approx(list(layer_weights(TREE.height)[1:]))
+    assert "accuracy" in oracle.history_[-1]
+
+
+def test_multi_label_data_is_refused_and_leaves_no_state():
+    _, images, anc = _toy_set(seed=1, per_leaf=4)
+    sets = np.stack([anc, anc], axis=2)  # (N, K, 2): ancestor sets of a multi-label item
+    oracle = Oracle(n_bits=16, **DEEP)
+    with pytest.raises(ValueError, match=r"oracle: needs one class path per item.*multi-label"):
+        oracle.fit(images, PairSimilarity(sets, layer_weights(TREE.height), "hierarchical"))
+    assert not oracle.is_fitted()
+
+
+def test_a_failed_fit_leaves_no_state():
+    _, images, anc = _toy_set(seed=1, per_leaf=4)
+    oracle = Oracle(n_bits=16, **{**DEEP, "lr": -1.0})  # refused by the training config
+    with pytest.raises(ValueError, match="oracle"):
+        oracle.fit(images, PairSimilarity(anc, layer_weights(TREE.height), "hierarchical"))
+    assert not oracle.is_fitted()
