@@ -99,7 +99,8 @@ def main() -> None:
                 runs=[(method, args.bits)], eval_params=ev, seed=params["seed"],
             )[method][str(args.bits)]  # fmt: skip
             last = json.loads((mdir / "history.json").read_text())[-1]
-            row = {"variant": variant, "seed": seed, **{c: metrics[c] for c in COLUMNS},
+            row = {"variant": variant, "seed": seed, "bits": args.bits,
+                   **{c: metrics[c] for c in COLUMNS},
                    "flip_fraction": last["flip_fraction"], "bit_balance": last["bit_balance"],
                    "train_seconds": seconds}  # fmt: skip
             runs.append(row)

@@ -22,9 +22,11 @@ from shdh import tracking
 from shdh.atomic import atomic_write_text
 from shdh.codes import Codes, save_codes
 from shdh.figures import (
+    ALPHA_FILE,
     CURVES_FILE,
     PLOTS_DIR,
     Figure,
+    load_alpha_sweep,
     load_curves,
     save_curves,
     wr_at_n_figure,
@@ -139,7 +141,7 @@ def evaluate(
                 dataset=ds.name, n=eval_params["n"])  # fmt: skip
     atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
     figures = write_figures({(s.method, s.bits): s.curves for s in scored},
-                            results_dir / PLOTS_DIR)  # fmt: skip
+                            results_dir / PLOTS_DIR, _alpha_sweep(results_dir))  # fmt: skip
     if eval_params.get("report"):
         write_report(eval_params["report"], metrics, figures, dataset=ds.name, n=eval_params["n"])
     return metrics
@@ -164,9 +166,15 @@ def report_from_results(results_dir: str | Path, report_path: str | Path) -> lis
         raise ValueError(f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
                          f"{results_dir / CURVES_FILE} has: the two files are from different "
                          "runs; rerun `shdh evaluate`")  # fmt: skip
-    figures = write_figures(curves, results_dir / PLOTS_DIR)
+    figures = write_figures(curves, results_dir / PLOTS_DIR, _alpha_sweep(results_dir))
     write_report(report_path, metrics, figures, dataset=dataset, n=n)
     return figures
+
+
+def _alpha_sweep(results_dir: Path) -> list[dict[str, Any]] | None:
+    """Fig. 5's runs when an alpha sweep was saved next to the results (figures.ALPHA_FILE)."""
+    path = results_dir / ALPHA_FILE
+    return load_alpha_sweep(path) if path.is_file() else None
 
 
 def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,

@@ -8,14 +8,18 @@ figures (and `shdh report`, which redraws them) need no ranking again:
 - Fig. 4: WR@N against the code length, N = 10,000 as in the paper, or the longest curve the
   evaluation kept (evaluate.curve_max) when that is shorter; the caption says which.
 
-Fig. 5 (sensitivity to alpha) needs one training run per alpha: benchmarks/alpha_sweep.py.
+Fig. 5 (sensitivity to alpha) needs one SHDH training per alpha and seed: run
+`benchmarks/shdh_vs_dpsh.py --variants shdh:alpha=0.25 ... --out results/alpha_sweep.json`, and
+every later report draws it from that file.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +27,7 @@ from shdh.atomic import atomic_path
 from shdh.metrics import Curves
 
 CURVES_FILE = "curves.npz"
+ALPHA_FILE = "alpha_sweep.json"  # benchmarks/shdh_vs_dpsh.py --out, with shdh:alpha=... variants
 PLOTS_DIR = "plots"
 FIG4_N = 10_000  # the paper's Fig. 4 depth
 _CURVE_FIELDS = ("wr_at_n", "radius", "radius_real", "wr_at_radius")
@@ -96,22 +101,31 @@ def _label(method: str) -> str:
     return "random codes" if method == "random" else DISPLAY.get(method, method)
 
 
-def _draw(path: Path, title: str, xlabel: str, ylabel: str, lines, *, xticks=None) -> Path:
-    """One line plot with labelled axes and a legend, written atomically."""
+def _draw(
+    path: Path, title: str, xlabel: str, ylabel: str, lines, *, xticks=None, xlog: bool = False
+) -> Path:
+    """One line plot with labelled axes and a legend, written atomically. A line is
+    (label, x, y, style) or (label, x, y, style, y error)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on pipeline workers
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for label, x, y, style in lines:
-        ax.plot(x, y, style, label=label, markersize=4)
+    for label, x, y, style, *err in lines:
+        if err:
+            ax.errorbar(x, y, yerr=err[0], fmt=style, label=label, markersize=4, capsize=3)
+        else:
+            ax.plot(x, y, style, label=label, markersize=4)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.set_ylim(0, 1.02)
+    if xlog:
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
     if xticks is not None:
-        ax.set_xticks(list(xticks))
+        ax.set_xticks(list(xticks), [f"{t:g}" for t in xticks])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -162,7 +176,51 @@ def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -
     return Path(path), depth
 
 
-def write_figures(curves: dict[tuple[str, int], Curves], plots_dir: str | Path) -> list[Figure]:
+def load_alpha_sweep(path: str | Path) -> list[dict[str, Any]]:
+    """The runs of an alpha sweep (benchmarks/shdh_vs_dpsh.py --out): rows with a variant
+    'shdh:alpha=A' and the metrics; a ValueError names the file and the bad row."""
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read the alpha sweep ({err})") from err
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a list of runs, got {type(rows).__name__}")
+    sweep = []
+    for i, row in enumerate(rows):
+        variant = row.get("variant", "") if isinstance(row, dict) else ""
+        method, _, settings = variant.partition(":")
+        alpha = dict(kv.partition("=")[::2] for kv in settings.split(",") if kv).get("alpha")
+        if method != "shdh" or alpha is None:
+            continue  # other variants of the same benchmark run (dpsh, the default shdh)
+        missing = [k for k in ("ndcg@100", "ndcg_list@100") if k not in row]
+        if missing:
+            raise ValueError(f"{path}: run {i} ({variant}): field '{missing[0]}' is missing")
+        sweep.append({**row, "alpha": float(alpha)})
+    if not sweep:
+        raise ValueError(f"{path}: no 'shdh:alpha=...' runs in it")
+    return sweep
+
+
+def alpha_figure(sweep: list[dict[str, Any]], path: str | Path) -> Path:
+    """Fig. 5: NDCG@100 against alpha (the weight of E2), mean and spread over seeds."""
+    alphas = sorted({r["alpha"] for r in sweep})
+    lines = []
+    for key, label in (("ndcg_list@100", "NDCG@100 (list ideal, the paper's)"),
+                       ("ndcg@100", "NDCG@100 (database ideal)")):  # fmt: skip
+        values = [[r[key] for r in sweep if r["alpha"] == a] for a in alphas]
+        lines.append((label, alphas, [float(np.mean(v)) for v in values], "-o",
+                      [float(np.std(v)) for v in values]))  # fmt: skip
+    seeds = len({r.get("seed") for r in sweep})
+    return _draw(Path(path), f"SHDH's sensitivity to alpha ({seeds} seeds)", "alpha (weight of E2)",
+                 "NDCG@100", lines, xlog=True, xticks=alphas)  # fmt: skip
+
+
+def write_figures(
+    curves: dict[tuple[str, int], Curves],
+    plots_dir: str | Path,
+    alpha_sweep: list[dict[str, Any]] | None = None,
+) -> list[Figure]:
     """Every figure of a run into plots_dir, in the paper's order, each with its caption."""
     plots_dir = Path(plots_dir)
     bits_all = sorted({b for _, b in curves})
@@ -183,4 +241,10 @@ def write_figures(curves: dict[tuple[str, int], Curves], plots_dir: str | Path) 
     note = "" if depth == FIG4_N else (f" (the paper's WR@{FIG4_N} needs evaluate.curve_max >= "
                                        f"{FIG4_N}; this run kept {depth})")  # fmt: skip
     figures.append(Figure(path, f"Fig. 4: WR@{depth} against the code length{note}."))
+    if alpha_sweep:
+        bits = "/".join(str(b) for b in sorted({r.get("bits", "?") for r in alpha_sweep}))
+        path = alpha_figure(alpha_sweep, plots_dir / "alpha.png")
+        caption = (f"Fig. 5: SHDH's NDCG@100 against alpha, mean and standard deviation over "
+                   f"seeds, {bits} bits ({ALPHA_FILE}).")  # fmt: skip
+        figures.append(Figure(path, caption))
     return figures

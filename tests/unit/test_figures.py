@@ -10,7 +10,15 @@ import yaml
 
 from shdh.cli import main
 from shdh.evaluation import report_from_results
-from shdh.figures import CURVES_FILE, FIG4_N, load_curves, save_curves, write_figures
+from shdh.figures import (
+    ALPHA_FILE,
+    CURVES_FILE,
+    FIG4_N,
+    load_alpha_sweep,
+    load_curves,
+    save_curves,
+    write_figures,
+)
 from shdh.metrics import Curves
 from shdh.report import BEGIN_MARK, END_MARK
 
@@ -134,3 +142,37 @@ def test_shdh_report_command(tmp_path, capsys, caplog):
     (results / "metrics.json").unlink()
     assert main(["report", "--params", str(params)]) == 1
     assert "metrics.json: cannot read the metrics" in caplog.text
+
+
+def _sweep_row(variant: str, seed: int, ndcg: float) -> dict:
+    return {"variant": variant, "seed": seed, "bits": 64, "ndcg@100": ndcg,
+            "ndcg_list@100": ndcg + 0.1}  # fmt: skip
+
+
+def test_fig5_comes_from_a_saved_alpha_sweep(tmp_path):
+    rows = [_sweep_row(f"shdh:alpha={a}", s, 0.7 + 0.01 * s + a / 100)
+            for a in (0.25, 1, 4) for s in (0, 1, 2)]  # fmt: skip
+    rows.append(_sweep_row("dpsh", 0, 0.8))  # other variants of the benchmark are left out
+    results = _results(tmp_path)
+    (results / ALPHA_FILE).write_text(json.dumps(rows))
+    figures = report_from_results(results, tmp_path / "results.md")
+    fig5 = figures[-1]
+    assert fig5.path.name == "alpha.png" and fig5.path.read_bytes()[:8] == PNG
+    assert fig5.caption.startswith("Fig. 5:") and "64 bits" in fig5.caption
+    sweep = load_alpha_sweep(results / ALPHA_FILE)
+    assert sorted({r["alpha"] for r in sweep}) == [0.25, 1.0, 4.0] and len(sweep) == 9
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{}", "expected a list of runs"),
+     (json.dumps([{"variant": "dpsh", "seed": 0}]), "no 'shdh:alpha=...' runs"),
+     (json.dumps([{"variant": "shdh:alpha=1", "ndcg@100": 0.5}]),
+      "run 0 \\(shdh:alpha=1\\): field 'ndcg_list@100' is missing"),
+     ("not json", "cannot read the alpha sweep")],
+)  # fmt: skip
+def test_a_bad_alpha_sweep_is_named(tmp_path, content, message):
+    path = tmp_path / ALPHA_FILE
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"{ALPHA_FILE}: {message}"):
+        load_alpha_sweep(path)
