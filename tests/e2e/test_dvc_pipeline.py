@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from shdh.fitting import HASHER_DIR
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -110,7 +111,7 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
     for cached in ("download", "smatrix", "features", "train@dpsh", "baselines"):
         assert f"Running stage '{cached}'" not in out
     model = dest / "artifacts" / "models" / "shdh" / "shdh-16"
-    assert json.loads((model / "params.json").read_text())["params"]["alpha"] == 0.5
+    assert json.loads((model / HASHER_DIR / "params.json").read_text())["params"]["alpha"] == 0.5
 
 
 def test_every_stage_runs_on_a_generated_folder_dataset(clone):
