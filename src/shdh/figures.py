@@ -102,10 +102,19 @@ def _label(method: str) -> str:
 
 
 def _draw(
-    path: Path, title: str, xlabel: str, ylabel: str, lines, *, xticks=None, xlog: bool = False
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    lines,
+    *,
+    xticks=None,
+    xlog: bool = False,
+    full_range: bool = True,
 ) -> Path:
     """One line plot with labelled axes and a legend, written atomically. A line is
-    (label, x, y, style) or (label, x, y, style, y error)."""
+    (label, x, y, style) or (label, x, y, style, y error). full_range: y from 0 to 1 (recall
+    curves); otherwise fitted to the data (values that differ by little)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on pipeline workers
@@ -120,7 +129,8 @@ def _draw(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.set_ylim(0, 1.02)
+    if full_range:
+        ax.set_ylim(0, 1.02)
     if xlog:
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
@@ -172,7 +182,8 @@ def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -
         wr = [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
         lines.append((_label(m), bits, wr, "k:o" if m == "random" else "-o"))
     _draw(Path(path), f"WR@{depth} against code length", "code length (bits)",
-          f"weighted recall WR@{depth}", lines, xticks=sorted({b for _, b in curves}))  # fmt: skip
+          f"weighted recall WR@{depth}", lines, xticks=sorted({b for _, b in curves}),
+          full_range=False)  # fmt: skip
     return Path(path), depth
 
 
