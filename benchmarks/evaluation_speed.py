@@ -24,44 +24,19 @@ queries, the median of --repeats full runs is reported. Not a test.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
-REPO = Path(__file__).resolve().parents[1]
 TARGET_SECONDS = 30.0
 TARGET_GB = 4.0
-
-
-def machine_line() -> str:
-    """Where and with what the figures were measured (they mean nothing without it)."""
-    from importlib.metadata import version
-
-    return (
-        f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {version('torch')}, faiss-cpu {version('faiss-cpu')}"
-    )
-
-
-def commit_line() -> str:
-    """HEAD and whether the library differs from it (uncommitted changes are measured too)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
-
-    dirty = " (src/ has uncommitted changes)" if git("status", "--porcelain", "src").strip() else ""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"commit {git('rev-parse', '--short', 'HEAD').strip()}{dirty}; {now}"
 
 
 def make_data(n_query: int, n_db: int, bits: int, codes: str, seed: int = 0) -> dict:

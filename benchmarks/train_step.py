@@ -32,11 +32,8 @@ Not a test.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,38 +41,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
 from shdh import hierarchy, training
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
 
-REPO = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 1.15
 TARGET_WAIT = 0.10
 K = 4  # Fashion-MNIST-H: root, 2 superclasses, 6 groups, 10 classes
-
-
-def machine_line() -> str:
-    """Where and with what the figures were measured (they mean nothing without it)."""
-    from importlib.metadata import version
-
-    return (
-        f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {version('torch')}, faiss-cpu {version('faiss-cpu')}"
-    )
-
-
-def commit_line() -> str:
-    """HEAD and whether the library differs from it (uncommitted changes are measured too)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
-
-    dirty = " (src/ has uncommitted changes)" if git("status", "--porcelain", "src").strip() else ""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"commit {git('rev-parse', '--short', 'HEAD').strip()}{dirty}; {now}"
 
 
 def synthetic_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,35 @@
+"""The machine and commit line every benchmark prints: figures mean nothing without them."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def machine_line() -> str:
+    """Where and with what the figures were measured, and how busy the machine was."""
+    from importlib.metadata import version
+
+    import numpy as np
+
+    return (
+        f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {version('torch')}, faiss-cpu {version('faiss-cpu')}"
+    )
+
+
+def commit_line() -> str:
+    """HEAD and whether the library differs from it (uncommitted changes are measured too)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+
+    dirty = " (src/ has uncommitted changes)" if git("status", "--porcelain", "src").strip() else ""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"commit {git('rev-parse', '--short', 'HEAD').strip()}{dirty}; {now}"
