@@ -26,6 +26,9 @@ SECRET_KEY = "shdh-test-secret-0123456789"
 REGION = "us-east-1"
 BUCKET = "shdh-data"
 START_TIMEOUT_S = 90.0
+# The tests store a few MiB. weed's default floor is 1% of the disk, which on a large, nearly
+# full disk refuses every write although gigabytes are free; an absolute floor does not.
+MIN_FREE_SPACE = "256MiB"
 STOP_TIMEOUT_S = 10.0
 PORT_NAMES = (
     "master.port",
@@ -145,10 +148,19 @@ def wait_until_writable(server: S3Server, process: subprocess.Popen, log_path: P
         except (BotoCoreError, ClientError) as exc:
             last = exc
             time.sleep(0.5)
+    log = log_path.read_text()
     raise RuntimeError(
         f"SeaweedFS S3 at {server.endpoint} not writable after {START_TIMEOUT_S:.0f} s "
-        f"({last}):\n{log_path.read_text()[-4000:]}"
+        f"({last}).{low_disk_hint(log)}\nlog {log_path}, last lines:\n{log[-4000:]}"
     )
+
+
+def low_disk_hint(log: str) -> str:
+    """weed marks its volumes read-only on a full disk and logs it once, early; surface that line."""
+    for line in log.splitlines():
+        if "disk free" in line and "< required" in line:
+            return f"\nThe volume server refused to write, the disk is too full: {line.strip()}"
+    return ""
 
 
 @pytest.fixture(scope="session")
@@ -169,6 +181,7 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
         "-volume.max=8",
+        f"-volume.minFreeSpace={MIN_FREE_SPACE}",
         "-master.volumeSizeLimitMB=64",
         "-master.telemetry=false",
         *(f"-{name}={port}" for name, port in ports.items()),
