@@ -9,7 +9,7 @@ from components.image import IMAGE
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def baseline(
     prepared: Input[Dataset], similarity: Input[Dataset], gist: Input[Dataset], method: str,
-    bits: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    bits: int, replicate: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
     model: Output[Model],
 ):  # fmt: skip
     """Fit a shallow hashing method (shdh train --method METHOD --bits BITS).
@@ -20,6 +20,7 @@ def baseline(
         gist: the GIST features from `features`.
         method: a shallow method of shdh.hashers (itq, kmh, ksh, ksh+h, lfh, cosdish, ...).
         bits: the code length L.
+        replicate: the fit's own seed (one of baselines.seeds), or -1 for the master seed.
         settings: the `baselines` section of params.yaml as JSON.
         seed: the master seed.
         profile: the params profile (an MLflow tag).
@@ -30,12 +31,12 @@ def baseline(
     import tempfile
 
     from shdh import fitting
-    from shdh.stages.pipeline import run_context, save_model, section_arg
+    from shdh.stages.pipeline import replicate_arg, run_context, save_model, section_arg
 
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         context = run_context(prepared.metadata, profile, pipeline_run_id)
         out = fitting.train(method, bits, prepared_dir=prepared.path,
                             smatrix_path=similarity.path, models_dir=models_dir,
                             section=section_arg(settings, "baselines"), features_path=gist.path,
-                            seed=seed, **context)  # fmt: skip
+                            seed=seed, replicate=replicate_arg(replicate), **context)  # fmt: skip
         save_model(out, model)

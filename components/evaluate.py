@@ -18,8 +18,9 @@ def evaluate(
     Inputs:
         prepared: the dataset folder from `download` (the query/database split).
         similarity: the S-matrix from `smatrix` (the ancestors that define relevance).
-        deep_runs: the deep {method, bits} runs, from `plan`, in scoring order.
-        shallow_runs: the shallow {method, bits} runs, from `plan` (empty without baselines).
+        deep_runs: the deep {method, bits, replicate} runs, from `plan`, in scoring order.
+        shallow_runs: the shallow {method, bits, replicate} runs, from `plan` (empty without
+            baselines).
         settings: the `evaluate` section of params.yaml as JSON (n, wr_ns, curve_max, ...).
         seed: the master seed (the random-codes floor).
         profile: the params profile (an MLflow tag).
@@ -34,7 +35,13 @@ def evaluate(
     import tempfile
 
     from shdh import evaluation
-    from shdh.stages.pipeline import gather_models, kfp_metrics, run_context, section_arg
+    from shdh.stages.pipeline import (
+        gather_models,
+        kfp_metrics,
+        replicate_arg,
+        run_context,
+        section_arg,
+    )
 
     cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
     models = [*(deep_models or []), *(shallow_models or [])]
@@ -42,7 +49,8 @@ def evaluate(
         scores = evaluation.evaluate(
             prepared_dir=prepared.path, smatrix_path=similarity.path,
             models_dir=gather_models(models, models_dir), results_dir=results.path,
-            runs=[(r["method"], int(r["bits"])) for r in [*deep_runs, *shallow_runs]],
+            runs=[(r["method"], int(r["bits"]), replicate_arg(r["replicate"]))
+                  for r in [*deep_runs, *shallow_runs]],
             eval_params=cfg, features_path=gist.path if gist else None, seed=seed,
             **run_context(prepared.metadata, profile, pipeline_run_id),
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""plan: the (method, bits) runs one branch of the pipeline fans out over."""
+"""plan: the (method, bits, seed) runs one branch of the pipeline fans out over."""
 
 from kfp import dsl
 
@@ -17,7 +17,8 @@ def plan(train: str, baselines: str, kind: str) -> list:
         baselines: the `baselines` section as JSON (methods, bits: the shallow runs).
         kind: "deep" (image methods) or "shallow" (GIST methods).
     Outputs:
-        Output: a list of {"method": str, "bits": int}.
+        Output: a list of {"method": str, "bits": int, "replicate": int} (replicate: the fit's
+            seed from a `seeds` list, or -1 for the master seed).
     """
     from shdh.stages.pipeline import planned_runs, section_arg
 

@@ -9,7 +9,8 @@ from components.image import IMAGE
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def train(
     prepared: Input[Dataset], similarity: Input[Dataset], method: str, bits: int,
-    settings: str, seed: int, profile: str, pipeline_run_id: str, model: Output[Model],
+    replicate: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    model: Output[Model],
 ):  # fmt: skip
     """Train a deep hashing network (shdh train --method METHOD --bits BITS).
 
@@ -18,6 +19,7 @@ def train(
         similarity: the S-matrix from `smatrix` (the pair labels).
         method: a deep method of shdh.hashers (shdh, dpsh).
         bits: the code length L.
+        replicate: the fit's own seed (one of train.seeds), or -1 for the master seed.
         settings: the `train` section of params.yaml as JSON.
         seed: the master seed (initialisation, shuffles).
         profile: the params profile (an MLflow tag).
@@ -29,12 +31,13 @@ def train(
     import tempfile
 
     from shdh import fitting
-    from shdh.stages.pipeline import run_context, save_model, section_arg
+    from shdh.stages.pipeline import replicate_arg, run_context, save_model, section_arg
 
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         context = run_context(prepared.metadata, profile, pipeline_run_id)
         out = fitting.train(method, bits, prepared_dir=prepared.path,
                             smatrix_path=similarity.path, models_dir=models_dir,
-                            section=section_arg(settings, "train"), seed=seed, progress=False,
+                            section=section_arg(settings, "train"), seed=seed,
+                            replicate=replicate_arg(replicate), progress=False,
                             **context)  # fmt: skip
         save_model(out, model)

@@ -92,7 +92,8 @@ def build_pipeline(
             planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
             with dsl.ParallelFor(planned.output) as item:
                 fit = train_op(prepared=prepared, similarity=similarity, method=item.method,
-                               bits=item.bits, settings=train, **tracked)  # fmt: skip
+                               bits=item.bits, replicate=item.replicate, settings=train,
+                               **tracked)  # fmt: skip
                 step(fit.after(opened))
                 if cluster and scheduling is not None:
                     apply_scheduling(fit, scheduling)
@@ -102,7 +103,8 @@ def build_pipeline(
             planned = step(plan_op(train=train, baselines=baselines, kind="shallow"))
             with dsl.ParallelFor(planned.output) as item:
                 fit = baseline_op(prepared=prepared, similarity=similarity, gist=gist,
-                                  method=item.method, bits=item.bits, settings=baselines,
+                                  method=item.method, bits=item.bits,
+                                  replicate=item.replicate, settings=baselines,
                                   **tracked)  # fmt: skip
                 step(fit.after(opened))
             inputs.update(shallow_runs=planned.output, gist=gist,

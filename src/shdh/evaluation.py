@@ -4,12 +4,17 @@ Every method is scored by the same code on the same split: its codes are written
 file (docs/codes-format.md) and the metrics are computed from that file's contents, so
 `shdh metrics` on a written file reproduces metrics.json exactly. Seeded random codes are scored
 too: the floor that every method must beat.
+
+With a `seeds` list every method is fitted once per seed; the tables, metrics.json and the
+figures then hold the mean over the seeds (metrics.json also the sample standard deviation,
+as METRIC_sd), and metrics_by_seed.json every fit's own figures.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,9 +37,10 @@ from shdh.figures import (
     wr_at_n_figure,
     write_figures,
 )
-from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir
+from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir, run_name
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
+from shdh.metrics import Curves
 from shdh.metrics import evaluate as score_codes
 from shdh.report import results_doc, results_table, update_generated_section
 from shdh.retrieval import pack_codes
@@ -42,13 +48,17 @@ from shdh.retrieval import pack_codes
 log = logging.getLogger(__name__)
 
 
+BY_SEED_FILE = "metrics_by_seed.json"
+
+
 @dataclass
 class Scored:
     method: str
     bits: int
     metrics: dict[str, float]
-    curves: Any
+    curves: Curves
     codes_path: Path
+    replicate: int | None = None  # the fit's seed when the params list several (else None)
 
 
 def random_codes(n_items: int, bits: int, seed: int) -> np.ndarray:
@@ -63,7 +73,7 @@ def evaluate(
     smatrix_path: str | Path,
     models_dir: str | Path,
     results_dir: str | Path,
-    runs: list[tuple[str, int]],
+    runs: list[tuple[str, int] | tuple[str, int, int | None]],
     eval_params: dict[str, Any],
     features_path: str | Path | None = None,
     shallow_models_dir: str | Path | None = None,
@@ -71,11 +81,13 @@ def evaluate(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Score every (method, bits) in `runs`; write results_dir/{metrics.json, timings.json,
-    table.md, curves.npz, codes/METHOD-BITS.npz, plots/*.png} and the report.
+    """Score every (method, bits[, replicate seed]) in `runs`; write results_dir/{metrics.json,
+    metrics_by_seed.json, timings.json, table.md, curves.npz, codes/METHOD-BITS[-seedS].npz,
+    plots/*.png} and the report.
 
-    Models are read from models_dir/METHOD/METHOD-BITS, the shallow methods' from
-    shallow_models_dir when given (the DVC layout keeps them apart: one stage output each).
+    Models are read from models_dir/METHOD/METHOD-BITS[-seedS], the shallow methods' from
+    shallow_models_dir when given (the DVC layout keeps them apart: one stage output each). The
+    random floor is scored once per replicate seed, so it has a spread too.
     """
     from shdh.steps import load_prepared, load_smatrix
 
@@ -98,11 +110,14 @@ def evaluate(
 
     split_inputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     scored: list[Scored] = []
-    timings: dict[str, dict[str, dict[str, float]]] = {}
-    for method, bits in runs:
+    timings: dict[str, dict[str, list[dict[str, float]]]] = {}
+    replicates: set[int | None] = set()
+    for method, bits, *rest in runs:
+        replicate = rest[0] if rest else None
+        replicates.add(replicate)
         shallow = get_hasher_class(method).input_kind != "images"
         root = shallow_models_dir if shallow and shallow_models_dir is not None else models_dir
-        mdir = model_dir(root, method, bits)
+        mdir = model_dir(root, method, bits, replicate)
         hasher = Hasher.load(mdir / HASHER_DIR)
         if hasher.n_bits != bits:
             raise ValueError(f"{mdir / HASHER_DIR}: holds a {hasher.n_bits}-bit {method}, "
@@ -120,28 +135,31 @@ def evaluate(
         codes = codes_for(q, db, hasher.segment_sizes(), hasher.segment_weights())
         run_id = tracking.load_run_ref(mdir / RUN_REF)
         result = _score(codes, method, bits, results_dir, eval_params, run_id, tags,
-                        parent_run_id, extra={"encode_seconds": encode_s})  # fmt: skip
+                        parent_run_id, replicate, extra={"encode_seconds": encode_s})  # fmt: skip
         scored.append(result)
-        timings.setdefault(method, {})[str(bits)] = {
-            "fit_seconds": _fit_seconds(mdir), "encode_seconds": round(encode_s, 3),
-            "items_encoded": len(q_idx) + len(db_idx),
-        }  # fmt: skip
+        timings.setdefault(method, {}).setdefault(str(bits), []).append(
+            {"fit_seconds": _fit_seconds(mdir), "encode_seconds": encode_s}
+        )
     if eval_params.get("random_floor", True):
-        for bits in sorted({b for _, b in runs}):
-            q = random_codes(len(q_idx), bits, seed)
-            db = random_codes(len(db_idx), bits, seed + 1)
-            codes = codes_for(q, db, [bits], [1.0])
-            scored.append(_score(codes, "random", bits, results_dir, eval_params, None, tags,
-                                 parent_run_id))  # fmt: skip
+        for bits in sorted({run[1] for run in runs}):
+            for replicate in sorted(replicates, key=lambda r: -1 if r is None else r):
+                base = seed if replicate is None else replicate
+                q = random_codes(len(q_idx), bits, base)
+                db = random_codes(len(db_idx), bits, base + 1)
+                codes = codes_for(q, db, [bits], [1.0])
+                scored.append(_score(codes, "random", bits, results_dir, eval_params, None,
+                                     tags, parent_run_id, replicate))  # fmt: skip
 
     metrics = nested_metrics(scored)
+    curves = mean_curves(scored)
     atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    atomic_write_text(results_dir / "timings.json", json.dumps(timings, indent=2) + "\n")
-    save_curves(results_dir / CURVES_FILE, {(s.method, s.bits): s.curves for s in scored},
-                dataset=ds.name, n=eval_params["n"])  # fmt: skip
+    atomic_write_text(results_dir / BY_SEED_FILE, json.dumps(metrics_by_seed(scored, seed),
+                                                             indent=2) + "\n")  # fmt: skip
+    timing = mean_timings(timings, items=len(q_idx) + len(db_idx))
+    atomic_write_text(results_dir / "timings.json", json.dumps(timing, indent=2) + "\n")
+    save_curves(results_dir / CURVES_FILE, curves, dataset=ds.name, n=eval_params["n"])
     atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
-    figures = write_figures({(s.method, s.bits): s.curves for s in scored},
-                            results_dir / PLOTS_DIR, _alpha_sweep(results_dir))  # fmt: skip
+    figures = write_figures(curves, results_dir / PLOTS_DIR, _alpha_sweep(results_dir))
     if eval_params.get("report"):
         write_report(eval_params["report"], metrics, figures, dataset=ds.name, n=eval_params["n"])
     return metrics
@@ -203,10 +221,12 @@ def _score(
     run_id: str | None,
     tags: dict[str, str] | None,
     parent_run_id: str | None,
+    replicate: int | None = None,
     extra: dict[str, float] | None = None,
 ) -> Scored:
     """Write the codes file, score it, and log metrics, codes and plot to the method's run."""
-    path = results_dir / "codes" / f"{method}-{bits}.npz"
+    name = run_name(method, bits, replicate)
+    path = results_dir / "codes" / f"{name}.npz"
     save_codes(path, codes)
     n_db = len(codes.db_ids)
     wr_ns = tuple(n for n in eval_params.get("wr_ns", (100, 1000, 5000)) if n <= n_db)
@@ -217,18 +237,20 @@ def _score(
         workers=eval_workers(eval_params.get("workers")),
         radius_queries=eval_params.get("radius_queries"),
     )  # fmt: skip
-    result = Scored(method, bits, metrics, curves, path)
-    log.info("%s-%d: %s", method, bits, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    result = Scored(method, bits, metrics, curves, path, replicate)
+    log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
     with tracking.run(
-        run_name=f"{method}-{bits}", run_id=run_id, parent_run_id=parent_run_id,
+        run_name=name, run_id=run_id, parent_run_id=parent_run_id,
         params=None if run_id else {"method": method, "bits": bits},
         tags={"method": method, "bits": str(bits), **(tags or {})},
     ):  # fmt: skip
         tracking.log_metrics({**metrics, **(extra or {})})
         tracking.log_artifact(path, "codes")
         with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
-            plot = Path(tmp) / f"{method}-{bits}-wr.png"
-            wr_at_n_figure({method: result.curves}, plot, title=f"{method}, {bits} bits")
+            plot = Path(tmp) / f"{name}-wr.png"
+            wr_at_n_figure(
+                {method: result.curves}, plot, title=f"{name.replace('-', ', ', 1)} bits"
+            )
             tracking.log_artifact(plot, "plots")
     return result
 
@@ -245,14 +267,79 @@ def eval_workers(value: int | None) -> int:
     return value
 
 
+def _groups(scored: list[Scored]) -> dict[tuple[str, int], list[Scored]]:
+    """The fits of each (method, bits), over their seeds, in scoring order."""
+    groups: dict[tuple[str, int], list[Scored]] = {}
+    for s in scored:
+        groups.setdefault((s.method, s.bits), []).append(s)
+    return groups
+
+
 def nested_metrics(scored: list[Scored]) -> dict[str, Any]:
-    """{method: {bits: {metric: value}}}, the layout of metrics.json."""
+    """{method: {bits: {metric: value}}}, the layout of metrics.json: the mean over the seeds,
+    and, where there are several, METRIC_sd (the sample standard deviation) and `seeds`."""
+    out: dict[str, Any] = {}
+    for (method, bits), fits in _groups(scored).items():
+        row: dict[str, float] = {}
+        for key in fits[0].metrics:
+            values = [float(f.metrics[key]) for f in fits]
+            row[key] = round(statistics.fmean(values), 6)
+            if len(fits) > 1:
+                row[f"{key}_sd"] = round(statistics.stdev(values), 6)
+        if len(fits) > 1:
+            row["seeds"] = len(fits)
+        out.setdefault(method, {})[str(bits)] = row
+    return out
+
+
+def metrics_by_seed(scored: list[Scored], seed: int) -> dict[str, Any]:
+    """{method: {bits: {seed: {metric: value}}}}: every fit's own figures (metrics_by_seed.json),
+    from which metrics.json's means and spreads are computed."""
     out: dict[str, Any] = {}
     for s in scored:
-        out.setdefault(s.method, {})[str(s.bits)] = {
+        used = seed if s.replicate is None else s.replicate
+        out.setdefault(s.method, {}).setdefault(str(s.bits), {})[str(used)] = {
             k: round(float(v), 6) for k, v in s.metrics.items()
         }
     return out
+
+
+def mean_curves(scored: list[Scored]) -> dict[tuple[str, int], Curves]:
+    """Each (method, bits)'s curves averaged over its seeds (the figures show the mean). The
+    radius axis is the same for every seed: it is set by the segment sizes and weights."""
+    out = {}
+    for key, fits in _groups(scored).items():
+        first = fits[0].curves
+        if any(not np.array_equal(f.curves.radius, first.radius) for f in fits):
+            raise ValueError(f"{run_name(*key)}: the seeds' codes have different radius axes")
+        out[key] = Curves(
+            wr_at_n=np.mean([f.curves.wr_at_n for f in fits], axis=0),
+            radius=first.radius,
+            radius_real=first.radius_real,
+            wr_at_radius=np.mean([f.curves.wr_at_radius for f in fits], axis=0),
+        )
+    return out
+
+
+def mean_timings(timings: dict[str, dict[str, list[dict]]], items: int) -> dict[str, Any]:
+    """timings.json: fit and encode seconds per method and code length, the mean over seeds."""
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(statistics.fmean(known), 3) if known else None
+
+    return {
+        method: {
+            bits: {
+                "fit_seconds": mean([r["fit_seconds"] for r in rows]),
+                "encode_seconds": mean([r["encode_seconds"] for r in rows]),
+                "items_encoded": items,
+                **({"seeds": len(rows)} if len(rows) > 1 else {}),
+            }
+            for bits, rows in by_bits.items()
+        }
+        for method, by_bits in timings.items()
+    }
 
 
 def metrics_of_codes_file(path: str | Path, *, n: int = 100) -> dict[str, float]:

@@ -31,13 +31,40 @@ RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
 ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
 # Keys of the `train` section that configure the pipeline rather than a method.
-_PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train")
+_PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
 
 
-def model_dir(models_dir: str | Path, method: str, bits: int) -> Path:
-    """models_dir/METHOD/METHOD-BITS: one folder per method (a DVC stage's output), one per
-    code length inside it (self-describing when copied out on its own)."""
-    return Path(models_dir) / method / f"{method}-{bits}"
+def run_name(method: str, bits: int, replicate: int | None = None) -> str:
+    """METHOD-BITS, or METHOD-BITS-seedS for one of several fits that differ only by seed: the
+    name of the model folder, the MLflow run and the codes file."""
+    return f"{method}-{bits}" if replicate is None else f"{method}-{bits}-seed{replicate}"
+
+
+def model_dir(models_dir: str | Path, method: str, bits: int, replicate: int | None = None) -> Path:
+    """models_dir/METHOD/METHOD-BITS[-seedS]: one folder per method (a DVC stage's output), one
+    per code length (and seed) inside it (self-describing when copied out on its own)."""
+    return Path(models_dir) / method / run_name(method, bits, replicate)
+
+
+def replicate_seeds(section: dict[str, Any]) -> list[int | None]:
+    """The seeds a section's methods are fitted with: `seeds: null` is one fit with the master
+    seed, named without it; a list is one fit per seed, each named with its seed, so the tables
+    can report the mean and spread. The split and the S-matrix sample stay the master seed's:
+    the seeds vary initialisation, sampling and shuffling, not the data."""
+    seeds = section.get("seeds")
+    if seeds is None:
+        return [None]
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise ConfigError(
+            f"params.yaml: seeds: expected null or a list of distinct non-negative ints, "
+            f"got {seeds!r}"
+        )
+    return list(seeds)
 
 
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
@@ -116,12 +143,15 @@ def train(
     section: dict[str, Any],
     features_path: str | Path | None = None,
     seed: int = 0,
+    replicate: int | None = None,
     resume: str = "never",
     progress: bool = True,
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> Path:
     """Fit `method` at `bits` and save it under models_dir/METHOD/METHOD-BITS/.
+
+    replicate: fit with this seed instead of `seed`, named METHOD-BITS-seedS (replicate_seeds).
 
     resume (deep methods): "never" starts afresh; "always" continues the checkpoint and fails if
     it does not match; "auto" continues a matching checkpoint and starts afresh otherwise (what
@@ -131,7 +161,9 @@ def train(
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
     cls = get_hasher_class(method)
     params = method_params(section, method)
-    out_dir = model_dir(models_dir, method, bits)
+    seed = seed if replicate is None else replicate
+    name = run_name(method, bits, replicate)
+    out_dir = model_dir(models_dir, method, bits, replicate)
     X, pairs = training_inputs(
         cls, Path(prepared_dir), Path(smatrix_path),
         Path(features_path) if features_path else None, section.get("n_train"),
@@ -140,7 +172,7 @@ def train(
     if deep:
         params["work_dir"] = str(out_dir / "work")
     hasher = cls(n_bits=bits, seed=seed, **params)
-    log.info("%s-%d: fitting on %d items", method, bits, len(X))
+    log.info("%s: fitting on %d items", name, len(X))
 
     run_id = tracking.load_run_ref(out_dir / RUN_REF) if deep and resume != "never" else None
     logged = {
@@ -154,7 +186,7 @@ def train(
     run_tags = {"method": method, "bits": str(bits), "git_commit": tracking.git_commit(),
                 **(tags or {})}  # fmt: skip
     with tracking.run(
-        run_name=f"{method}-{bits}",
+        run_name=name,
         params=None if run_id else logged,
         tags=run_tags,
         run_id=run_id,
@@ -170,7 +202,7 @@ def train(
                 pairs,
                 resume=mode,
                 progress=progress,
-                on_epoch=_epoch_logger(method, bits, hasher.epochs),
+                on_epoch=_epoch_logger(name, hasher.epochs),
             )
         else:
             hasher.fit(X, pairs)
@@ -186,11 +218,13 @@ def train(
     record = {
         "method": method,
         "bits": bits,
+        "replicate": replicate,
+        "seed": seed,
         "fit_seconds": round(seconds, 3),
         "n_train_items": len(X),
     }
     atomic_write_text(out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
-    log.info("%s-%d: fitted in %.1f s, saved to %s", method, bits, seconds, out_dir)
+    log.info("%s: fitted in %.1f s, saved to %s", name, seconds, out_dir)
     return out_dir
 
 
@@ -203,11 +237,11 @@ def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:
     return segment_sizes(hasher.n_bits, pairs.ancestors.shape[1], hasher.layout)
 
 
-def _epoch_logger(method: str, bits: int, epochs: int):
+def _epoch_logger(name: str, epochs: int):
     def on_epoch(entry: dict[str, Any]) -> None:
         log.info(
-            "%s-%d epoch %d/%d: loss %.4f, %.0f img/s, |z| %.2f, %.1f%% bits flipped",
-            method, bits, entry["epoch"], epochs, entry["loss"], entry["images_per_sec"],
+            "%s epoch %d/%d: loss %.4f, %.0f img/s, |z| %.2f, %.1f%% bits flipped",
+            name, entry["epoch"], epochs, entry["loss"], entry["images_per_sec"],
             entry["mean_abs_z"], 100 * entry["flip_fraction"],
         )  # fmt: skip
         tracking.log_metrics(

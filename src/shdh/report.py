@@ -14,6 +14,7 @@ def results_table(metrics: dict[str, Any], n: int = 100) -> str:
 
     `ndcg` uses the ideal order of the whole database (standard); `ndcg_list` re-sorts the
     retrieved list (the paper-compatible variant). Random codes are listed last, as the floor.
+    Over several seeds a cell is the mean +- the sample standard deviation.
     """
     header = f"| method | bits | ACG@{n} | DCG@{n} | NDCG@{n} | NDCG@{n} (list ideal) | WR@{n} |"
     lines = [header, "|---|---:|---:|---:|---:|---:|---:|"]
@@ -21,8 +22,10 @@ def results_table(metrics: dict[str, Any], n: int = 100) -> str:
     for method in methods:
         for bits in sorted(metrics[method], key=int):
             row = metrics[method][bits]
-            cells = [f"{row.get(f'{c}@{n}', float('nan')):.4f}" for c in TABLE_COLUMNS]
-            cells[1] = f"{row.get(f'dcg@{n}', float('nan')):.3f}"
+            cells = [
+                _cell(row.get(f"{c}@{n}"), row.get(f"{c}@{n}_sd"), 3 if c == "dcg" else 4)
+                for c in TABLE_COLUMNS
+            ]
             lines.append(f"| {method} | {bits} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -40,6 +43,29 @@ BEGIN_MARK = "<!-- shdh evaluate: generated tables begin -->"
 END_MARK = "<!-- shdh evaluate: generated tables end -->"
 
 
+def _cell(value: float | None, spread: float | None, digits: int) -> str:
+    """A table cell: the value, with its spread over seeds when there is one."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" + ("" if spread is None else f" ± {spread:.{digits}f}")
+
+
+def _short_key(key: str, n: int) -> str:
+    """metrics.json's "ndcg@100" -> "ndcg", "ndcg@100_sd" -> "ndcg_sd" (wr@1000 is kept)."""
+    spread = key.endswith("_sd")
+    return key.removesuffix("_sd").removesuffix(f"@{n}") + ("_sd" if spread else "")
+
+
+def seeds_line(metrics: dict[str, Any]) -> str:
+    """The caption that says a table's cells are means over seeds, or nothing for one seed."""
+    counts = sorted({int(row["seeds"]) for by_bits in metrics.values()
+                     for row in by_bits.values() if "seeds" in row})  # fmt: skip
+    if not counts:
+        return ""
+    return (f"Each cell: mean ± sample standard deviation over {'/'.join(map(str, counts))} "
+            "seeds (metrics_by_seed.json has every fit).\n")  # fmt: skip
+
+
 def ordered_methods(methods) -> list[str]:
     rank = {m: i for i, m in enumerate(PAPER_ORDER)}
     return sorted(methods, key=lambda m: (m == "random", rank.get(m, len(rank)), m))
@@ -54,8 +80,8 @@ def _table1(rows: dict[str, dict[int, dict[str, float | None]]], bits: list[int]
         cells = []
         for _, key, digits in metrics:
             for b in bits:
-                v = rows[method].get(b, {}).get(key)
-                cells.append("-" if v is None else f"{v:.{digits}f}")
+                row = rows[method].get(b, {})
+                cells.append(_cell(row.get(key), row.get(f"{key}_sd"), digits))
         lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -70,7 +96,7 @@ def results_doc(
     """
     from shdh.paper_results import TABLES
 
-    ours = {m: {int(b): {k.removesuffix(f"@{n}"): v for k, v in row.items()}
+    ours = {m: {int(b): {_short_key(k, n): v for k, v in row.items()}
                 for b, row in by_bits.items()} for m, by_bits in metrics.items()}  # fmt: skip
     bits = sorted({b for by_bits in ours.values() for b in by_bits})
     paper_key = "iaprtc12" if dataset.startswith("iaprtc") else "cifar100"
@@ -83,6 +109,7 @@ def results_doc(
         BEGIN_MARK,
         f"### This run: {dataset}, @{n} (written by `shdh evaluate`)\n",
         "NDCG is the paper's variant (normalised by the ideal order of the retrieved list).\n",
+        *filter(None, [seeds_line(metrics)]),
         _table1(ours, bits, n),
         f"NDCG@{n} normalised by the ideal order of the whole database (the stricter, standard "
         "form):\n",

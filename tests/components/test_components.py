@@ -84,8 +84,8 @@ def chain(tmp_path_factory):
                 extra = {"gist": gist} if kind == "shallow" else {}
                 component(name).python_func(
                     prepared=prepared, similarity=similarity, method=run["method"],
-                    bits=run["bits"], settings=args["train" if kind == "deep" else "baselines"],
-                    model=model, **extra, **tracked,
+                    bits=run["bits"], replicate=run["replicate"],
+                    settings=args["train" if kind == "deep" else "baselines"], model=model, **extra, **tracked,
                 )  # fmt: skip
                 models.setdefault(kind, []).append(artifact(dsl.Model, Path(model.path),
                                                             model.metadata))  # fmt: skip
@@ -166,12 +166,17 @@ def test_tree_smatrix_and_features_write_the_library_formats(chain):
 
 
 def test_plan_lists_the_runs_of_each_branch_as_dvc_yaml_expands_them(chain):
-    assert chain["runs"]["deep"] == [{"method": "shdh", "bits": 16}]
+    assert chain["runs"]["deep"] == [{"method": "shdh", "bits": 16, "replicate": -1}]
     assert chain["runs"]["shallow"] == [
-        {"method": "itq", "bits": 16},
-        {"method": "kmh", "bits": 16},
+        {"method": "itq", "bits": 16, "replicate": -1},
+        {"method": "kmh", "bits": 16, "replicate": -1},
     ]
     plan = component("plan").python_func
+    seeded = json.dumps({**json.loads(chain["args"]["train"]), "seeds": [5, 6]})
+    assert plan(train=seeded, baselines=chain["args"]["baselines"], kind="deep") == [
+        {"method": "shdh", "bits": 16, "replicate": 5},
+        {"method": "shdh", "bits": 16, "replicate": 6},
+    ]
     with pytest.raises(ValueError, match="kind"):
         plan(train=chain["args"]["train"], baselines=chain["args"]["baselines"], kind="both")
 
@@ -215,6 +220,19 @@ def test_evaluate_refuses_two_models_of_the_same_run(chain, tmp_path):
     shutil.copytree(model.path, twin)
     with pytest.raises(ValueError, match="shdh-16"):
         gather_models([model, artifact(dsl.Model, twin)], tmp_path / "models")
+
+
+def test_models_of_several_seeds_are_laid_out_by_seed_for_evaluate(chain, tmp_path):
+    from shdh.stages.pipeline import gather_models
+
+    model = chain["models"]["deep"][0]
+    twin = tmp_path / "twin"
+    shutil.copytree(model.path, twin)
+    record = json.loads((twin / "fit.json").read_text())
+    (twin / "fit.json").write_text(json.dumps({**record, "replicate": 7, "seed": 7}))
+    root = gather_models([model, artifact(dsl.Model, twin)], tmp_path / "models")
+    assert sorted(p.name for p in (root / "shdh").iterdir()) == ["shdh-16", "shdh-16-seed7"]
+    assert (root / "shdh" / "shdh-16-seed7").resolve() == twin.resolve()
 
 
 def test_start_fails_fast_naming_an_unreachable_tracking_server(chain, monkeypatch):

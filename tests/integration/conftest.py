@@ -156,7 +156,7 @@ def wait_until_writable(server: S3Server, process: subprocess.Popen, log_path: P
 
 
 def low_disk_hint(log: str) -> str:
-    """weed marks its volumes read-only on a full disk and logs it once, early; surface that line."""
+    """weed makes its volumes read-only on a full disk and logs it once, early: surface it."""
     for line in log.splitlines():
         if "disk free" in line and "< required" in line:
             return f"\nThe volume server refused to write, the disk is too full: {line.strip()}"

@@ -237,3 +237,45 @@ def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path,
     runs = {json.loads((d / "mlflow_run.json").read_text())["run_id"]
             for d in (models / "itq").iterdir()}  # fmt: skip
     assert len(runs) == 2  # one MLflow run per method and code length
+
+
+def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path, fashion_raw):
+    params = smoke_params(
+        tmp_path, fashion_raw, train={"methods": ["shdh"], "seeds": [3, 4]},
+        baselines={"methods": ["itq"], "seeds": [3, 4]},
+    )  # fmt: skip
+    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["train", "--method", "shdh", "--no-progress"], ["train", "--baselines"])
+    run_steps(params, ["evaluate"])
+    names = sorted(p.name for p in (tmp_path / "models" / "shdh").iterdir())
+    assert names == ["shdh-16-seed3", "shdh-16-seed4"]
+    assert (
+        json.loads((tmp_path / "models" / "shdh" / names[1] / "fit.json").read_text())["seed"] == 4
+    )
+    results = tmp_path / "results"
+    by_seed = json.loads((results / "metrics_by_seed.json").read_text())
+    metrics = json.loads((results / "metrics.json").read_text())
+    for method in ("shdh", "itq", "random"):
+        fits = by_seed[method]["16"]
+        assert sorted(fits) == ["3", "4"], method
+        values = [fits[s]["ndcg@100"] for s in ("3", "4")]
+        row = metrics[method]["16"]
+        assert row["seeds"] == 2
+        assert row["ndcg@100"] == pytest.approx(np.mean(values), abs=1e-6)
+        assert row["ndcg@100_sd"] == pytest.approx(np.std(values, ddof=1), abs=1e-6)
+    # Different seeds give different networks, hence different codes.
+    from shdh.codes import load_codes
+
+    a, b = (load_codes(results / "codes" / f"shdh-16-seed{s}.npz") for s in (3, 4))
+    assert not np.array_equal(a.db_codes, b.db_codes)
+    table = (results / "table.md").read_text()
+    assert f"| shdh | 16 | {metrics['shdh']['16']['acg@100']:.4f} ± " in table
+    assert "over 2 seeds" in (tmp_path / "results.md").read_text()
+
+
+def test_bad_seeds_are_refused_by_name(tmp_path, fashion_raw, caplog):
+    params = smoke_params(tmp_path, fashion_raw, train={"seeds": [1, 1]})
+    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    assert main(["train", "--method", "shdh", "--params", str(params)]) != 0
+    assert "seeds" in caplog.text and "[1, 1]" in caplog.text
+    assert not (tmp_path / "models").exists()

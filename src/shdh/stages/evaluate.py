@@ -35,12 +35,17 @@ def models_root(params: dict, method: str) -> Path:
     return Path(params["baselines"]["models_dir"])
 
 
-def planned_runs(params: dict) -> list[tuple[str, int]]:
-    """(method, bits) for every deep and shallow method the params ask for, in that order."""
+def planned_runs(params: dict) -> list[tuple[str, int, int | None]]:
+    """(method, bits, replicate seed) for every deep and shallow method the params ask for, in
+    that order; the seed is None without a `seeds` list (fitting.replicate_seeds)."""
+    from shdh.fitting import replicate_seeds
+
     train, baselines = params["train"], params.get("baselines") or {}
-    runs = [(m, b) for b in train["bits"] for m in train["methods"]]
+    runs = [(m, b, s) for b in train["bits"] for m in train["methods"]
+            for s in replicate_seeds(train)]  # fmt: skip
     for b in baselines.get("bits", []):
-        runs += [(m, b) for m in baselines.get("methods", []) if b in method_bits(params, m)]
+        runs += [(m, b, s) for m in baselines.get("methods", []) if b in method_bits(params, m)
+                 for s in replicate_seeds(baselines)]  # fmt: skip
     return runs
 
 

@@ -249,10 +249,15 @@ def section_arg(text: str, name: str) -> dict[str, Any]:
     return value
 
 
+NO_REPLICATE = -1  # a run's "replicate" without a `seeds` list: the master seed, unnamed
+
+
 def planned_runs(train: dict[str, Any], baselines: dict[str, Any], kind: str) -> list[dict]:
-    """The {method, bits} runs of one branch, as dvc.yaml's matrices: "deep" are train.methods
-    x train.bits, "shallow" baselines.methods x baselines.bits; in the order `shdh evaluate`
-    scores them (shdh.stages.evaluate.planned_runs, which also skips KMH where it cannot run)."""
+    """The {method, bits, replicate} runs of one branch, as dvc.yaml's matrices: "deep" are
+    train.methods x train.bits (x train.seeds), "shallow" baselines.methods x baselines.bits (x
+    baselines.seeds); in the order `shdh evaluate` scores them (shdh.stages.evaluate's
+    planned_runs, which also skips KMH where it cannot run). A pipeline parameter cannot be
+    null, so a run without a seed of its own has replicate NO_REPLICATE."""
     from shdh.stages.evaluate import planned_runs as all_runs
 
     none = {"methods": [], "bits": []}
@@ -262,7 +267,15 @@ def planned_runs(train: dict[str, Any], baselines: dict[str, Any], kind: str) ->
         runs = all_runs({"train": none, "baselines": baselines})
     else:
         raise ValueError(f"plan: kind must be 'deep' or 'shallow', got '{kind}'")
-    return [{"method": str(m), "bits": int(b)} for m, b in runs]
+    return [
+        {"method": str(m), "bits": int(b), "replicate": NO_REPLICATE if s is None else int(s)}
+        for m, b, s in runs
+    ]
+
+
+def replicate_arg(value: int) -> int | None:
+    """A run's "replicate" as fitting.train takes it: NO_REPLICATE -> None."""
+    return None if int(value) == NO_REPLICATE else int(value)
 
 
 def run_context(metadata: dict[str, Any], profile: str, pipeline_run_id: str) -> dict[str, Any]:
@@ -290,7 +303,8 @@ def save_model(model_dir: str | Path, model: Any) -> None:
     record = json.loads((model_dir / FIT_RECORD).read_text())
     with atomic_dir(model.path) as tmp:
         shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("work"), dirs_exist_ok=True)
-    model.metadata.update({"method": record["method"], "bits": int(record["bits"])})
+    model.metadata.update({"method": record["method"], "bits": int(record["bits"]),
+                           "replicate": record.get("replicate")})  # fmt: skip
 
 
 def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
@@ -302,7 +316,8 @@ def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
         path = Path(model.path) / FIT_RECORD
         try:
             record = json.loads(path.read_text())
-            link = model_dir(models_dir, record["method"], int(record["bits"]))
+            replicate = record.get("replicate")
+            link = model_dir(models_dir, record["method"], int(record["bits"]), replicate)
         except (OSError, ValueError, KeyError) as exc:
             raise ValueError(f"{path}: not a fitted model's record: {exc}") from exc
         if link.exists():

@@ -3,7 +3,8 @@
 One process fits every code length of its methods in turn: DVC runs one stage per deep method
 (`train@shdh`, minutes each) and one for all the shallow ones (`baselines`: `--baselines`),
 since a stage costs ~20 s of start-up (Python, PyTorch, MLflow, DVC), more than most shallow
-fits. Each (method, bits) is still its own model folder and its own MLflow run. Deep models go
+fits. Each (method, bits), and each seed of `seeds` when set, is still its own model folder
+and its own MLflow run. Deep models go
 to train.models_dir, shallow ones to baselines.models_dir: one DVC output each.
 """
 
@@ -67,13 +68,15 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
     context = context if context is not None else pipeline_context(args, params)
     for bits in bits_list:
-        out = fitting.train(
-            method, bits, prepared_dir=params["data"]["prepared_dir"],
-            smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
-            section=section, features_path=None if deep else params["features"]["out"],
-            seed=params["seed"], resume=args.resume, progress=not args.no_progress, **context,
-        )  # fmt: skip
-        print(f"model written to {out}")
+        for replicate in fitting.replicate_seeds(section):
+            out = fitting.train(
+                method, bits, prepared_dir=params["data"]["prepared_dir"],
+                smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
+                section=section, features_path=None if deep else params["features"]["out"],
+                seed=params["seed"], replicate=replicate, resume=args.resume,
+                progress=not args.no_progress, **context,
+            )  # fmt: skip
+            print(f"model written to {out}")
     return context
 
 
