@@ -33,7 +33,7 @@ import sys
 import time
 
 import numpy as np
-from provenance import commit_line, machine_line  # benchmarks/provenance.py
+from provenance import at_most_row, commit_line, machine_line  # benchmarks/provenance.py
 
 TARGET_SECONDS = 30.0
 TARGET_GB = 4.0
@@ -142,13 +142,8 @@ def main() -> None:
         res = measure(args, radius)
         seconds = statistics.median(res["times"])
         peak_gb = res["peak"] / 1e9
-        for what, value, target, unit in [
-            ("wall time", seconds, TARGET_SECONDS, "s"),
-            ("peak RSS", peak_gb, TARGET_GB, "GB"),
-        ]:
-            verdict = "PASS" if value <= target else "FAIL"
-            print(f"| {label}: {what} | {value:.2f} {unit} | <= {target:g} {unit} | "
-                  f"{value / target:.2f} | {verdict} |")  # fmt: skip
+        print(at_most_row(f"{label}: wall time", seconds, TARGET_SECONDS, "s"))
+        print(at_most_row(f"{label}: peak RSS", peak_gb, TARGET_GB, "GB"))
         notes.append(f"{label}: runs {[round(t, 2) for t in res['times']]} s, RSS before "
                      f"evaluating {res['before'] / 1e9:.2f} GB, ndcg@100 "
                      f"{res['metrics']['ndcg@100']:.4f}")  # fmt: skip

@@ -1,4 +1,5 @@
-"""The machine and commit line every benchmark prints: figures mean nothing without them."""
+"""What every benchmark prints: the machine and commit lines (figures mean nothing without them)
+and its rows against an upper-bound target."""
 
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def commit_line() -> str:
     dirty = " (src/ has uncommitted changes)" if git("status", "--porcelain", "src").strip() else ""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"commit {git('rev-parse', '--short', 'HEAD').strip()}{dirty}; {now}"
+
+
+def at_most_row(what: str, value: float, target: float, unit: str) -> str:
+    """A markdown row for a figure with an upper bound: value, bound, share of it, PASS/FAIL."""
+    verdict = "PASS" if value <= target else "FAIL"
+    return (f"| {what} | {value:.2f} {unit} | <= {target:g} {unit} | {value / target:.2f} | "
+            f"{verdict} |")  # fmt: skip

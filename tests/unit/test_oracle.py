@@ -48,6 +48,11 @@ def test_codes_are_the_predicted_class_codes(tmp_path):
     assert oracle.segment_sizes() == [8, 8]
     assert oracle.segment_weights() == pytest.approx(list(layer_weights(TREE.height)[1:]))
     assert "accuracy" in oracle.history_[-1]
+    # Images of another size are refused, by encode and by predict_classes alike.
+    other = np.zeros((2, q_images.shape[1] + 2, q_images.shape[2] + 2), np.uint8)
+    for call in (oracle.encode, oracle.predict_classes):
+        with pytest.raises(ValueError, match=r"oracle: images have shape .* trained on"):
+            call(other)
 
 
 def test_multi_label_data_is_refused_and_leaves_no_state():

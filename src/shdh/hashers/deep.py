@@ -185,15 +185,20 @@ class _DeepHasher(Hasher):
         self.image_shape_ = np.asarray(images.shape[1:], dtype=np.int64)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
+        return training.encode(  # (N, L) int8 +-1
+            self.model_, self._encode_input(X), device=self.device, num_threads=self.num_threads
+        )
+
+    def _encode_input(self, X: Any) -> np.ndarray:
+        """Images checked against the training shape: a network takes any size its pooling
+        allows, so a wrong one would give codes silently, not an error."""
         images = _check_images(self.name, X)
         if tuple(images.shape[1:]) != tuple(int(s) for s in self.image_shape_):
             raise ValueError(
                 f"{self.name}: images have shape {tuple(images.shape[1:])} per item but the "
                 f"model was trained on {tuple(int(s) for s in self.image_shape_)}"
             )
-        return training.encode(  # (N, L) int8 +-1
-            self.model_, images, device=self.device, num_threads=self.num_threads
-        )
+        return images
 
     # -- work_dir and resume ------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional
 
 from shdh import training
-from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _check_images, _DeepHasher
+from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _DeepHasher
 from shdh.hierarchy import segment_levels, segment_sizes
 
 
@@ -122,16 +122,18 @@ class Oracle(LevelSegments, _DeepHasher):
         return loss_fn
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        images = _check_images(self.name, X)
-        z = training.outputs(self.model_, images, device=self.device, num_threads=self.num_threads)
-        return self.class_codes_[z.argmax(dim=1).cpu().numpy()]
+        return self.class_codes_[self._predicted_index(X)]
 
     def predict_classes(self, X: np.ndarray) -> np.ndarray:
         """The finest label each image is predicted to carry (the oracle's classifier)."""
         self._check_fitted()
-        images = _check_images(self.name, X)
+        return self.classes_[self._predicted_index(X)]
+
+    def _predicted_index(self, X: np.ndarray) -> np.ndarray:
+        """Row of classes_ (and class_codes_) with the highest logit, for each image."""
+        images = self._encode_input(X)
         z = training.outputs(self.model_, images, device=self.device, num_threads=self.num_threads)
-        return self.classes_[z.argmax(dim=1).cpu().numpy()]
+        return z.argmax(dim=1).cpu().numpy()
 
     def _state_fields(self) -> tuple[str, ...]:
         return (*_STATE_FIELDS, "classes_", "class_paths_", "class_codes_")
