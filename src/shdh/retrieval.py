@@ -419,8 +419,7 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         size = min(2 * size, _MAX_BLOCK)
         stop = min(n_db, start + size)
         block = dist[:, start:stop]
-        # 1-D flatnonzero is many times faster than 2-D np.nonzero on a sparse mask.
-        flat = np.flatnonzero(block < tau[:, None])
+        flat = _flat_hits(block < tau[:, None])
         if flat.size:
             rows, cols = np.divmod(flat, stop - start)
             candidates = block[rows, cols].astype(np.int64) * n_db + (start + cols)
@@ -428,6 +427,20 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         start = stop
     keys.sort(axis=1)
     return keys % n_db, keys // n_db
+
+
+def _flat_hits(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero of a sparse C-contiguous bool mask, ascending.
+
+    1-D flatnonzero is many times faster than 2-D np.nonzero on a sparse mask, and scanning the
+    mask as uint64 words (8 cells each) is faster still: only the few nonzero words are then
+    opened cell by cell."""
+    flat = mask.reshape(-1)
+    if flat.size % 8:
+        return np.flatnonzero(flat)
+    words = np.flatnonzero(flat.view(np.uint64))
+    cells = (words[:, None] * 8 + np.arange(8)).reshape(-1)
+    return cells[flat[cells]]
 
 
 def _select_by_counting(dist: np.ndarray, n: int) -> np.ndarray:

@@ -85,7 +85,8 @@ def chain(tmp_path_factory):
                 component(name).python_func(
                     prepared=prepared, similarity=similarity, method=run["method"],
                     bits=run["bits"], replicate=run["replicate"],
-                    settings=args["train" if kind == "deep" else "baselines"], model=model, **extra, **tracked,
+                    settings=args["train" if kind == "deep" else "baselines"], model=model,
+                    **extra, **tracked,
                 )  # fmt: skip
                 models.setdefault(kind, []).append(artifact(dsl.Model, Path(model.path),
                                                             model.metadata))  # fmt: skip

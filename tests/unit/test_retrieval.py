@@ -263,3 +263,10 @@ def test_rank_rejects_bad_arguments() -> None:
         rank(db, db, [8], [1], workers=0)
     with pytest.raises(ValueError, match="top_n"):
         iter_rank(db, db, [8], [1], top_n=0)  # checked at the call, before any iteration
+
+
+@pytest.mark.parametrize("shape", [(3, 16), (5, 7), (4, 4096), (1, 8), (0, 8)])
+@pytest.mark.parametrize("share", [0.0, 0.001, 0.3, 1.0])
+def test_word_scan_finds_the_same_hits_as_flatnonzero(shape, share) -> None:
+    mask = np.random.default_rng(len(shape) + shape[1]).random(shape) < share
+    np.testing.assert_array_equal(retrieval._flat_hits(mask), np.flatnonzero(mask))
