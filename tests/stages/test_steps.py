@@ -222,6 +222,21 @@ def test_default_profile_matches_params_yaml():
     assert deep_merge(params, default) == params
 
 
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_every_profile_applies_and_plans_its_runs(profile):
+    from shdh.stages.evaluate import planned_runs
+    from shdh.stages.pipeline import resolve_params
+
+    params = resolve_params(REPO / "params.yaml", profile, profiles_dir=REPO / "profiles")
+    runs = planned_runs(params)
+    assert runs and len(set(runs)) == len(runs)
+    if profile == "paper":  # the full protocol: every item trains, every fit has 3 seeds
+        assert params["train"]["n_train"] is None and params["baselines"]["n_train"] is None
+        assert {seed for _, _, seed in runs} == {0, 1, 2}
+        assert len(runs) == 3 * (2 * 3 + 7 * 3)  # 2 deep and 7 shallow methods at 3 lengths
+        assert params["evaluate"]["results_dir"] != "results"  # beside the default's results
+
+
 def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path, fashion_raw):
     params = smoke_params(
         tmp_path, fashion_raw, baselines={"bits": [10, 16], "methods": ["itq", "kmh"]}
