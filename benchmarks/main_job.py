@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -57,7 +59,9 @@ def main() -> None:
         shdh = str(clone / ".venv" / "bin" / "shdh")
         phases["profile apply"] = timed([shdh, "profile", "apply", args.profile], clone, env)
     phases["dvc repro + table"] = timed(["make", "run"], clone, env)
-    metrics = json.loads((clone / "results" / "metrics.json").read_text())
+    # The profile may write its results elsewhere (the paper profile: results/paper).
+    results_dir = yaml.safe_load((clone / "params.yaml").read_text())["evaluate"]["results_dir"]
+    metrics = json.loads((clone / results_dir / "metrics.json").read_text())
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; commit {commit}; "
           f"profile {args.profile or 'default'}")  # fmt: skip
     for name, seconds in phases.items():
