@@ -188,7 +188,7 @@ def _figures_section(figures: Sequence[tuple[str, str]]) -> list[str]:
     """Each figure (link, caption) as an image with its caption line under it."""
     if not figures:
         return []
-    parts = ["### Figures (from results/curves.npz; `shdh report` redraws them)\n"]
+    parts = ["### Figures (from curves.npz beside metrics.json; `shdh report` redraws them)\n"]
     for link, caption in figures:
         parts.append(f"![{caption}]({link})\n\n*{caption}*\n")
     return parts
