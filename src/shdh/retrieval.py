@@ -14,6 +14,11 @@ weight has bit p set. Weights (3, 2, 1) need two masked popcounts, not three; pl
 one and no mask. Top-n selection keeps a running n-th distance per query and only looks again at
 items strictly closer than it (later items lose ties), so a block of the database usually yields a
 handful of candidates and the work stays one pass over the distances.
+
+`rank` and `rank_with_distances` with a small top_n skip the distance matrix altogether: the
+compiled kernel in retrieval_kernel.py fuses the same bit-plane popcounts with the top-n test
+(same results, item for item). `iter_rank` keeps the numpy path because evaluation needs every
+distance (the radius curves).
 """
 
 from __future__ import annotations
@@ -40,6 +45,15 @@ _MAX_BLOCK = 1 << 16
 _FULL_SORT_RATIO = 64
 # ... and then, below this largest distance, a per-row histogram finds the n-th distance first.
 _COUNTING_MAX_DISTANCE = 1 << 16
+# The fused top-n kernel serves n * _FUSED_RATIO < N; nearer N its heap churns and a sort of the
+# whole row (the numpy path) is as good.
+_FUSED_RATIO = 64
+# Queries per task of the fused kernel: enough to amortise a task, small enough that the tasks
+# share out evenly over the workers.
+_FUSED_CHUNK = 32
+# Database items the fused kernel scores per pass for one query: 8,192 uint64 distances (64 KiB)
+# plus the tile's words stay in L2 while the top-n test reads them back.
+_FUSED_TILE = 8192
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:
@@ -154,23 +168,9 @@ def iter_rank(
     the GIL in its loops), keeping at most 2 * workers chunks in memory. The result does not depend
     on chunk or workers."""
     q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
-    n_db = db.shape[1]
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int | np.integer)):
-        raise TypeError(f"top_n must be an int or None, got {top_n!r}")
-    if top_n is not None and top_n < 1:
-        raise ValueError(f"top_n must be >= 1, got {top_n}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    n = n_db if top_n is None else min(int(top_n), n_db)
-    step = _chunk_size(chunk, n_db)
-
-    def work(start: int) -> RankedChunk:
-        dist = _distances(q[start : start + step], db, layout)
-        idx, d = _select_top(dist, n)
-        return RankedChunk(start, idx, d, dist)
-
+    n = _top_count(top_n, workers, db.shape[1])
     # Validation above runs at the call; the chunks are computed lazily.
-    return _in_order(work, range(0, q.shape[0], step), workers)
+    return _iter_chunks(q, db, layout, n, _chunk_size(chunk, db.shape[1]), workers)
 
 
 def rank_with_distances(
@@ -183,21 +183,17 @@ def rank_with_distances(
     chunk: int | None = None,
     workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, distances), both (Q, n) int64, ascending distance then database index."""
-    parts = list(
-        iter_rank(
-            q_packed,
-            db_packed,
-            segment_sizes,
-            int_weights,
-            top_n=top_n,
-            chunk=chunk,
-            workers=workers,
-        )
-    )
+    """(indices, distances), both (Q, n) int64, ascending distance then database index.
+
+    A top_n well below N goes through the fused compiled kernel; whole-database rankings, where
+    selection is a sort anyway, through the numpy path. Both give the same result."""
+    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    n_db = db.shape[1]
+    n = _top_count(top_n, workers, n_db)
+    if n * _FUSED_RATIO < n_db:
+        return _rank_fused(q, db, layout, n, chunk, workers)
+    parts = list(_iter_chunks(q, db, layout, n, _chunk_size(chunk, n_db), workers))
     if not parts:  # no queries
-        n_db = np.asarray(db_packed).shape[0]
-        n = n_db if top_n is None else min(top_n, n_db)
         return np.empty((0, n), np.int64), np.empty((0, n), np.int64)
     indices = np.concatenate([p.indices for p in parts])
     distances = np.concatenate([p.distances for p in parts])
@@ -237,6 +233,9 @@ class _Layout:
     terms: list[list[tuple[int, np.uint64 | None]]]
     max_distance: int
     dtype: type[np.unsignedinteger]
+    # The same planes for the compiled kernel: masks (P, W) uint64, shifts (P,) int64.
+    plane_masks: np.ndarray
+    plane_shifts: np.ndarray
 
 
 def _check_packed(name: str, packed: np.ndarray) -> np.ndarray:
@@ -294,15 +293,17 @@ def _layout(segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: i
     masks = _words(segment_masks(sizes))  # (S, W)
     valid = _words(np.packbits(np.ones((1, n_bits), dtype=bool), axis=1))[0]
     terms: list[list[tuple[int, np.uint64 | None]]] = [[] for _ in range(valid.size)]
-    for shift in range(int(weights.max()).bit_length()):
+    shifts = np.arange(int(weights.max()).bit_length(), dtype=np.int64)
+    planes = np.zeros((shifts.size, valid.size), dtype=np.uint64)
+    for shift in shifts:
         in_plane = ((weights >> shift) & 1).astype(bool)
-        plane = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,)
-        for w, word in enumerate(plane):
+        planes[shift] = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,)
+        for w, word in enumerate(planes[shift]):
             if word:
-                terms[w].append((shift, None if word == valid[w] else np.uint64(word)))
+                terms[w].append((int(shift), None if word == valid[w] else np.uint64(word)))
     max_distance = int((sizes * weights).sum())
     dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if max_distance <= np.iinfo(t).max)
-    return _Layout(terms, max_distance, dtype)
+    return _Layout(terms, max_distance, dtype, planes, shifts)
 
 
 def _words(packed: np.ndarray) -> np.ndarray:
@@ -332,6 +333,17 @@ def _prepare(
     _check_n_bits(db, n_bits, "db_packed")
     # Database word-major (W, N) so each word's column is contiguous for the XOR.
     return _words(q), np.ascontiguousarray(_words(db).T), layout
+
+
+def _top_count(top_n: int | None, workers: int, n_db: int) -> int:
+    """The n of a top-n request (None: the whole database), checking top_n and workers."""
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int | np.integer)):
+        raise TypeError(f"top_n must be an int or None, got {top_n!r}")
+    if top_n is not None and top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    return n_db if top_n is None else min(int(top_n), n_db)
 
 
 def _chunk_size(chunk: int | None, n_db: int) -> int:
@@ -372,6 +384,48 @@ def _distances(q: np.ndarray, db_t: np.ndarray, layout: _Layout) -> np.ndarray:
                 np.add(o, t, out=o)
                 written = True
     return out
+
+
+def _iter_chunks(
+    q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, step: int, workers: int
+) -> Iterator[RankedChunk]:
+    """The numpy ranking, chunk by chunk: every distance, then the exact top n."""
+
+    def work(start: int) -> RankedChunk:
+        dist = _distances(q[start : start + step], db_t, layout)
+        idx, d = _select_top(dist, n)
+        return RankedChunk(start, idx, d, dist)
+
+    return _in_order(work, range(0, q.shape[0], step), workers)
+
+
+def _rank_fused(
+    q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, chunk: int | None, workers: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top n per query by the compiled kernel, query chunks spread over worker threads (the
+    kernel releases the GIL); each chunk writes its own rows of one key array. numba is imported
+    here, on first use, because it adds ~0.5 s to every import that the evaluation path (and the
+    CLI) never needs."""
+    from shdh.retrieval_kernel import top_n_keys
+
+    n_db = db_t.shape[1]
+    step = _FUSED_CHUNK if chunk is None else _chunk_size(chunk, n_db)
+    keys = np.empty((q.shape[0], n), dtype=np.int64)
+
+    def work(start: int) -> None:
+        rows = slice(start, start + step)
+        top_n_keys(
+            q[rows], db_t, layout.plane_masks, layout.plane_shifts, n, _FUSED_TILE, keys[rows]
+        )
+
+    starts = range(0, q.shape[0], step)
+    if workers == 1:
+        for start in starts:
+            work(start)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(work, starts))
+    return keys % n_db, keys // n_db
 
 
 def _in_order(

@@ -38,12 +38,22 @@ def brute_ranking(distances: np.ndarray) -> np.ndarray:
     return np.array([sorted(range(n_db), key=lambda j, row=row: (row[j], j)) for row in distances])
 
 
-@pytest.fixture
-def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Force the blocked top-n selection (and its merges) on small databases."""
-    monkeypatch.setattr(retrieval, "_FIRST_BLOCK", 4)
-    monkeypatch.setattr(retrieval, "_MAX_BLOCK", 16)
-    monkeypatch.setattr(retrieval, "_FULL_SORT_RATIO", 1)
+@pytest.fixture(params=["numpy", "numpy-blocked", "fused"])
+def ranking_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a ranking test through each implementation, on small databases: the numpy path with
+    whole-row selection, the numpy path with blocked selection (and its merges), and the compiled
+    kernel with several tiles and query chunks."""
+    if request.param == "fused":
+        monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1)
+        monkeypatch.setattr(retrieval, "_FUSED_TILE", 16)
+        monkeypatch.setattr(retrieval, "_FUSED_CHUNK", 2)
+    else:
+        monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
+    if request.param == "numpy-blocked":
+        monkeypatch.setattr(retrieval, "_FIRST_BLOCK", 4)
+        monkeypatch.setattr(retrieval, "_MAX_BLOCK", 16)
+        monkeypatch.setattr(retrieval, "_FULL_SORT_RATIO", 1)
+    return request.param
 
 
 # --- packing -------------------------------------------------------------------------------------
@@ -186,10 +196,7 @@ def test_distance_inputs_are_validated() -> None:
 # --- ranking -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("blocked", [False, True])
-def test_rank_matches_brute_force_order(blocked: bool, request: pytest.FixtureRequest) -> None:
-    if blocked:
-        request.getfixturevalue("small_blocks")
+def test_rank_matches_brute_force_order(ranking_path: str) -> None:
     rng = np.random.default_rng(11)
     sizes, weights = [5, 5, 3], [3, 2, 1]
     q, db = random_codes(rng, 6, 13), random_codes(rng, 80, 13)
@@ -204,7 +211,7 @@ def test_rank_matches_brute_force_order(blocked: bool, request: pytest.FixtureRe
         np.testing.assert_array_equal(dist, np.take_along_axis(expected_d, expected[:, :n], 1))
 
 
-def test_rank_breaks_ties_by_ascending_index(small_blocks: None) -> None:
+def test_rank_breaks_ties_by_ascending_index(ranking_path: str) -> None:
     db = np.ones((50, 16), dtype=np.int8)
     db[[7, 30], 0] = -1  # two items one bit further away
     q = np.ones((2, 16), dtype=np.int8)
@@ -215,10 +222,7 @@ def test_rank_breaks_ties_by_ascending_index(small_blocks: None) -> None:
     np.testing.assert_array_equal(top, [expected[:10], expected[:10]])
 
 
-@pytest.mark.parametrize("blocked", [False, True])
-def test_top_n_is_the_prefix_of_the_full_ranking(blocked: bool, request) -> None:
-    if blocked:
-        request.getfixturevalue("small_blocks")
+def test_top_n_is_the_prefix_of_the_full_ranking(ranking_path: str) -> None:
     rng = np.random.default_rng(2)
     q, db = pack_codes(random_codes(rng, 9, 20)), pack_codes(random_codes(rng, 300, 20))
     full = rank(q, db, [10, 10], [2, 1])
@@ -227,13 +231,36 @@ def test_top_n_is_the_prefix_of_the_full_ranking(blocked: bool, request) -> None
         np.testing.assert_array_equal(top, full[:, : min(top_n, 300)])
 
 
-def test_rank_does_not_depend_on_chunk_or_workers(small_blocks: None) -> None:
+def test_rank_does_not_depend_on_chunk_or_workers(ranking_path: str) -> None:
     rng = np.random.default_rng(4)
     q, db = pack_codes(random_codes(rng, 23, 16)), pack_codes(random_codes(rng, 200, 16))
     reference = rank(q, db, [8, 8], [2, 1], top_n=12)
     for chunk, workers in [(1, 1), (5, 2), (7, 3), (None, 2)]:
         result = rank(q, db, [8, 8], [2, 1], top_n=12, chunk=chunk, workers=workers)
         np.testing.assert_array_equal(result, reference)
+
+
+@pytest.mark.parametrize(
+    ("n_bits", "sizes", "weights"),
+    [(64, [64], [1]), (64, [21, 21, 22], [3, 2, 1]), (130, [40, 50, 40], [4, 0, 1])],
+)
+def test_fused_kernel_gives_the_numpy_ranking_at_its_default_sizes(
+    n_bits: int, sizes: list[int], weights: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database larger than one default tile, codes of one and of three words (with padding),
+    and weights with an empty bit plane (4 = 100b, 1 = 001b) and a zero-weight segment."""
+    rng = np.random.default_rng(n_bits + len(sizes))
+    db = random_codes(rng, 20_000, n_bits)
+    db[8_150:8_450] = db[17]  # ties across the first tile boundary (8,192)
+    q = pack_codes(np.concatenate([db[[17, 9_000]], random_codes(rng, 37, n_bits)]))
+    db = pack_codes(db)
+    fused = rank_with_distances(q, db, sizes, weights, top_n=100, workers=2)
+    monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
+    numpy_path = rank_with_distances(q, db, sizes, weights, top_n=100)
+    np.testing.assert_array_equal(fused[0], numpy_path[0])
+    np.testing.assert_array_equal(fused[1], numpy_path[1])
+    np.testing.assert_array_equal(fused[0][0], [17, *range(8_150, 8_249)])
+    assert not fused[1][0].any()
 
 
 def test_iter_rank_yields_query_chunks_in_order_with_all_distances() -> None:
