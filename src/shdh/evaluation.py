@@ -27,7 +27,6 @@ from shdh import tracking
 from shdh.atomic import atomic_write_text
 from shdh.codes import Codes, save_codes
 from shdh.figures import (
-    ALPHA_FILE,
     CURVES_FILE,
     PLOTS_DIR,
     Figure,
@@ -37,7 +36,7 @@ from shdh.figures import (
     wr_at_n_figure,
     write_figures,
 )
-from shdh.fitting import HASHER_DIR, RUN_REF, load_features, model_dir, run_name
+from shdh.fitting import HASHER_DIR, RUN_REF, fit_seed, load_features, model_dir, run_name
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.metrics import Curves
@@ -142,8 +141,8 @@ def evaluate(
         )
     if eval_params.get("random_floor", True):
         for bits in sorted({run[1] for run in runs}):
-            for replicate in sorted(replicates, key=lambda r: -1 if r is None else r):
-                base = seed if replicate is None else replicate
+            for replicate in sorted(replicates, key=lambda r: fit_seed(seed, r)):
+                base = fit_seed(seed, replicate)
                 q = random_codes(len(q_idx), bits, base)
                 db = random_codes(len(db_idx), bits, base + 1)
                 codes = codes_for(q, db, [bits], [1.0])
@@ -159,16 +158,21 @@ def evaluate(
     atomic_write_text(results_dir / "timings.json", json.dumps(timing, indent=2) + "\n")
     save_curves(results_dir / CURVES_FILE, curves, dataset=ds.name, n=eval_params["n"])
     atomic_write_text(results_dir / "table.md", results_table(metrics, eval_params["n"]))
-    figures = write_figures(curves, results_dir / PLOTS_DIR, _alpha_sweep(results_dir))
+    figures = write_figures(
+        curves, results_dir / PLOTS_DIR, _alpha_sweep(eval_params.get("alpha_sweep"))
+    )
     if eval_params.get("report"):
         write_report(eval_params["report"], metrics, figures, dataset=ds.name, n=eval_params["n"])
     return metrics
 
 
-def report_from_results(results_dir: str | Path, report_path: str | Path) -> list[Figure]:
+def report_from_results(
+    results_dir: str | Path, report_path: str | Path, alpha_sweep: str | Path | None = None
+) -> list[Figure]:
     """`shdh report`: the figures and docs/results.md's tables from a finished evaluation's
     metrics.json and curves.npz, with no ranking again (to restyle a figure, or to refresh the
-    document after editing the analysis around its generated block)."""
+    document after editing the analysis around its generated block). alpha_sweep: Fig. 5's
+    runs (evaluate.alpha_sweep), drawn when the file exists."""
     results_dir = Path(results_dir)
     metrics_path = results_dir / "metrics.json"
     try:
@@ -184,15 +188,16 @@ def report_from_results(results_dir: str | Path, report_path: str | Path) -> lis
         raise ValueError(f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
                          f"{results_dir / CURVES_FILE} has: the two files are from different "
                          "runs; rerun `shdh evaluate`")  # fmt: skip
-    figures = write_figures(curves, results_dir / PLOTS_DIR, _alpha_sweep(results_dir))
+    figures = write_figures(curves, results_dir / PLOTS_DIR, _alpha_sweep(alpha_sweep))
     write_report(report_path, metrics, figures, dataset=dataset, n=n)
     return figures
 
 
-def _alpha_sweep(results_dir: Path) -> list[dict[str, Any]] | None:
-    """Fig. 5's runs when an alpha sweep was saved next to the results (figures.ALPHA_FILE)."""
-    path = results_dir / ALPHA_FILE
-    return load_alpha_sweep(path) if path.is_file() else None
+def _alpha_sweep(path: str | Path | None) -> list[dict[str, Any]] | None:
+    """Fig. 5's runs, when a sweep was saved at evaluate.alpha_sweep. One path that every
+    profile can point to, because the sweep is a separate benchmark run
+    (benchmarks/shdh_vs_dpsh.py --out), not a product of the pipeline's own fits."""
+    return load_alpha_sweep(path) if path is not None and Path(path).is_file() else None
 
 
 def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,
@@ -297,7 +302,7 @@ def metrics_by_seed(scored: list[Scored], seed: int) -> dict[str, Any]:
     from which metrics.json's means and spreads are computed."""
     out: dict[str, Any] = {}
     for s in scored:
-        used = seed if s.replicate is None else s.replicate
+        used = fit_seed(seed, s.replicate)
         out.setdefault(s.method, {}).setdefault(str(s.bits), {})[str(used)] = {
             k: round(float(v), 6) for k, v in s.metrics.items()
         }

@@ -67,6 +67,12 @@ def replicate_seeds(section: dict[str, Any]) -> list[int | None]:
     return list(seeds)
 
 
+def fit_seed(seed: int, replicate: int | None) -> int:
+    """The seed a fit actually uses: its replicate's own seed, else the master seed. Training,
+    the random floor and metrics_by_seed.json all key a fit by it."""
+    return seed if replicate is None else replicate
+
+
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
     """Constructor arguments for `method` from its params.yaml section.
 
@@ -161,7 +167,7 @@ def train(
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
     cls = get_hasher_class(method)
     params = method_params(section, method)
-    seed = seed if replicate is None else replicate
+    seed = fit_seed(seed, replicate)
     name = run_name(method, bits, replicate)
     out_dir = model_dir(models_dir, method, bits, replicate)
     X, pairs = training_inputs(

@@ -154,12 +154,18 @@ def test_fig5_comes_from_a_saved_alpha_sweep(tmp_path):
             for a in (0.25, 1, 4) for s in (0, 1, 2)]  # fmt: skip
     rows.append(_sweep_row("dpsh", 0, 0.8))  # other variants of the benchmark are left out
     results = _results(tmp_path)
-    (results / ALPHA_FILE).write_text(json.dumps(rows))
-    figures = report_from_results(results, tmp_path / "results.md")
+    sweep_path = tmp_path / "elsewhere" / ALPHA_FILE  # evaluate.alpha_sweep, not in results_dir
+    sweep_path.parent.mkdir()
+    sweep_path.write_text(json.dumps(rows))
+    report = tmp_path / "results.md"
+    without = [f.path.name for f in report_from_results(results, report)]
+    missing = [f.path.name for f in report_from_results(results, report, tmp_path / "none.json")]
+    assert "alpha.png" not in without and missing == without  # no file: no Fig. 5, no error
+    figures = report_from_results(results, report, sweep_path)
     fig5 = figures[-1]
     assert fig5.path.name == "alpha.png" and fig5.path.read_bytes()[:8] == PNG
     assert fig5.caption.startswith("Fig. 5:") and "64 bits" in fig5.caption
-    sweep = load_alpha_sweep(results / ALPHA_FILE)
+    sweep = load_alpha_sweep(sweep_path)
     assert sorted({r["alpha"] for r in sweep}) == [0.25, 1.0, 4.0] and len(sweep) == 9
 
 

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     report = args.report or ev.get("report")
     if not report:
         raise ValueError("params.yaml: evaluate.report is not set and no --report was given")
-    figures = evaluation.report_from_results(ev["results_dir"], report)
+    figures = evaluation.report_from_results(ev["results_dir"], report, ev.get("alpha_sweep"))
     for figure in figures:
         print(f"{figure.path}  {figure.caption}")
     print(f"{Path(report)}: tables and figures updated")
