@@ -28,8 +28,8 @@ LABEL org.opencontainers.image.title="shdh" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11.14-slim-bookworm"
 
 # No bytecode or pip cache in the layers; logs unbuffered so `kubectl logs` streams them;
-# matplotlib draws without a display and keeps its cache in /tmp (the root filesystem is
-# read-only in the pods of k8s/). SHDH_GIT_COMMIT tags every MLflow run with the image's commit
+# matplotlib draws without a display and keeps its cache in /tmp, as numba keeps the compiled
+# ranking kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT tags every MLflow run with the image's commit
 # (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -37,6 +37,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
+    NUMBA_CACHE_DIR=/tmp/numba \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     SHDH_GIT_COMMIT=${VCS_REF}
 

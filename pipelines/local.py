@@ -8,6 +8,7 @@ shell's environment, as for `dvc repro`.
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,12 @@ class LocalRun:
 
 def run_local(params: dict[str, Any], root: str | Path) -> LocalRun:
     """Run the DAG for `params` under root (a folder per run); fails fast, naming the URI, when
-    the MLflow tracking server cannot be reached."""
+    the MLflow tracking server cannot be reached.
+
+    builtins.print is put back afterwards: kfp.local swaps it for an indenting wrapper around
+    each task and restores it last-in-first-out, but it runs a ParallelFor's tasks in threads,
+    so interleaved restores can leave a task's wrapper installed for the rest of the process
+    (numba, imported later by shdh.retrieval, then refuses to load)."""
     from kfp import local
 
     from shdh import tracking
@@ -40,7 +46,11 @@ def run_local(params: dict[str, Any], root: str | Path) -> LocalRun:
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True
     )
-    task = build_pipeline(params, cluster=False)(**pipeline_arguments(params))
+    print_before = builtins.print
+    try:
+        task = build_pipeline(params, cluster=False)(**pipeline_arguments(params))
+    finally:
+        builtins.print = print_before
     results_dir = Path(task.outputs["results"].path)
     return LocalRun(
         results_dir=results_dir,

@@ -4,6 +4,7 @@ nested run per method and code length, tagged alike."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import socket
 import subprocess
@@ -122,3 +123,25 @@ def test_run_local_fails_fast_naming_an_unreachable_tracking_server(monkeypatch,
     assert main(["pipeline", "run", "--local", "--profile", "smoke", "--root", "/nonexistent"]) == 1
     assert time.monotonic() - start < 30
     assert uri in caplog.text and "unreachable" in caplog.text
+
+
+def test_run_local_puts_back_the_print_that_kfp_local_left_patched(monkeypatch, tmp_path):
+    """kfp.local runs a ParallelFor's tasks in threads, each swapping builtins.print for an
+    indenting wrapper; out-of-order restores can leave one installed (seen in the full suite,
+    where numba then failed to import). Here a stand-in pipeline leaves it patched and fails."""
+    import pipelines.local
+
+    def leaky_pipeline(**arguments):
+        builtins.print = lambda *args, **kwargs: None  # what an interleaved restore leaves
+        raise RuntimeError("task failed")
+
+    monkeypatch.setattr(tracking, "check_server", lambda uri: None)
+    monkeypatch.setattr(pipelines.local, "build_pipeline", lambda params, cluster: leaky_pipeline)
+    monkeypatch.setattr(pipelines.local, "pipeline_arguments", lambda params: {})
+    real_print = builtins.print
+    try:
+        with pytest.raises(RuntimeError, match="task failed"):
+            pipelines.local.run_local({}, tmp_path)
+        assert builtins.print is real_print
+    finally:
+        builtins.print = real_print
