@@ -8,17 +8,22 @@ segments. The float layer weights are replaced by proportional integers (K+1-k f
 distance is an exact small integer: ties are real ties, not rounding noise, and are broken by
 ascending database index (the split step shuffles the database once, so that order is neutral).
 
-Speed without compiled code: the database is viewed as uint64 words and the weights are split into
-bit planes, D = sum_p 2^p * popcount((q xor x) & M_p), where M_p covers the segments whose integer
-weight has bit p set. Weights (3, 2, 1) need two masked popcounts, not three; plain Hamming needs
-one and no mask. Top-n selection keeps a running n-th distance per query and only looks again at
-items strictly closer than it (later items lose ties), so a block of the database usually yields a
-handful of candidates and the work stays one pass over the distances.
+Speed: the database is viewed as uint64 words and the weights are split into bit planes,
+D = sum_p 2^p * popcount((q xor x) & M_p), where M_p covers the segments whose integer weight has
+bit p set. Weights (3, 2, 1) need two masked popcounts, not three; plain Hamming needs one. The
+popcount loops are compiled (retrieval_kernel.py, numba), because numpy would make one pass over
+memory per word and plane and its popcount is not vectorised.
 
-`rank` and `rank_with_distances` with a small top_n skip the distance matrix altogether: the
-compiled kernel in retrieval_kernel.py fuses the same bit-plane popcounts with the top-n test
-(same results, item for item). `iter_rank` keeps the numpy path because evaluation needs every
-distance (the radius curves).
+Three ways to the top n, all exact and giving the same order:
+- `rank` / `rank_with_distances` with n well below N: the fused kernel, which never stores the
+  distance matrix (faster than faiss's IndexBinaryFlat, docs/benchmarks.md);
+- n near N (evaluation's WR@n curves): every distance of a query chunk, then a counting sort cut
+  at n (distances are small integers);
+- otherwise on a stored chunk (evaluation's top-100 over large databases): a running n-th
+  distance per query, looking again only at items strictly closer than it (later items lose
+  ties), so a block of the database usually yields a handful of candidates.
+`iter_rank` always stores the chunk's distances, because evaluation needs every one of them (the
+radius curves).
 """
 
 from __future__ import annotations
@@ -34,16 +39,13 @@ import numpy as np
 
 # Query-chunk x database cells whose distances are held at once (16 Mi cells, 16-32 MiB).
 _CHUNK_CELLS = 1 << 24
-# Cells of the uint64 XOR scratch buffer: small enough to stay in cache between the XOR and the
-# popcounts that read it back.
-_XOR_BLOCK_CELLS = 1 << 18
 # Top-n selection reads the database in blocks that double from max(2n, _FIRST_BLOCK) up to
 # _MAX_BLOCK columns: each new block then yields about n candidates until the bound is tight.
 _FIRST_BLOCK = 4096
 _MAX_BLOCK = 1 << 16
 # When n is this close to N (n * ratio >= N), one radix argsort of whole rows beats selection.
 _FULL_SORT_RATIO = 64
-# ... and then, below this largest distance, a per-row histogram finds the n-th distance first.
+# ... and then, below this largest distance, a counting sort (a histogram per row) does it.
 _COUNTING_MAX_DISTANCE = 1 << 16
 # The fused top-n kernel serves n * _FUSED_RATIO < N; nearer N its heap churns and a sort of the
 # whole row (the numpy path) is as good.
@@ -227,15 +229,14 @@ def rank(
 
 @dataclass(frozen=True)
 class _Layout:
-    """How to compute D from uint64 words: for each word, the (shift, mask) terms to add;
-    mask None means every valid bit of the word, so no AND is needed."""
+    """How to compute D from uint64 words: plane p adds popcount(xor & plane_masks[p, w])
+    << plane_shifts[p] for each word w; dtype is the smallest unsigned type that holds
+    max_distance."""
 
-    terms: list[list[tuple[int, np.uint64 | None]]]
     max_distance: int
     dtype: type[np.unsignedinteger]
-    # The same planes for the compiled kernel: masks (P, W) uint64, shifts (P,) int64.
-    plane_masks: np.ndarray
-    plane_shifts: np.ndarray
+    plane_masks: np.ndarray  # (P, W) uint64
+    plane_shifts: np.ndarray  # (P,) int64
 
 
 def _check_packed(name: str, packed: np.ndarray) -> np.ndarray:
@@ -291,19 +292,14 @@ def _layout(segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: i
             f"but the codes have {n_bytes} bytes"
         )
     masks = _words(segment_masks(sizes))  # (S, W)
-    valid = _words(np.packbits(np.ones((1, n_bits), dtype=bool), axis=1))[0]
-    terms: list[list[tuple[int, np.uint64 | None]]] = [[] for _ in range(valid.size)]
     shifts = np.arange(int(weights.max()).bit_length(), dtype=np.int64)
-    planes = np.zeros((shifts.size, valid.size), dtype=np.uint64)
+    planes = np.zeros((shifts.size, masks.shape[1]), dtype=np.uint64)
     for shift in shifts:
         in_plane = ((weights >> shift) & 1).astype(bool)
-        planes[shift] = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,)
-        for w, word in enumerate(planes[shift]):
-            if word:
-                terms[w].append((int(shift), None if word == valid[w] else np.uint64(word)))
+        planes[shift] = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,), 0 if no segment
     max_distance = int((sizes * weights).sum())
     dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if max_distance <= np.iinfo(t).max)
-    return _Layout(terms, max_distance, dtype, planes, shifts)
+    return _Layout(max_distance, dtype, planes, shifts)
 
 
 def _words(packed: np.ndarray) -> np.ndarray:
@@ -356,34 +352,17 @@ def _chunk_size(chunk: int | None, n_db: int) -> int:
 
 def _distances(q: np.ndarray, db_t: np.ndarray, layout: _Layout) -> np.ndarray:
     """Eq. 4 for a query chunk: q (Qc, W) words, db_t (W, N) words -> (Qc, N) layout.dtype."""
-    n_q, n_db = q.shape[0], db_t.shape[1]
-    out = np.zeros((n_q, n_db), dtype=layout.dtype)
-    block = max(1024, _XOR_BLOCK_CELLS // max(n_q, 1))
-    xor = np.empty((n_q, min(block, n_db)), dtype=np.uint64)
-    masked = np.empty_like(xor)
-    term = np.empty(xor.shape, dtype=layout.dtype)
-    for start in range(0, n_db, block):
-        stop = min(n_db, start + block)
-        width = stop - start
-        x, m, t, o = xor[:, :width], masked[:, :width], term[:, :width], out[:, start:stop]
-        written = False
-        for w, word_terms in enumerate(layout.terms):
-            if not word_terms:
-                continue
-            np.bitwise_xor(q[:, w, None], db_t[w, None, start:stop], out=x)
-            for shift, mask in word_terms:
-                src = x if mask is None else np.bitwise_and(x, mask, out=m)
-                if not written and shift == 0:
-                    np.bitwise_count(src, out=o)  # the first term writes, saving an add
-                    written = True
-                    continue
-                np.bitwise_count(src, out=t)
-                if shift:
-                    # Cannot overflow: one word's term is at most max_distance.
-                    np.left_shift(t, shift, out=t)
-                np.add(o, t, out=o)
-                written = True
+    out = np.empty((q.shape[0], db_t.shape[1]), dtype=layout.dtype)
+    _kernels().all_distances(q, db_t, layout.plane_masks, layout.plane_shifts, out)
     return out
+
+
+def _kernels():
+    """shdh.retrieval_kernel, imported on first use: numba adds ~0.5 s to an import that most
+    CLI commands never need."""
+    from shdh import retrieval_kernel
+
+    return retrieval_kernel
 
 
 def _iter_chunks(
@@ -403,14 +382,11 @@ def _rank_fused(
     q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, chunk: int | None, workers: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top n per query by the compiled kernel, query chunks spread over worker threads (the
-    kernel releases the GIL); each chunk writes its own rows of one key array. numba is imported
-    here, on first use, because it adds ~0.5 s to every import that the evaluation path (and the
-    CLI) never needs."""
-    from shdh.retrieval_kernel import top_n_keys
-
+    kernel releases the GIL); each chunk writes its own rows of one key array."""
     n_db = db_t.shape[1]
     step = _FUSED_CHUNK if chunk is None else _chunk_size(chunk, n_db)
     keys = np.empty((q.shape[0], n), dtype=np.int64)
+    top_n_keys = _kernels().top_n_keys
 
     def work(start: int) -> None:
         rows = slice(start, start + step)
@@ -457,10 +433,14 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     leaves few candidates."""
     n_q, n_db = dist.shape
     if n * _FULL_SORT_RATIO >= n_db:
-        if dist.size and int(dist.max()) < _COUNTING_MAX_DISTANCE:
-            order = _select_by_counting(dist, n)
-        else:  # wide weighted distances: a histogram would be huge; radix-sort whole rows
-            order = np.argsort(dist, axis=1, kind="stable")[:, :n]
+        width = int(dist.max()) + 1 if dist.size else 1
+        if width <= _COUNTING_MAX_DISTANCE:
+            order = np.empty((n_q, n), dtype=np.int64)
+            distances = np.empty((n_q, n), dtype=np.int64)
+            _kernels().top_n_by_counting(dist, n, width, order, distances)
+            return order, distances
+        # wide weighted distances: a histogram would be huge; radix-sort whole rows
+        order = np.argsort(dist, axis=1, kind="stable")[:, :n]
         return order, np.take_along_axis(dist, order, axis=1).astype(np.int64)
     size = min(n_db, max(2 * n, _FIRST_BLOCK))
     order = np.argsort(dist[:, :size], axis=1, kind="stable")[:, :n]
@@ -495,23 +475,6 @@ def _flat_hits(mask: np.ndarray) -> np.ndarray:
     words = np.flatnonzero(flat.view(np.uint64))
     cells = (words[:, None] * 8 + np.arange(8)).reshape(-1)
     return cells[flat[cells]]
-
-
-def _select_by_counting(dist: np.ndarray, n: int) -> np.ndarray:
-    """Top-n indices per row, ordered by (distance, index), for n close to N.
-
-    Distances are small integers, so a histogram gives each row's n-th distance tau; only the
-    items at distance <= tau (about n, plus ties) are then sorted, by a stable radix argsort that
-    keeps ties in index order. 2-3x faster than a stable argsort of whole rows for n ~ N / 10."""
-    n_q = dist.shape[0]
-    width = int(dist.max()) + 1
-    order = np.empty((n_q, n), dtype=np.int64)
-    for r in range(n_q):
-        row = dist[r]
-        tau = int(np.searchsorted(np.cumsum(np.bincount(row, minlength=width)), n))
-        candidates = np.flatnonzero(row <= tau)
-        order[r] = candidates[np.argsort(row[candidates], kind="stable")[:n]]
-    return order
 
 
 def _merge(keys: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:

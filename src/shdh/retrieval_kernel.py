@@ -1,20 +1,23 @@
-"""The compiled top-n kernel behind `retrieval.rank`: XOR, popcount and selection in one pass.
+"""The compiled loops behind shdh.retrieval: weighted popcounts (Eq. 4) and exact top-n.
 
-Why compiled: the numpy ranking (retrieval._distances + _select_top) must write every distance to
-memory and read it back, about 3 bytes of traffic per (query, item) pair, and pays one ufunc call
-per word, plane and block. Fusing the weighted popcount (Eq. 4, bit-plane form: D = sum_p 2^p *
-popcount((q xor x) & M_p)) with the top-n test keeps a database tile in cache for one query at a
-time and never stores the full distance matrix; it is what lets exact ranking outrun faiss's
-IndexBinaryFlat on the same cores (docs/benchmarks.md).
+Why compiled: numpy makes one pass over memory per word and weight plane (XOR, AND, popcount,
+shift, add, each a ufunc call writing a temporary), and its popcount is scalar. Here LLVM
+vectorises the bit-plane form D = sum_p 2^p * popcount((q xor x) & M_p) (AVX2 where the CPU has
+it) and each distance is written once:
+- top_n_keys: the distances of a database tile for one query, the top-n test and a max-heap
+  insert fused, so the distance matrix is never stored (what lets exact ranking outrun faiss's
+  IndexBinaryFlat on the same cores, docs/benchmarks.md);
+- all_distances: the whole (queries x items) matrix, for evaluation's radius curves;
+- top_n_by_counting: the top n of each stored row when n is near N, by a counting sort.
 
-Exactness and ties: every distance is an exact integer, each query keeps a max-heap of keys
-D * N + index, and items are visited in ascending index, so an item can only enter when its
-distance is strictly below the heap's largest (an equal distance with a larger index loses). The
-result is the same unique (distance, index) order as the numpy path's, item for item.
+Exactness and ties: every distance is an exact integer. top_n_keys keeps a max-heap of keys
+D * N + index per query and visits items in ascending index, so an item enters only when its
+distance is strictly below the heap's largest (an equal distance with a larger index loses);
+the counting sort is stable. Both give the unique (distance, index) order.
 
-The kernel releases the GIL (nogil): retrieval runs query chunks on a thread pool, as it does for
-the numpy path, rather than through numba's own threading layer, so it nests safely inside
-PyTorch's and faiss's thread pools. Compiled once per machine and cached beside this file.
+The kernels release the GIL (nogil): retrieval runs query chunks on its own thread pool rather
+than through numba's threading layer, so they nest safely inside PyTorch's and faiss's thread
+pools. Each is compiled on first use and cached on disk (beside this file, or NUMBA_CACHE_DIR).
 """
 
 from __future__ import annotations
@@ -100,3 +103,59 @@ def _replace_largest(heap, key, n_db):
         pos = child
     heap[pos] = key
     return heap[0] if heap[0] == _NO_KEY else heap[0] // n_db
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def all_distances(q, db_t, plane_masks, plane_shifts, out):
+    """Fill out (Qc, N), an unsigned integer array wide enough for the largest distance, with
+    Eq. 4 for every (query, item) pair; the same words and planes as top_n_keys."""
+    n_q, n_words = q.shape
+    n_planes = plane_masks.shape[0]
+    for i in range(n_q):
+        row = out[i]
+        row[:] = 0
+        for w in range(n_words):
+            qw = q[i, w]
+            column = db_t[w]
+            for p in range(n_planes):
+                mask = plane_masks[p, w]
+                if mask == 0:
+                    continue
+                shift = np.uint64(plane_shifts[p])
+                for j in range(column.shape[0]):
+                    row[j] += _popcount((qw ^ column[j]) & mask) << shift
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_n_by_counting(dist, n, width, order, distances):
+    """Per row of dist (Qc, N) ints in [0, width): the n items of smallest (distance, index)
+    into order (Qc, n) int64, their distances into distances (Qc, n) int64.
+
+    A stable counting sort cut at n: a histogram gives where each distance value starts in the
+    sorted row, one pass in index order then drops every item into place (ties stay in index
+    order) and skips those beyond the n-th distance or that land at n or beyond. O(N + largest
+    distance) per row."""
+    n_q, n_db = dist.shape
+    start = np.empty(width, dtype=np.int64)
+    for i in range(n_q):
+        row = dist[i]
+        start[:] = 0
+        for j in range(n_db):
+            start[row[j]] += 1
+        total = 0
+        tau = width - 1  # the n-th smallest distance: nothing beyond it is placed
+        for v in range(width):
+            count = start[v]
+            start[v] = total
+            total += count
+            if total >= n:
+                tau = v
+                break
+        for j in range(n_db):
+            v = row[j]
+            if v <= tau:
+                pos = start[v]
+                if pos < n:
+                    order[i, pos] = j
+                    distances[i, pos] = v
+                start[v] = pos + 1

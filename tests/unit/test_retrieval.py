@@ -157,14 +157,27 @@ def test_weighted_hamming_matches_brute_force(sizes: list[int], weights: list[in
     np.testing.assert_array_equal(chunked, expected)
 
 
-def test_weighted_hamming_uses_xor_blocks_across_a_large_database(monkeypatch) -> None:
-    monkeypatch.setattr(retrieval, "_XOR_BLOCK_CELLS", 1)  # 1024-column blocks
+def test_weighted_hamming_over_a_database_longer_than_a_vector_loop() -> None:
     rng = np.random.default_rng(5)
-    q, db = random_codes(rng, 3, 24), random_codes(rng, 2500, 24)
+    q, db = random_codes(rng, 3, 24), random_codes(rng, 2501, 24)  # odd length: loop remainder
     expected = brute_distances(q, db, [12, 12], [2, 1])
     np.testing.assert_array_equal(
         weighted_hamming(pack_codes(q), pack_codes(db), [12, 12], [2, 1]), expected
     )
+
+
+def test_distances_beyond_uint16_are_computed_and_ranked_exactly() -> None:
+    """Weights (2001, 1) over 70 + 60 bits: uint32 distances, and rows too wide for the counting
+    sort (distances above 65,535), so whole rows are radix-sorted."""
+    rng = np.random.default_rng(6)
+    codes = random_codes(rng, 300, 130)
+    codes[50:60] = codes[1]  # ties
+    sizes, weights = [70, 60], [2001, 1]
+    expected = brute_distances(codes[:2], codes, sizes, weights)
+    assert expected.max() > np.iinfo(np.uint16).max
+    q, db = pack_codes(codes[:2]), pack_codes(codes)
+    np.testing.assert_array_equal(weighted_hamming(q, db, sizes, weights), expected)
+    np.testing.assert_array_equal(rank(q, db, sizes, weights), brute_ranking(expected))
 
 
 def test_hamming_is_the_one_segment_case() -> None:
