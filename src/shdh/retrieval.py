@@ -47,8 +47,8 @@ _MAX_BLOCK = 1 << 16
 _FULL_SORT_RATIO = 64
 # ... and then, below this largest distance, a counting sort (a histogram per row) does it.
 _COUNTING_MAX_DISTANCE = 1 << 16
-# The fused top-n kernel serves n * _FUSED_RATIO < N; nearer N its heap churns and a sort of the
-# whole row (the numpy path) is as good.
+# The fused top-n kernel serves n * _FUSED_RATIO < N; nearer N its heap churns and the stored
+# rows' selection (a counting sort) is as good.
 _FUSED_RATIO = 64
 # Queries per task of the fused kernel: enough to amortise a task, small enough that the tasks
 # share out evenly over the workers.
@@ -187,8 +187,8 @@ def rank_with_distances(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(indices, distances), both (Q, n) int64, ascending distance then database index.
 
-    A top_n well below N goes through the fused compiled kernel; whole-database rankings, where
-    selection is a sort anyway, through the numpy path. Both give the same result."""
+    A top_n well below N goes through the fused kernel, which stores no distance matrix; larger
+    ones through stored distances (as iter_rank). Both give the same result."""
     q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
     n_db = db.shape[1]
     n = _top_count(top_n, workers, n_db)
@@ -368,7 +368,7 @@ def _kernels():
 def _iter_chunks(
     q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, step: int, workers: int
 ) -> Iterator[RankedChunk]:
-    """The numpy ranking, chunk by chunk: every distance, then the exact top n."""
+    """The stored-distance ranking, chunk by chunk: every distance, then the exact top n."""
 
     def work(start: int) -> RankedChunk:
         dist = _distances(q[start : start + step], db_t, layout)

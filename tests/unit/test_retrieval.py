@@ -38,18 +38,18 @@ def brute_ranking(distances: np.ndarray) -> np.ndarray:
     return np.array([sorted(range(n_db), key=lambda j, row=row: (row[j], j)) for row in distances])
 
 
-@pytest.fixture(params=["numpy", "numpy-blocked", "fused"])
+@pytest.fixture(params=["stored", "stored-blocked", "fused"])
 def ranking_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a ranking test through each implementation, on small databases: the numpy path with
-    whole-row selection, the numpy path with blocked selection (and its merges), and the compiled
-    kernel with several tiles and query chunks."""
+    """Run a ranking test through each implementation, on small databases: stored distances with
+    whole-row selection (the counting sort), stored distances with blocked selection (and its
+    merges), and the fused kernel with several tiles and query chunks."""
     if request.param == "fused":
         monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1)
         monkeypatch.setattr(retrieval, "_FUSED_TILE", 16)
         monkeypatch.setattr(retrieval, "_FUSED_CHUNK", 2)
     else:
         monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
-    if request.param == "numpy-blocked":
+    if request.param == "stored-blocked":
         monkeypatch.setattr(retrieval, "_FIRST_BLOCK", 4)
         monkeypatch.setattr(retrieval, "_MAX_BLOCK", 16)
         monkeypatch.setattr(retrieval, "_FULL_SORT_RATIO", 1)
@@ -257,7 +257,7 @@ def test_rank_does_not_depend_on_chunk_or_workers(ranking_path: str) -> None:
     ("n_bits", "sizes", "weights"),
     [(64, [64], [1]), (64, [21, 21, 22], [3, 2, 1]), (130, [40, 50, 40], [4, 0, 1])],
 )
-def test_fused_kernel_gives_the_numpy_ranking_at_its_default_sizes(
+def test_fused_kernel_gives_the_stored_distance_ranking_at_its_default_sizes(
     n_bits: int, sizes: list[int], weights: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database larger than one default tile, codes of one and of three words (with padding),
@@ -269,9 +269,9 @@ def test_fused_kernel_gives_the_numpy_ranking_at_its_default_sizes(
     db = pack_codes(db)
     fused = rank_with_distances(q, db, sizes, weights, top_n=100, workers=2)
     monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
-    numpy_path = rank_with_distances(q, db, sizes, weights, top_n=100)
-    np.testing.assert_array_equal(fused[0], numpy_path[0])
-    np.testing.assert_array_equal(fused[1], numpy_path[1])
+    stored = rank_with_distances(q, db, sizes, weights, top_n=100)
+    np.testing.assert_array_equal(fused[0], stored[0])
+    np.testing.assert_array_equal(fused[1], stored[1])
     np.testing.assert_array_equal(fused[0][0], [17, *range(8_150, 8_249)])
     assert not fused[1][0].any()
 
