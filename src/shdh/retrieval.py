@@ -19,9 +19,8 @@ Three ways to the top n, all exact and giving the same order:
   distance matrix (faster than faiss's IndexBinaryFlat, docs/benchmarks.md);
 - n near N (evaluation's WR@n curves): every distance of a query chunk, then a counting sort cut
   at n (distances are small integers);
-- otherwise on a stored chunk (evaluation's top-100 over large databases): a running n-th
-  distance per query, looking again only at items strictly closer than it (later items lose
-  ties), so a block of the database usually yields a handful of candidates.
+- otherwise on a stored chunk (evaluation's top-n over databases above 64 n): the fused
+  kernel's heap scan, reading the stored distances.
 `iter_rank` always stores the chunk's distances, because evaluation needs every one of them (the
 radius curves).
 """
@@ -34,15 +33,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 import numpy as np
 
+_T = TypeVar("_T")
+
 # Query-chunk x database cells whose distances are held at once (16 Mi cells, 16-32 MiB).
 _CHUNK_CELLS = 1 << 24
-# Top-n selection reads the database in blocks that double from max(2n, _FIRST_BLOCK) up to
-# _MAX_BLOCK columns: each new block then yields about n candidates until the bound is tight.
-_FIRST_BLOCK = 4096
-_MAX_BLOCK = 1 << 16
 # When n is this close to N (n * ratio >= N), one radix argsort of whole rows beats selection.
 _FULL_SORT_RATIO = 64
 # ... and then, below this largest distance, a counting sort (a histogram per row) does it.
@@ -53,9 +51,9 @@ _FUSED_RATIO = 64
 # Queries per task of the fused kernel: enough to amortise a task, small enough that the tasks
 # share out evenly over the workers.
 _FUSED_CHUNK = 32
-# Database items the fused kernel scores per pass for one query: 8,192 uint64 distances (64 KiB)
-# plus the tile's words stay in L2 while the top-n test reads them back.
-_FUSED_TILE = 8192
+# Database items the top-n kernels score or scan per pass for one query: 8,192 uint64 distances
+# (64 KiB) plus the tile's words stay in L2 while the top-n test reads them back.
+_TILE = 8192
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:
@@ -390,23 +388,14 @@ def _rank_fused(
 
     def work(start: int) -> None:
         rows = slice(start, start + step)
-        top_n_keys(
-            q[rows], db_t, layout.plane_masks, layout.plane_shifts, n, _FUSED_TILE, keys[rows]
-        )
+        top_n_keys(q[rows], db_t, layout.plane_masks, layout.plane_shifts, n, _TILE, keys[rows])
 
-    starts = range(0, q.shape[0], step)
-    if workers == 1:
-        for start in starts:
-            work(start)
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(work, starts))
+    for _ in _in_order(work, range(0, q.shape[0], step), workers):
+        pass  # each task has filled its rows of keys
     return keys % n_db, keys // n_db
 
 
-def _in_order(
-    work: Callable[[int], RankedChunk], starts: range, workers: int
-) -> Iterator[RankedChunk]:
+def _in_order(work: Callable[[int], _T], starts: range, workers: int) -> Iterator[_T]:
     """Run work over the chunk starts and yield results in order; with threads, at most
     2 * workers chunks are computed ahead so memory stays bounded."""
     if workers == 1:
@@ -414,7 +403,7 @@ def _in_order(
             yield work(start)
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: deque[Future[RankedChunk]] = deque()
+        pending: deque[Future[_T]] = deque()
         for start in starts:
             pending.append(pool.submit(work, start))
             if len(pending) >= 2 * workers:
@@ -427,10 +416,10 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-n per row of dist (Qc, N) by the unique key (distance, index) -> int64 indices
     and distances (Qc, n).
 
-    Keeps each row's current best n as int64 keys D * N + index, partitioned so that column n-1
-    holds the largest. A later block can only improve a row with items strictly below that
-    distance (equal ones have larger indices), so the filter `block < tau` is exact and usually
-    leaves few candidates."""
+    n near N: a counting sort of whole rows (an argsort when distances are too wide for a
+    histogram). Otherwise the compiled heap scan, which looks again only at items strictly
+    closer than a row's current n-th (equal ones have larger indices), so most of a row is one
+    vectorised comparison."""
     n_q, n_db = dist.shape
     if n * _FULL_SORT_RATIO >= n_db:
         width = int(dist.max()) + 1 if dist.size else 1
@@ -442,48 +431,6 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         # wide weighted distances: a histogram would be huge; radix-sort whole rows
         order = np.argsort(dist, axis=1, kind="stable")[:, :n]
         return order, np.take_along_axis(dist, order, axis=1).astype(np.int64)
-    size = min(n_db, max(2 * n, _FIRST_BLOCK))
-    order = np.argsort(dist[:, :size], axis=1, kind="stable")[:, :n]
-    keys = np.take_along_axis(dist[:, :size], order, axis=1).astype(np.int64) * n_db + order
-    start = size
-    while start < n_db:
-        tau = (keys[:, -1] // n_db).astype(dist.dtype)  # each row's current n-th distance
-        if not tau.any():
-            break  # every row already holds n items at distance 0
-        size = min(2 * size, _MAX_BLOCK)
-        stop = min(n_db, start + size)
-        block = dist[:, start:stop]
-        flat = _flat_hits(block < tau[:, None])
-        if flat.size:
-            rows, cols = np.divmod(flat, stop - start)
-            candidates = block[rows, cols].astype(np.int64) * n_db + (start + cols)
-            keys = _merge(keys, rows, candidates)
-        start = stop
-    keys.sort(axis=1)
+    keys = np.empty((n_q, n), dtype=np.int64)
+    _kernels().top_n_of_rows(dist, n, _TILE, keys)
     return keys % n_db, keys // n_db
-
-
-def _flat_hits(mask: np.ndarray) -> np.ndarray:
-    """np.flatnonzero of a sparse C-contiguous bool mask, ascending.
-
-    1-D flatnonzero is many times faster than 2-D np.nonzero on a sparse mask, and scanning the
-    mask as uint64 words (8 cells each) is faster still: only the few nonzero words are then
-    opened cell by cell."""
-    flat = mask.reshape(-1)
-    if flat.size % 8:
-        return np.flatnonzero(flat)
-    words = np.flatnonzero(flat.view(np.uint64))
-    cells = (words[:, None] * 8 + np.arange(8)).reshape(-1)
-    return cells[flat[cells]]
-
-
-def _merge(keys: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """Best n keys per row among keys (Qc, n) and candidates (row-sorted, as np.flatnonzero
-    gives), partitioned so that column n-1 holds each row's largest kept key."""
-    n_q, n = keys.shape
-    counts = np.bincount(rows, minlength=n_q)
-    merged = np.full((n_q, n + int(counts.max())), np.iinfo(np.int64).max, dtype=np.int64)
-    merged[:, :n] = keys
-    first = np.cumsum(counts) - counts
-    merged[rows, n + np.arange(rows.size) - first[rows]] = candidates
-    return np.ascontiguousarray(np.partition(merged, n - 1, axis=1)[:, :n])

@@ -8,12 +8,13 @@ it) and each distance is written once:
   insert fused, so the distance matrix is never stored (what lets exact ranking outrun faiss's
   IndexBinaryFlat on the same cores, docs/benchmarks.md);
 - all_distances: the whole (queries x items) matrix, for evaluation's radius curves;
+- top_n_of_rows: the same heap scan over stored rows, when n is well below N;
 - top_n_by_counting: the top n of each stored row when n is near N, by a counting sort.
 
-Exactness and ties: every distance is an exact integer. top_n_keys keeps a max-heap of keys
-D * N + index per query and visits items in ascending index, so an item enters only when its
-distance is strictly below the heap's largest (an equal distance with a larger index loses);
-the counting sort is stable. Both give the unique (distance, index) order.
+Exactness and ties: every distance is an exact integer. top_n_keys and top_n_of_rows keep a
+max-heap of keys D * N + index per query and visit items in ascending index, so an item enters
+only when its distance is strictly below the heap's largest (an equal distance with a larger
+index loses); the counting sort is stable. All give the unique (distance, index) order.
 
 The kernels release the GIL (nogil): retrieval runs query chunks on its own thread pool rather
 than through numba's threading layer, so they nest safely inside PyTorch's and faiss's thread
@@ -49,40 +50,75 @@ def top_n_keys(q, db_t, plane_masks, plane_shifts, n, tile, keys):
     q (Qc, W) and db_t (W, N) are uint64 words (the database word-major, so one word of a tile
     is contiguous); plane_masks (P, W) uint64 and plane_shifts (P,) int64 are the weight planes;
     tile is the number of database items scored per pass for one query. Requires 1 <= n <= N."""
-    n_q, n_words = q.shape
+    n_q = q.shape[0]
     n_db = db_t.shape[1]
-    n_planes = plane_masks.shape[0]
     keys[:, :] = _NO_KEY
     bound = np.full(n_q, _NO_KEY, dtype=np.int64)  # each query's current n-th distance
     dist = np.empty(tile, dtype=np.uint64)
     for start in range(0, n_db, tile):
         width = min(n_db, start + tile) - start
         for i in range(n_q):
-            dist[:width] = 0
-            for w in range(n_words):
-                qw = q[i, w]
-                column = db_t[w, start : start + width]
-                for p in range(n_planes):
-                    mask = plane_masks[p, w]
-                    if mask == 0:
-                        continue
-                    shift = np.uint64(plane_shifts[p])
-                    for j in range(width):  # vectorised by LLVM: xor, and, popcount, shift, add
-                        dist[j] += _popcount((qw ^ column[j]) & mask) << shift
-            tau = bound[i]
-            below = 0
-            for j in range(width):  # vectorised count; most tiles have no candidate at all
-                below += np.int64(dist[j]) < tau
-            if below == 0:
-                continue
-            heap = keys[i]
-            for j in range(width):
-                d = np.int64(dist[j])
-                if d < tau:
-                    tau = _replace_largest(heap, d * n_db + (start + j), n_db)
-            bound[i] = tau
+            _row_distances(q[i], db_t, start, width, plane_masks, plane_shifts, dist)
+            bound[i] = _offer(keys[i], dist, 0, width, start, bound[i], n_db)
     for i in range(n_q):
         keys[i].sort()
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_n_of_rows(dist, n, tile, keys):
+    """Fill keys (Qc, n) int64 with the n best keys D * N + index of each stored row of dist
+    (Qc, N), ascending: the heap scan of top_n_keys over distances already computed (evaluation
+    stores them for the radius curves). Requires 1 <= n <= N."""
+    n_q, n_db = dist.shape
+    keys[:, :] = _NO_KEY
+    for i in range(n_q):
+        tau = _NO_KEY
+        for start in range(0, n_db, tile):
+            tau = _offer(keys[i], dist[i], start, min(n_db, start + tile), 0, tau, n_db)
+        keys[i].sort()
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def all_distances(q, db_t, plane_masks, plane_shifts, out):
+    """Fill out (Qc, N), an unsigned integer array wide enough for the largest distance, with
+    Eq. 4 for every (query, item) pair; the same words and planes as top_n_keys."""
+    for i in range(q.shape[0]):
+        _row_distances(q[i], db_t, 0, db_t.shape[1], plane_masks, plane_shifts, out[i])
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _row_distances(q_row, db_t, start, width, plane_masks, plane_shifts, out):
+    """out[j] = Eq. 4 between one query's words and item start + j, for j < width.
+
+    Inlined into each caller, so LLVM vectorises the inner loop for the caller's output type."""
+    out[:width] = 0
+    for w in range(q_row.shape[0]):
+        qw = q_row[w]
+        column = db_t[w, start : start + width]
+        for p in range(plane_masks.shape[0]):
+            mask = plane_masks[p, w]
+            if mask == 0:
+                continue
+            shift = np.uint64(plane_shifts[p])
+            for j in range(width):  # vectorised by LLVM: xor, and, popcount, shift, add
+                out[j] += _popcount((qw ^ column[j]) & mask) << shift
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _offer(heap, dist, lo, hi, offset, tau, n_db):
+    """Put every item offset + j, lo <= j < hi, with dist[j] strictly below tau into the
+    max-heap of keys, and return the new bound (the heap's largest distance). A vectorised count
+    goes first: most tiles have no candidate at all."""
+    below = 0
+    for j in range(lo, hi):
+        below += np.int64(dist[j]) < tau
+    if below == 0:
+        return tau
+    for j in range(lo, hi):
+        d = np.int64(dist[j])
+        if d < tau:
+            tau = _replace_largest(heap, d * n_db + (offset + j), n_db)
+    return tau
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -103,27 +139,6 @@ def _replace_largest(heap, key, n_db):
         pos = child
     heap[pos] = key
     return heap[0] if heap[0] == _NO_KEY else heap[0] // n_db
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def all_distances(q, db_t, plane_masks, plane_shifts, out):
-    """Fill out (Qc, N), an unsigned integer array wide enough for the largest distance, with
-    Eq. 4 for every (query, item) pair; the same words and planes as top_n_keys."""
-    n_q, n_words = q.shape
-    n_planes = plane_masks.shape[0]
-    for i in range(n_q):
-        row = out[i]
-        row[:] = 0
-        for w in range(n_words):
-            qw = q[i, w]
-            column = db_t[w]
-            for p in range(n_planes):
-                mask = plane_masks[p, w]
-                if mask == 0:
-                    continue
-                shift = np.uint64(plane_shifts[p])
-                for j in range(column.shape[0]):
-                    row[j] += _popcount((qw ^ column[j]) & mask) << shift
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)

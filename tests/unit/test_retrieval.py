@@ -38,20 +38,19 @@ def brute_ranking(distances: np.ndarray) -> np.ndarray:
     return np.array([sorted(range(n_db), key=lambda j, row=row: (row[j], j)) for row in distances])
 
 
-@pytest.fixture(params=["stored", "stored-blocked", "fused"])
+@pytest.fixture(params=["stored", "stored-scan", "fused"])
 def ranking_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a ranking test through each implementation, on small databases: stored distances with
-    whole-row selection (the counting sort), stored distances with blocked selection (and its
-    merges), and the fused kernel with several tiles and query chunks."""
+    whole-row selection (the counting sort), stored distances with the heap scan over several
+    tiles, and the fused kernel with several tiles and query chunks."""
     if request.param == "fused":
         monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1)
-        monkeypatch.setattr(retrieval, "_FUSED_TILE", 16)
+        monkeypatch.setattr(retrieval, "_TILE", 16)
         monkeypatch.setattr(retrieval, "_FUSED_CHUNK", 2)
     else:
         monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
-    if request.param == "stored-blocked":
-        monkeypatch.setattr(retrieval, "_FIRST_BLOCK", 4)
-        monkeypatch.setattr(retrieval, "_MAX_BLOCK", 16)
+    if request.param == "stored-scan":
+        monkeypatch.setattr(retrieval, "_TILE", 16)
         monkeypatch.setattr(retrieval, "_FULL_SORT_RATIO", 1)
     return request.param
 
@@ -303,10 +302,3 @@ def test_rank_rejects_bad_arguments() -> None:
         rank(db, db, [8], [1], workers=0)
     with pytest.raises(ValueError, match="top_n"):
         iter_rank(db, db, [8], [1], top_n=0)  # checked at the call, before any iteration
-
-
-@pytest.mark.parametrize("shape", [(3, 16), (5, 7), (4, 4096), (1, 8), (0, 8)])
-@pytest.mark.parametrize("share", [0.0, 0.001, 0.3, 1.0])
-def test_word_scan_finds_the_same_hits_as_flatnonzero(shape, share) -> None:
-    mask = np.random.default_rng(len(shape) + shape[1]).random(shape) < share
-    np.testing.assert_array_equal(retrieval._flat_hits(mask), np.flatnonzero(mask))
