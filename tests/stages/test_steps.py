@@ -64,9 +64,11 @@ ALL_METHODS = ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "
 
 
 def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
-    params = smoke_params(tmp_path, fashion_raw)
+    """Every method and the classifier-oracle row (a train.methods entry, as in the paper
+    profile's run) through the command-line steps."""
+    params = smoke_params(tmp_path, fashion_raw, train={"methods": ["shdh", "dpsh", "oracle"]})
     run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
-    for method in ALL_METHODS:
+    for method in (*ALL_METHODS, "oracle"):
         run_steps(params, ["train", "--method", method, "--bits", "16", "--no-progress"])
     run_steps(params, ["evaluate"])
     # 300 pooled items -> 30 queries, 270 database items, K = 4 levels (root included)
@@ -74,7 +76,7 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     assert ancestors.shape == (300, 4) and (ancestors[:, 0] == 0).all()
     assert np.load(tmp_path / "gist.npy").shape == (300, 512)
     metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
-    assert set(metrics) == {*ALL_METHODS, "random"}
+    assert set(metrics) == {*ALL_METHODS, "oracle", "random"}
     floor = metrics["random"]["16"]
     for method in ALL_METHODS:
         row = metrics[method]["16"]
@@ -91,6 +93,9 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     assert list(shdh_codes.segment_sizes) == [5, 5, 6]
     np.testing.assert_allclose(shdh_codes.segment_weights, [1 / 2, 1 / 3, 1 / 6])
     assert list(load_codes(tmp_path / "results" / "codes" / "itq-16.npz").segment_sizes) == [16]
+    oracle_codes = load_codes(tmp_path / "results" / "codes" / "oracle-16.npz")
+    assert list(oracle_codes.segment_sizes) == [5, 5, 6]  # SHDH's layout, one pattern per level
+    assert metrics["oracle"]["16"]["ndcg@100"] > floor["ndcg@100"] + 0.05
     # `shdh metrics` on a codes file reproduces what evaluate wrote.
     capsys.readouterr()
     assert main(["metrics", str(tmp_path / "results" / "codes" / "shdh-16.npz")]) == 0
@@ -100,7 +105,8 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     timings = json.loads((tmp_path / "results" / "timings.json").read_text())
     assert timings["ksh"]["16"]["fit_seconds"] > 0
     assert (tmp_path / "results" / "plots" / "wr_at_n-16.png").stat().st_size > 1000
-    assert "| shdh | 16 |" in (tmp_path / "results" / "table.md").read_text()
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "| shdh | 16 |" in table and "| oracle | 16 |" in table
 
 
 def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
@@ -233,7 +239,7 @@ def test_every_profile_applies_and_plans_its_runs(profile):
     if profile == "paper":  # the full protocol: every item trains, every fit has 3 seeds
         assert params["train"]["n_train"] is None and params["baselines"]["n_train"] is None
         assert {seed for _, _, seed in runs} == {0, 1, 2}
-        assert len(runs) == 3 * (2 * 3 + 7 * 3)  # 2 deep and 7 shallow methods at 3 lengths
+        assert len(runs) == 3 * (3 * 3 + 7 * 3)  # SHDH, DPSH, the oracle; 7 shallow; 3 lengths
         assert params["evaluate"]["results_dir"] != "results"  # beside the default's results
 
 
