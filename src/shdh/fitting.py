@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ RESUME_MODES = ("never", "auto", "always")
 HASHER_DIR = "hasher"  # inside a model folder: params.json + state.npz
 RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
+WORK_DIR = "work"  # inside a deep model folder: the checkpoint and its run record
 ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
 # Keys of the `train` section that configure the pipeline rather than a method.
 _PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
@@ -176,9 +179,12 @@ def train(
     )  # fmt: skip
     deep = cls.input_kind == "images"
     if deep:
-        params["work_dir"] = str(out_dir / "work")
+        params["work_dir"] = str(out_dir / WORK_DIR)
     hasher = cls(n_bits=bits, seed=seed, **params)
     log.info("%s: fitting on %d items", name, len(X))
+    shared_from = None
+    if deep and resume != "never":
+        shared_from = _share_checkpoint(hasher, X, pairs, out_dir)
 
     run_id = tracking.load_run_ref(out_dir / RUN_REF) if deep and resume != "never" else None
     logged = {
@@ -190,6 +196,7 @@ def train(
         "segment_sizes": hasher_segments(hasher, pairs),
     }
     run_tags = {"method": method, "bits": str(bits), "git_commit": tracking.git_commit(),
+                **({"checkpoint_from": shared_from} if shared_from else {}),
                 **(tags or {})}  # fmt: skip
     with tracking.run(
         run_name=name,
@@ -216,7 +223,7 @@ def train(
         hasher.save(out_dir / HASHER_DIR)
         tracking.log_metrics({"fit_seconds": seconds})
         if deep:
-            tracking.log_artifact(out_dir / "work" / "checkpoint.pt", "checkpoint")
+            tracking.log_artifact(out_dir / WORK_DIR / "checkpoint.pt", "checkpoint")
             # The encoder as an MLflow model (images -> packed codes), servable and registrable.
             tracking.log_encoder(out_dir / HASHER_DIR, X[:ENCODER_EXAMPLE_ITEMS])
             history = json.dumps(hasher.history_, indent=2) + "\n"
@@ -228,10 +235,42 @@ def train(
         "seed": seed,
         "fit_seconds": round(seconds, 3),
         "n_train_items": len(X),
+        **({"checkpoint_from": shared_from} if shared_from else {}),
     }
     atomic_write_text(out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
     log.info("%s: fitted in %.1f s, saved to %s", name, seconds, out_dir)
     return out_dir
+
+
+def _share_checkpoint(
+    hasher: Hasher, X: np.ndarray, pairs: PairSimilarity, out_dir: Path
+) -> str | None:
+    """Start this fit from the training of the same method at another code length, when the
+    method's training does not depend on the length (code_only_params names n_bits: the
+    classifier oracle) and that training was made with every other parameter, the seed and the
+    data of this one. Training again would repeat it exactly, at the full cost of a deep fit.
+
+    Copies the sibling's checkpoint and run record into this fit's work folder (temporary
+    names, then rename); the fit then resumes it as it would its own, so an unfinished sibling
+    is continued to the configured epochs. A checkpoint of this fit's own that matches comes
+    first. Returns the sibling's run name, or None."""
+    if "n_bits" not in getattr(hasher, "code_only_params", ()):
+        return None
+    work = out_dir / WORK_DIR
+    if hasher.trained_as_here(work, X, pairs):
+        return None
+    for sibling in sorted(p for p in out_dir.parent.glob("*") if p.is_dir() and p != out_dir):
+        if not hasher.trained_as_here(sibling / WORK_DIR, X, pairs):
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        for name in hasher.training_files:
+            tmp = work / f".{name}.tmp"
+            shutil.copyfile(sibling / WORK_DIR / name, tmp)
+            os.replace(tmp, work / name)
+        log.info("%s: starting from the training of %s (the code length does not change it)",
+                 out_dir.name, sibling.name)  # fmt: skip
+        return sibling.name
+    return None
 
 
 def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:

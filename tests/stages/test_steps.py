@@ -300,3 +300,48 @@ def test_bad_seeds_are_refused_by_name(tmp_path, fashion_raw, caplog):
     assert main(["train", "--method", "shdh", "--params", str(params)]) != 0
     assert "seeds" in caplog.text and "[1, 1]" in caplog.text
     assert not (tmp_path / "models").exists()
+
+
+def _net_weights(model_dir: Path) -> dict[str, np.ndarray]:
+    with np.load(model_dir / "hasher" / "state.npz") as state:
+        return {k: state[k] for k in state.files if k.startswith("net.")}
+
+
+def _same_network(a: Path, b: Path) -> bool:
+    wa, wb = _net_weights(a), _net_weights(b)
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def _started_from(model_dir: Path) -> str | None:
+    return json.loads((model_dir / "fit.json").read_text()).get("checkpoint_from")
+
+
+def test_oracle_trains_once_per_seed_for_every_code_length(tmp_path, fashion_raw):
+    """The oracle's network outputs class scores at any code length, so its 24-bit fit starts
+    from the 16-bit fit's finished training, per seed, and matches a fit trained on its own."""
+    train = {"methods": ["oracle"], "bits": [16, 24], "seeds": [3, 4]}
+    params = smoke_params(tmp_path, fashion_raw, train=train)
+    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    run_steps(params, ["train", "--method", "oracle", "--no-progress", "--resume", "auto"])
+    models = tmp_path / "models" / "oracle"
+    for seed in (3, 4):
+        first, second = (models / f"oracle-{bits}-seed{seed}" for bits in (16, 24))
+        assert _started_from(first) is None and _started_from(second) == first.name
+        assert (first / "history.json").read_text() == (second / "history.json").read_text()
+        assert _same_network(first, second)
+    assert not _same_network(models / "oracle-16-seed3", models / "oracle-16-seed4")
+    # A 24-bit fit trained from scratch is the same network: sharing only skips the repeat.
+    (tmp_path / "alone").mkdir()
+    alone = smoke_params(tmp_path / "alone", fashion_raw, train={**train, "bits": [24]})
+    run_steps(alone, ["download"], ["tree"], ["smatrix"])
+    run_steps(alone, ["train", "--method", "oracle", "--no-progress", "--resume", "never"])
+    alone_fit = tmp_path / "alone" / "models" / "oracle" / "oracle-24-seed3"
+    assert _started_from(alone_fit) is None
+    assert _same_network(alone_fit, models / "oracle-24-seed3")
+    # Another learning rate is another training: 16 bits retrains, then 24 bits shares that.
+    changed = {**train, "oracle": {"lr": 0.002}, "seeds": [3]}  # train.oracle.lr is its own
+    changed = smoke_params(tmp_path, fashion_raw, train=changed)
+    run_steps(changed, ["train", "--method", "oracle", "--no-progress", "--resume", "auto"])
+    assert _started_from(models / "oracle-16-seed3") is None
+    assert _started_from(models / "oracle-24-seed3") == "oracle-16-seed3"
+    assert not _same_network(models / "oracle-24-seed3", alone_fit)

@@ -56,6 +56,10 @@ class _DeepHasher(Hasher):
     """What SHDH and DPSH share: training through shdh.training, encoding, save/load."""
 
     input_kind: ClassVar[str] = "images"
+    # Parameters that shape only the code built after training, not the network or its
+    # training: a checkpoint made with other values of them is this run's too (the classifier
+    # oracle's n_bits, so its three code lengths share one trained classifier per seed).
+    code_only_params: ClassVar[tuple[str, ...]] = ()
 
     def _keep_arguments(self, arguments: dict[str, Any]) -> None:
         """Store each keyword argument of the constructor under its own name, where get_params()
@@ -211,8 +215,24 @@ class _DeepHasher(Hasher):
             yield Path(tmp)
 
     def _run_record(self, images: np.ndarray, pairs: Any) -> dict[str, Any]:
-        params = {k: v for k, v in self.get_params().items() if k not in _RUNTIME_PARAMS}
-        return {"method": self.name, "params": params, "data_sha256": _fingerprint(images, pairs)}
+        """What a checkpoint was trained with, as work_dir/hasher.json holds it (JSON-normalised,
+        so it compares equal to the file read back)."""
+        skip = (*_RUNTIME_PARAMS, *self.code_only_params)
+        params = {k: v for k, v in self.get_params().items() if k not in skip}
+        record = {"method": self.name, "params": params, "data_sha256": _fingerprint(images, pairs)}
+        return json.loads(json.dumps(record))
+
+    training_files: ClassVar[tuple[str, ...]] = (training.CHECKPOINT_NAME, RUN_FILE)
+
+    def trained_as_here(self, work_dir: str | Path, X: np.ndarray, pairs: Any) -> bool:
+        """Whether work_dir holds a checkpoint (training_files) made with this hasher's
+        parameters (code_only_params and runtime ones aside) on this data: what resume would
+        accept. Lets a fit start from another fit's training (fitting.train)."""
+        work_dir = Path(work_dir)
+        if not all((work_dir / name).is_file() for name in self.training_files):
+            return False
+        record = self._run_record(_check_images(self.name, X), pairs)
+        return _record_mismatch(work_dir / RUN_FILE, record) is None
 
     def _prepare_work_dir(
         self, work_dir: Path, images: np.ndarray, pairs: Any, resume: bool | str
@@ -220,7 +240,7 @@ class _DeepHasher(Hasher):
         """Decide whether the checkpoint in work_dir may be continued; record this run."""
         work_dir.mkdir(parents=True, exist_ok=True)
         run_path, ckpt_path = work_dir / RUN_FILE, work_dir / training.CHECKPOINT_NAME
-        record = json.loads(json.dumps(self._run_record(images, pairs)))  # JSON-normalised
+        record = self._run_record(images, pairs)
         if resume is not False:
             problem = _record_mismatch(run_path, record)
             if problem is not None and resume is True:

@@ -8,6 +8,9 @@ predicted into the same superclass share that segment, and so on: the ranking is
 the classifier. Where SHDH falls short of this row, the hashing loses what the backbone could
 have given; where both fall short of perfect, the backbone is the limit.
 
+The code length only sizes the patterns (code_only_params), so fitting.train trains the
+classifier once per seed and builds the other lengths' codes from that checkpoint.
+
 Single-label data only: a multi-label item has no one class path to predict.
 """
 
@@ -45,6 +48,8 @@ class Oracle(LevelSegments, _DeepHasher):
 
     name: ClassVar[str] = "oracle"
     supervision: ClassVar[str | None] = "hierarchical"
+    # The network outputs class scores whatever the code length; n_bits only sizes the patterns.
+    code_only_params: ClassVar[tuple[str, ...]] = ("n_bits",)
 
     def __init__(
         self,
