@@ -388,7 +388,7 @@ def _rank_fused(
 
     def work(start: int) -> None:
         rows = slice(start, start + step)
-        top_n_keys(q[rows], db_t, layout.plane_masks, layout.plane_shifts, n, _TILE, keys[rows])
+        top_n_keys(q[rows], db_t, layout.plane_masks, layout.plane_shifts, _TILE, keys[rows])
 
     for _ in _in_order(work, range(0, q.shape[0], step), workers):
         pass  # each task has filled its rows of keys
@@ -432,5 +432,5 @@ def _select_top(dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(dist, axis=1, kind="stable")[:, :n]
         return order, np.take_along_axis(dist, order, axis=1).astype(np.int64)
     keys = np.empty((n_q, n), dtype=np.int64)
-    _kernels().top_n_of_rows(dist, n, _TILE, keys)
+    _kernels().top_n_of_rows(dist, _TILE, keys)
     return keys % n_db, keys // n_db

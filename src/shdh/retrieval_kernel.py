@@ -44,12 +44,13 @@ def _popcount(typingctx, word):
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def top_n_keys(q, db_t, plane_masks, plane_shifts, n, tile, keys):
+def top_n_keys(q, db_t, plane_masks, plane_shifts, tile, keys):
     """Fill keys (Qc, n) int64 with each query's n best keys D * N + index, ascending.
 
     q (Qc, W) and db_t (W, N) are uint64 words (the database word-major, so one word of a tile
     is contiguous); plane_masks (P, W) uint64 and plane_shifts (P,) int64 are the weight planes;
-    tile is the number of database items scored per pass for one query. Requires 1 <= n <= N."""
+    tile is the number of database items scored per pass for one query; n = keys.shape[1],
+    1 <= n <= N."""
     n_q = q.shape[0]
     n_db = db_t.shape[1]
     keys[:, :] = _NO_KEY
@@ -65,10 +66,10 @@ def top_n_keys(q, db_t, plane_masks, plane_shifts, n, tile, keys):
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def top_n_of_rows(dist, n, tile, keys):
+def top_n_of_rows(dist, tile, keys):
     """Fill keys (Qc, n) int64 with the n best keys D * N + index of each stored row of dist
     (Qc, N), ascending: the heap scan of top_n_keys over distances already computed (evaluation
-    stores them for the radius curves). Requires 1 <= n <= N."""
+    stores them for the radius curves); n = keys.shape[1], 1 <= n <= N."""
     n_q, n_db = dist.shape
     keys[:, :] = _NO_KEY
     for i in range(n_q):
