@@ -254,23 +254,22 @@ def _share_checkpoint(
     names, then rename); the fit then resumes it as it would its own, so an unfinished sibling
     is continued to the configured epochs. A checkpoint of this fit's own that matches comes
     first. Returns the sibling's run name, or None."""
-    if "n_bits" not in getattr(hasher, "code_only_params", ()):
+    if "n_bits" not in hasher.code_only_params:
         return None
     work = out_dir / WORK_DIR
-    if hasher.trained_as_here(work, X, pairs):
+    siblings = sorted(p for p in out_dir.parent.glob("*") if p.is_dir() and p != out_dir)
+    found = hasher.first_trained_as_here([work, *(s / WORK_DIR for s in siblings)], X, pairs)
+    if found is None or found == work:
         return None
-    for sibling in sorted(p for p in out_dir.parent.glob("*") if p.is_dir() and p != out_dir):
-        if not hasher.trained_as_here(sibling / WORK_DIR, X, pairs):
-            continue
-        work.mkdir(parents=True, exist_ok=True)
-        for name in hasher.training_files:
-            tmp = work / f".{name}.tmp"
-            shutil.copyfile(sibling / WORK_DIR / name, tmp)
-            os.replace(tmp, work / name)
-        log.info("%s: starting from the training of %s (the code length does not change it)",
-                 out_dir.name, sibling.name)  # fmt: skip
-        return sibling.name
-    return None
+    work.mkdir(parents=True, exist_ok=True)
+    for name in hasher.training_files:
+        tmp = work / f".{name}.tmp"
+        shutil.copyfile(found / name, tmp)
+        os.replace(tmp, work / name)
+    sibling = found.parent.name
+    log.info("%s: starting from the training of %s (the code length does not change it)",
+             out_dir.name, sibling)  # fmt: skip
+    return sibling
 
 
 def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:

@@ -38,6 +38,10 @@ class Hasher:
     name: ClassVar[str] = ""  # registry key, e.g. "itq", "ksh+h"
     input_kind: ClassVar[str] = "features"  # "features" (GIST-512 rows) or "images" (uint8)
     supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
+    # Parameters that shape only the code built after training, not the training itself: a
+    # fit made with other values of them is this fit's too (the classifier oracle's n_bits,
+    # so its three code lengths share one trained classifier per seed; see fitting.train).
+    code_only_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, n_bits: int, seed: int = 0) -> None:
         self.n_bits = n_bits

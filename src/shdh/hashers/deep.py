@@ -56,10 +56,6 @@ class _DeepHasher(Hasher):
     """What SHDH and DPSH share: training through shdh.training, encoding, save/load."""
 
     input_kind: ClassVar[str] = "images"
-    # Parameters that shape only the code built after training, not the network or its
-    # training: a checkpoint made with other values of them is this run's too (the classifier
-    # oracle's n_bits, so its three code lengths share one trained classifier per seed).
-    code_only_params: ClassVar[tuple[str, ...]] = ()
 
     def _keep_arguments(self, arguments: dict[str, Any]) -> None:
         """Store each keyword argument of the constructor under its own name, where get_params()
@@ -224,15 +220,21 @@ class _DeepHasher(Hasher):
 
     training_files: ClassVar[tuple[str, ...]] = (training.CHECKPOINT_NAME, RUN_FILE)
 
-    def trained_as_here(self, work_dir: str | Path, X: np.ndarray, pairs: Any) -> bool:
-        """Whether work_dir holds a checkpoint (training_files) made with this hasher's
+    def first_trained_as_here(
+        self, work_dirs: Sequence[str | Path], X: np.ndarray, pairs: Any
+    ) -> Path | None:
+        """The first of work_dirs holding a checkpoint (training_files) made with this hasher's
         parameters (code_only_params and runtime ones aside) on this data: what resume would
-        accept. Lets a fit start from another fit's training (fitting.train)."""
-        work_dir = Path(work_dir)
-        if not all((work_dir / name).is_file() for name in self.training_files):
-            return False
-        record = self._run_record(_check_images(self.name, X), pairs)
-        return _record_mismatch(work_dir / RUN_FILE, record) is None
+        accept. Lets a fit start from another fit's training (fitting.train). The data is
+        fingerprinted once for all the folders."""
+        record = None
+        for work_dir in map(Path, work_dirs):
+            if not all((work_dir / name).is_file() for name in self.training_files):
+                continue
+            record = record or self._run_record(_check_images(self.name, X), pairs)
+            if _record_mismatch(work_dir / RUN_FILE, record) is None:
+                return work_dir
+        return None
 
     def _prepare_work_dir(
         self, work_dir: Path, images: np.ndarray, pairs: Any, resume: bool | str
