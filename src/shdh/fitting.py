@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shdh import tracking
-from shdh.atomic import atomic_write_text
+from shdh.atomic import atomic_path, atomic_write_text
 from shdh.config import ConfigError, flatten
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
@@ -185,6 +184,7 @@ def train(
     shared_from = None
     if deep and resume != "never":
         shared_from = _share_checkpoint(hasher, X, pairs, out_dir)
+    started = {"checkpoint_from": shared_from} if shared_from else {}  # fit.json and MLflow tags
 
     run_id = tracking.load_run_ref(out_dir / RUN_REF) if deep and resume != "never" else None
     logged = {
@@ -196,8 +196,7 @@ def train(
         "segment_sizes": hasher_segments(hasher, pairs),
     }
     run_tags = {"method": method, "bits": str(bits), "git_commit": tracking.git_commit(),
-                **({"checkpoint_from": shared_from} if shared_from else {}),
-                **(tags or {})}  # fmt: skip
+                **started, **(tags or {})}  # fmt: skip
     with tracking.run(
         run_name=name,
         params=None if run_id else logged,
@@ -235,7 +234,7 @@ def train(
         "seed": seed,
         "fit_seconds": round(seconds, 3),
         "n_train_items": len(X),
-        **({"checkpoint_from": shared_from} if shared_from else {}),
+        **started,
     }
     atomic_write_text(out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
     log.info("%s: fitted in %.1f s, saved to %s", name, seconds, out_dir)
@@ -261,11 +260,9 @@ def _share_checkpoint(
     found = hasher.first_trained_as_here([work, *(s / WORK_DIR for s in siblings)], X, pairs)
     if found is None or found == work:
         return None
-    work.mkdir(parents=True, exist_ok=True)
     for name in hasher.training_files:
-        tmp = work / f".{name}.tmp"
-        shutil.copyfile(found / name, tmp)
-        os.replace(tmp, work / name)
+        with atomic_path(work / name) as tmp:
+            shutil.copyfile(found / name, tmp)
     sibling = found.parent.name
     log.info("%s: starting from the training of %s (the code length does not change it)",
              out_dir.name, sibling)  # fmt: skip
