@@ -14,15 +14,24 @@ REPO = Path(__file__).resolve().parents[1]
 
 def machine_line() -> str:
     """Where and with what the figures were measured, and how busy the machine was."""
-    from importlib.metadata import version
-
     import numpy as np
 
     return (
         f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {version('torch')}, faiss-cpu {version('faiss-cpu')}"
+        f"numpy {np.__version__}, torch {_version('torch')}, faiss-cpu {_version('faiss-cpu')}"
     )
+
+
+def _version(package: str) -> str:
+    """An installed package's version, or "not installed": a bare GPU machine has torch and
+    numpy but not faiss, and the figures measured there still need their machine line."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def commit_line() -> str:

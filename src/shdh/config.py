@@ -16,12 +16,9 @@ from typing import Any
 import yaml
 
 from shdh.atomic import atomic_write_text
+from shdh.errors import ConfigError
 
 PROFILES_DIR = Path("profiles")
-
-
-class ConfigError(ValueError):
-    """A params or profile file is missing a field or holds a value of the wrong kind."""
 
 
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from shdh import tracking
 from shdh.atomic import atomic_write_text
-from shdh.codes import Codes, save_codes
+from shdh.codes import Codes, load_codes, save_codes
 from shdh.figures import (
     CURVES_FILE,
     PLOTS_DIR,
@@ -36,11 +36,12 @@ from shdh.figures import (
     wr_at_n_figure,
     write_figures,
 )
-from shdh.fitting import HASHER_DIR, RUN_REF, fit_seed, load_features, model_dir, run_name
+from shdh.fitting import HASHER_DIR, RUN_REF, load_features
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.metrics import Curves
 from shdh.metrics import evaluate as score_codes
+from shdh.plan import fit_seed, model_dir, run_name
 from shdh.report import results_doc, results_table, update_generated_section
 from shdh.retrieval import pack_codes
 
@@ -79,6 +80,7 @@ def evaluate(
     seed: int = 0,
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
+    codes_from: str | Path | None = None,
 ) -> dict[str, Any]:
     """Score every (method, bits[, replicate seed]) in `runs`; write results_dir/{metrics.json,
     metrics_by_seed.json, timings.json, table.md, curves.npz, codes/METHOD-BITS[-seedS].npz,
@@ -87,6 +89,11 @@ def evaluate(
     Models are read from models_dir/METHOD/METHOD-BITS[-seedS], the shallow methods' from
     shallow_models_dir when given (the DVC layout keeps them apart: one stage output each). The
     random floor is scored once per replicate seed, so it has a spread too.
+
+    codes_from: a folder trained elsewhere from a bundle (shdh.bundle): a run with a codes file
+    there is scored from it instead of from a model, after checking that it holds this run's
+    query and database items (ids and ancestors, in the split's order); its fit record (device,
+    settings, history) is kept as results_dir/fits/NAME.json.
     """
     from shdh.steps import load_prepared, load_smatrix
 
@@ -107,6 +114,8 @@ def evaluate(
             query_ids=ds.ids[q_idx], db_ids=ds.ids[db_idx],
         )  # fmt: skip
 
+    items = {"query_ids": ds.ids[q_idx], "db_ids": ds.ids[db_idx],
+             "query_ancestors": ancestors[q_idx], "db_ancestors": ancestors[db_idx]}  # fmt: skip
     split_inputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     scored: list[Scored] = []
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -114,6 +123,22 @@ def evaluate(
     for method, bits, *rest in runs:
         replicate = rest[0] if rest else None
         replicates.add(replicate)
+        name = run_name(method, bits, replicate)
+        imported = _imported_codes(codes_from, name, items)
+        if imported is not None:
+            codes, record = imported
+            if codes.n_bits != bits:
+                raise ValueError(f"{codes_from}: {name} holds {codes.n_bits}-bit codes")
+            device_tag = {"trained_on": str(record.get("device", ""))}
+            scored.append(_score(codes, method, bits, results_dir, eval_params, None,
+                                 {**(tags or {}), **device_tag}, parent_run_id, replicate,
+                                 extra={"encode_seconds": record.get("encode_seconds", 0.0)}))  # fmt: skip
+            timings.setdefault(method, {}).setdefault(str(bits), []).append(
+                {"fit_seconds": record.get("fit_seconds"),
+                 "encode_seconds": record.get("encode_seconds")}
+            )  # fmt: skip
+            atomic_write_text(results_dir / "fits" / f"{name}.json", json.dumps(record, indent=2))
+            continue
         shallow = get_hasher_class(method).input_kind != "images"
         root = shallow_models_dir if shallow and shallow_models_dir is not None else models_dir
         mdir = model_dir(root, method, bits, replicate)
@@ -210,6 +235,36 @@ def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure
     links = [(os.path.relpath(f.path, path.parent), f.caption) for f in figures]
     doc = results_doc(metrics, dataset=dataset, n=n, figures=links)
     return update_generated_section(path, doc, title="Results")
+
+
+def _imported_codes(
+    codes_from: str | Path | None, name: str, items: dict[str, np.ndarray]
+) -> tuple[Codes, dict[str, Any]] | None:
+    """The codes and fit record of `name` in a bundle's output folder, when it has them; a file
+    made from another dataset or split is refused, naming it and what differs."""
+    from shdh.bundle import CODES_DIR, FITS_DIR
+
+    if codes_from is None:
+        return None
+    path = Path(codes_from) / CODES_DIR / f"{name}.npz"
+    if not path.is_file():
+        return None
+    codes = load_codes(path)
+    for key, ours in items.items():
+        theirs = getattr(codes, key)
+        if theirs.shape != ours.shape or not np.array_equal(theirs, ours):
+            raise ValueError(
+                f"{path}: {key} differ from this run's ({theirs.shape} vs {ours.shape}): the "
+                "codes were made from another dataset or split; export a bundle of this run "
+                "(shdh bundle export) and train from it"
+            )
+    record_path = Path(codes_from) / FITS_DIR / f"{name}.json"
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{record_path}: cannot read the fit record of {path} ({err})") from err
+    log.info("%s: codes trained elsewhere (%s), from %s", name, record.get("device"), path)
+    return codes, record
 
 
 def _fit_seconds(mdir: Path) -> float | None:

@@ -19,10 +19,13 @@ import numpy as np
 
 from shdh import tracking
 from shdh.atomic import atomic_path, atomic_write_text
-from shdh.config import ConfigError, flatten
+from shdh.config import flatten
+from shdh.devices import resolve_device
+from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
+from shdh.plan import fit_seed, method_params, model_dir, run_name
 
 log = logging.getLogger(__name__)
 
@@ -32,80 +35,6 @@ RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
 WORK_DIR = "work"  # inside a deep model folder: the checkpoint and its run record
 ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
-# Keys of the `train` section that configure the pipeline rather than a method.
-_PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
-
-
-def run_name(method: str, bits: int, replicate: int | None = None) -> str:
-    """METHOD-BITS, or METHOD-BITS-seedS for one of several fits that differ only by seed: the
-    name of the model folder, the MLflow run and the codes file."""
-    return f"{method}-{bits}" if replicate is None else f"{method}-{bits}-seed{replicate}"
-
-
-def model_dir(models_dir: str | Path, method: str, bits: int, replicate: int | None = None) -> Path:
-    """models_dir/METHOD/METHOD-BITS[-seedS]: one folder per method (a DVC stage's output), one
-    per code length (and seed) inside it (self-describing when copied out on its own)."""
-    return Path(models_dir) / method / run_name(method, bits, replicate)
-
-
-def replicate_seeds(section: dict[str, Any]) -> list[int | None]:
-    """The seeds a section's methods are fitted with: `seeds: null` is one fit with the master
-    seed, named without it; a list is one fit per seed, each named with its seed, so the tables
-    can report the mean and spread. The split and the S-matrix sample stay the master seed's:
-    the seeds vary initialisation, sampling and shuffling, not the data."""
-    seeds = section.get("seeds")
-    if seeds is None:
-        return [None]
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
-        or len(set(seeds)) != len(seeds)
-    ):
-        raise ConfigError(
-            f"params.yaml: seeds: expected null or a list of distinct non-negative ints, "
-            f"got {seeds!r}"
-        )
-    return list(seeds)
-
-
-def fit_seed(seed: int, replicate: int | None) -> int:
-    """The seed a fit actually uses: its replicate's own seed, else the master seed. Training,
-    the random floor and metrics_by_seed.json all key a fit by it."""
-    return seed if replicate is None else replicate
-
-
-def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
-    """Constructor arguments for `method` from its params.yaml section.
-
-    Deep methods share the backbone and loop settings of `train` plus their own sub-mapping
-    (`train.shdh`, `train.dpsh`); shallow ones take only their sub-mapping of `baselines`.
-    Keys the method's constructor does not take are refused by name, so a typo cannot be
-    silently ignored.
-    """
-    import inspect
-
-    cls = get_hasher_class(method)
-    accepted = {
-        p.name
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - {"n_bits", "seed", "work_dir"}
-    own = section.get(method) or {}
-    if not isinstance(own, dict):
-        raise ConfigError(f"params.yaml: '{method}' settings must be a mapping, got {own!r}")
-    shared = {}
-    if cls.input_kind == "images":
-        skip = set(_PIPELINE_KEYS) | {m for m in section if isinstance(section[m], dict)}
-        shared = {k: v for k, v in section.items() if k not in skip and k in accepted}
-    unknown = sorted(set(own) - accepted)
-    if unknown:
-        raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
-    if cls.input_kind == "images":
-        strays = sorted(set(section) - skip - accepted)
-        if strays:
-            raise ConfigError(f"params.yaml: train: settings {strays} are not {method}'s")
-    return {**shared, **own}
 
 
 def training_inputs(
@@ -169,6 +98,8 @@ def train(
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
     cls = get_hasher_class(method)
     params = method_params(section, method)
+    if cls.input_kind == "images":  # an explicit cuda without a usable GPU stops before any work
+        resolve_device(str(params.get("device", "auto")))
     seed = fit_seed(seed, replicate)
     name = run_name(method, bits, replicate)
     out_dir = model_dir(models_dir, method, bits, replicate)

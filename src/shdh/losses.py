@@ -152,7 +152,7 @@ def shdh_loss(
         anc_p = torch.cat([anc, bank_anc])  # (B+M, K), or (B+M, K, set width)
     pair_mask = torch.ones(n_batch, h_p.shape[0], dtype=torch.bool, device=z.device)
     pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs in the batch
-    n_pairs = int(pair_mask.sum())
+    n_pairs = n_batch * (h_p.shape[0] - 1)  # counted, not summed: no host sync per step
     if reduction == "mean" and n_pairs == 0:
         raise ValueError("shdh_loss: reduction='mean' needs >= 2 batch items or a memory bank")
 
@@ -192,13 +192,22 @@ def shdh_loss(
 # --------------------------------------------------------------------------------------------
 
 
-def _finest_nodes(anc: torch.Tensor, name: str) -> torch.Tensor:
-    """Each row's node(s) at its deepest level with a node: its leaf (n,) for (n, K) ids, its
-    node set (n, M) for (n, K, M) ancestor sets. DPSH's "same label" compares these, exactly as
-    shdh.similarity.finest_match does for the shallow baselines."""
+def check_labelled(anc: torch.Tensor, name: str) -> None:
+    """Every row must have a node at some level: DPSH's "same label" needs one. Reading the
+    answer is a host sync, so the training loop checks its whole training set once instead of
+    every batch (dpsh_loss(check_labels=False))."""
     present = anc >= 0 if anc.ndim == 2 else (anc >= 0).any(2)  # (n, K)
     if not bool(present.any(1).all()):
         raise ValueError(f"dpsh_loss: {name} has a row with no node (all -1)")
+
+
+def _finest_nodes(anc: torch.Tensor, name: str, check: bool = True) -> torch.Tensor:
+    """Each row's node(s) at its deepest level with a node: its leaf (n,) for (n, K) ids, its
+    node set (n, M) for (n, K, M) ancestor sets. DPSH's "same label" compares these, exactly as
+    shdh.similarity.finest_match does for the shallow baselines."""
+    if check:
+        check_labelled(anc, name)
+    present = anc >= 0 if anc.ndim == 2 else (anc >= 0).any(2)  # (n, K)
     deepest = anc.shape[1] - 1 - present.flip(1).int().argmax(1)  # (n,) last level with a node
     return anc[torch.arange(anc.shape[0], device=anc.device), deepest]
 
@@ -218,6 +227,7 @@ def dpsh_loss(
     reduction: str = "sum",
     bank_z: torch.Tensor | None = None,
     bank_anc: torch.Tensor | None = None,
+    check_labels: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DPSH's relaxed objective for one batch: z (B, L) real outputs u, anc (B, K) ancestor ids
     or (B, K, M) ancestor sets (bank_anc: the same layout and M).
@@ -241,6 +251,8 @@ def dpsh_loss(
       "mean":           (sum of pair terms + eta sum_i q_i) / n_pairs (the original's scale)
     A mean over pairs for the likelihood alone with eta sum_i q_i / B would weigh the
     quantisation about n_partners times more than DPSH does: that is what drowned it.
+    check_labels=False skips the per-batch check that every row has a node (a host sync), for
+    a caller that ran `check_labelled` on all its rows once.
     Returns the scalar loss and detached {"e1": likelihood term, "e2": eta * quantisation term}.
     """
     _check_choice("reduction", reduction, REDUCTIONS)
@@ -256,7 +268,7 @@ def dpsh_loss(
     dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
     u = z.to(dtype)  # (B, L)
     n_batch = u.shape[0]
-    leaf = _finest_nodes(anc, "anc")  # (B,) leaves or (B, M) deepest sets
+    leaf = _finest_nodes(anc, "anc", check_labels)  # (B,) leaves or (B, M) deepest sets
     u_p, leaf_p = u, leaf  # partners: the batch ...
     if bank_z is not None:
         bank_anc = torch.as_tensor(bank_anc, device=z.device)
@@ -268,10 +280,10 @@ def dpsh_loss(
                 f"then anc's layout), got {tuple(bank_anc.shape)}"
             )
         u_p = torch.cat([u, bank_z.detach().to(dtype)])  # (B+M, L) ... and the bank
-        leaf_p = torch.cat([leaf, _finest_nodes(bank_anc, "bank_anc")])  # (B+M[, M])
+        leaf_p = torch.cat([leaf, _finest_nodes(bank_anc, "bank_anc", check_labels)])  # (B+M[, M])
     pair_mask = torch.ones(n_batch, u_p.shape[0], dtype=torch.bool, device=z.device)
     pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs
-    n_pairs = int(pair_mask.sum())
+    n_pairs = n_batch * (u_p.shape[0] - 1)  # counted, not summed: no host sync per step
     if n_pairs == 0:
         raise ValueError("dpsh_loss: needs >= 2 batch items or a memory bank (no pairs)")
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from shdh.atomic import atomic_path
+from shdh.devices import resolve_device
 from shdh.losses import E1_MODES, E2_MODES, REDUCTIONS, TARGETS, shdh_loss
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HEAD_INITS, HashingNet, build_model
@@ -39,7 +39,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 PROBE_SIZE = 1000  # training items whose codes are tracked across epochs
 # Fields that may differ between a checkpoint and the config resuming it: they do not change
 # what is computed (epochs may grow so that a finished run can be extended).
-_RESUMABLE_FIELDS = ("epochs", "device", "num_threads")
+_RESUMABLE_FIELDS = ("epochs", "device", "num_threads", "compile")
 
 LossFn = Callable[
     [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
@@ -76,6 +76,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" = cuda when available, else cpu
     bf16: bool = True  # bf16 autocast for the network on CUDA (never on CPU)
     num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
+    compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
 
     def __post_init__(self) -> None:
         choices = {
@@ -116,22 +117,6 @@ class TrainResult:
     model: HashingNet
     history: list[dict[str, float]]
     checkpoint_path: Path
-
-
-def resolve_device(name: str) -> torch.device:
-    """Turn a config device name into a torch.device: "auto" picks cuda when available, so the
-    same params file runs on a laptop and on a GPU node; an explicit "cuda" fails loudly."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ValueError(f"device: cannot parse {name!r} ({err})") from err
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device: {name!r} is not 'auto', 'cpu' or 'cuda[:N]'")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {name!r} was asked for but CUDA is not available")
-    return device
 
 
 def make_shdh_loss(
@@ -398,6 +383,140 @@ def _probe_diagnostics(
     return stats, codes
 
 
+# -- where the training images live, and how a batch reaches the network ------------------------
+
+# The uint8 training images stay on the GPU for the whole run when they take at most this share
+# of its free memory: gathering a batch there costs no host work and no copy. Fashion-MNIST-H
+# (63,000 x 28 x 28) is 49 MB and CIFAR-100 (54,000 x 32 x 32 x 3) 166 MB, far below it.
+RESIDENT_SHARE = 0.5
+# A host sync drains the GPU's queue; the loop reads its losses back once per this many steps
+# (and at the end of each epoch) to watch for a non-finite loss and refresh the progress bar.
+SYNC_EVERY = 50
+
+
+def data_path(nbytes: int, device: torch.device, free_bytes: int | None = None) -> str:
+    """How the training images reach `device`: "host" (CPU training: batches indexed from the
+    array as they are), "resident" (copied to the GPU once, batches gathered there) or "pinned"
+    (too big for the GPU: gathered on the host into page-locked buffers, copied asynchronously)."""
+    if device.type != "cuda":
+        return "host"
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    return "resident" if nbytes <= RESIDENT_SHARE * free_bytes else "pinned"
+
+
+class _Batches:
+    """The training images of one run, as a source of uint8 batches on the training device.
+
+    Batches are addressed by positions into train_idx. On the CPU a batch is indexed from the
+    array exactly as before this class existed, so CPU results are bit-identical; on a GPU the
+    conversion to float (`to_input`) happens on the device in every path.
+    """
+
+    def __init__(
+        self, images: np.ndarray, train_idx: np.ndarray, device: torch.device, batch_size: int
+    ) -> None:
+        self.images, self.train_idx, self.device = images, train_idx, device
+        item_bytes = int(np.prod(images.shape[1:])) * images.itemsize
+        self.mode = data_path(item_bytes * len(train_idx), device)
+        size = f"{item_bytes * len(train_idx) / 2**20:.0f} MiB"
+        if self.mode == "resident":
+            self.resident = torch.from_numpy(np.ascontiguousarray(images[train_idx])).to(device)
+            log.info("training images: resident on %s (%s), batches gathered there", device, size)
+        elif self.mode == "pinned":
+            shape = (batch_size, *images.shape[1:])
+            self.staging = [torch.empty(shape, dtype=torch.uint8).pin_memory() for _ in range(2)]
+            self.copied = [None, None]  # the CUDA event of each staging buffer's last copy
+            self.turn = 0
+            log.info(
+                "training images: %s do not fit on %s; pinned host buffers, asynchronous copies",
+                size,
+                device,
+            )
+        else:
+            log.info("training images: %s in host memory, batches indexed there", size)
+
+    def gather(self, pos: torch.Tensor, pos_on_device: torch.Tensor) -> torch.Tensor:
+        """uint8 (b, H, W[, C]) images at positions `pos` (a CPU tensor; the same positions on
+        the training device: `pos_on_device`), on the device."""
+        if self.mode == "resident":
+            return self.resident[pos_on_device]
+        rows = self.train_idx[pos.numpy()]
+        if self.mode == "host":
+            return torch.as_tensor(self.images[rows])
+        buf = self.staging[self.turn][: len(rows)]
+        if self.copied[self.turn] is not None:
+            self.copied[self.turn].synchronize()  # the copy out of this buffer two steps ago
+        np.take(self.images, rows, axis=0, out=buf.numpy())
+        batch = buf.to(self.device, non_blocking=True)
+        self.copied[self.turn] = torch.cuda.Event()
+        self.copied[self.turn].record()
+        self.turn = 1 - self.turn
+        return batch
+
+
+@dataclass
+class _State:
+    """What a checkpoint restores: the network, its optimiser and schedule, the history, the
+    probe codes and the memory bank (empty without one)."""
+
+    model: HashingNet
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.StepLR
+    history: list[dict[str, float]]
+    probe_codes: torch.Tensor
+    bank_z: torch.Tensor
+    bank_filled: torch.Tensor
+    epoch: int = 0
+
+
+class _LossLog:
+    """One epoch's loss and its parts, kept on the device step by step and read back every
+    SYNC_EVERY steps: reading a value is a host sync, which drains the GPU's queue.
+
+    The epoch means are sums, in step order and in float64, of the fp32 values, as a
+    `loss.item()` per step used to give, so the history is the same to the last bit."""
+
+    def __init__(self, n_steps: int, device: torch.device) -> None:
+        self.values: dict[str, torch.Tensor] = {}
+        self.n_steps, self.device = n_steps, device
+        self.steps: list[int] = []  # the loop's step number of each record (lone items skip one)
+        self.checked = 0
+
+    def add(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> None:
+        i = len(self.steps)
+        for key, value in {"loss": loss, **parts}.items():
+            if key not in self.values:
+                self.values[key] = torch.full(
+                    (self.n_steps,), math.nan, dtype=torch.float64, device=self.device
+                )
+            self.values[key][i] = value.detach()
+        self.steps.append(step)
+
+    def first_non_finite(self) -> tuple[int, float] | None:
+        """(step, loss) of the first non-finite loss since the last check, or None."""
+        new = self.values["loss"][self.checked : len(self.steps)].tolist() if self.steps else []
+        for offset, value in enumerate(new):
+            if not math.isfinite(value):
+                return self.steps[self.checked + offset], value
+        self.checked = len(self.steps)
+        return None
+
+    def last_loss(self) -> float:
+        return self.values["loss"][len(self.steps) - 1].item()
+
+    def means(self) -> dict[str, float]:
+        """Per-step means; e1 and e2 are NaN for a loss without those parts (the oracle's)."""
+        n = len(self.steps)
+        sums = {key: math.nan for key in ("loss", "e1", "e2")}
+        for key, values in self.values.items():
+            total = 0.0
+            for value in values[:n].tolist():  # not sum(): Python 3.12 compensates its rounding
+                total += value
+            sums[key] = total
+        return {key: value / max(n, 1) for key, value in sums.items()}
+
+
 def train(
     config: TrainConfig,
     images: np.ndarray,
@@ -452,165 +571,252 @@ def train(
         "train_idx_sha256": _sha256(train_idx),
     }
     ckpt = _resumable_checkpoint(resume, ckpt_path, config, identity)
-
+    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch)
     cuda_devices = [device] if device.type == "cuda" else []
     # Seeds stay local to this run.
     with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(config.seed)
-        return _run(
-            config,
-            images,
-            ancestors,
-            train_idx,
-            device,
-            in_channels,
-            identity,
-            loss_fn,
-            ckpt,
-            ckpt_path,
-            progress,
-            on_epoch,
+        return run(images, ancestors, train_idx, ckpt)
+
+
+@dataclass
+class _Run:
+    """One training run, as named steps: restore (or start), then per epoch run the steps,
+    guard against a non-finite loss, and checkpoint."""
+
+    config: TrainConfig
+    device: torch.device
+    identity: dict[str, Any]
+    loss_fn: LossFn
+    ckpt_path: Path
+    progress: bool
+    on_epoch: Callable[[dict[str, float]], None] | None
+
+    def __call__(
+        self,
+        images: np.ndarray,
+        ancestors: np.ndarray,
+        train_idx: np.ndarray,
+        ckpt: dict[str, Any] | None,
+    ) -> TrainResult:
+        config, device = self.config, self.device
+        n_train = len(train_idx)
+        # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
+        anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
+        probe_rng = np.random.default_rng([config.seed, 1])  # local: one probe set per seed
+        probe = np.sort(probe_rng.choice(n_train, size=min(PROBE_SIZE, n_train), replace=False))
+        probe_idx = train_idx[probe]
+        state = self._restore(ckpt, images, probe_idx, n_train)
+        batches = _Batches(images, train_idx, device, config.batch_size)
+        step_model = self._step_model(state.model)
+        with _cuda_speedups(device):
+            for epoch in range(state.epoch + 1, config.epochs + 1):
+                entry = self._epoch(epoch, state, step_model, batches, anc_train)
+                z_probe = _forward_all(state.model, images, probe_idx, 512, device)  # (P, L)
+                stats, state.probe_codes = _probe_diagnostics(z_probe, state.probe_codes)
+                state.history.append({**entry, **stats})
+                state.epoch = epoch
+                self._checkpoint(state)
+                if self.on_epoch is not None:
+                    self.on_epoch(state.history[-1])
+        state.model.eval()
+        return TrainResult(model=state.model, history=state.history, checkpoint_path=self.ckpt_path)
+
+    def _restore(
+        self, ckpt: dict[str, Any] | None, images: np.ndarray, probe_idx: np.ndarray, n_train: int
+    ) -> _State:
+        """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
+        config, device = self.config, self.device
+        model = _build(config, self.identity["in_channels"], self.identity["segment_sizes"])
+        model = model.to(device)
+        if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
+            model = model.to(memory_format=torch.channels_last)
+        optimizer = torch.optim.SGD(
+            model.parameters(),
+            lr=config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
         )
-
-
-def _run(
-    config: TrainConfig,
-    images: np.ndarray,
-    ancestors: np.ndarray,
-    train_idx: np.ndarray,
-    device: torch.device,
-    in_channels: int,
-    identity: dict[str, Any],
-    loss_fn: LossFn,
-    ckpt: dict[str, Any] | None,
-    ckpt_path: Path,
-    progress: bool,
-    on_epoch: Callable[[dict[str, float]], None] | None,
-) -> TrainResult:
-    model = _build(config, in_channels, identity["segment_sizes"]).to(device)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.StepLR(
-        optimizer, step_size=config.lr_decay_every, gamma=config.lr_decay
-    )
-    n_train = len(train_idx)
-    # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
-    anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
-    probe_rng = np.random.default_rng([config.seed, 1])  # local: the probe set is fixed per seed
-    probe = np.sort(probe_rng.choice(n_train, size=min(PROBE_SIZE, n_train), replace=False))
-    probe_idx = train_idx[probe]
-    bank_z = torch.zeros(n_train if config.memory_bank else 0, config.n_bits, device=device)
-    bank_filled = torch.zeros(len(bank_z), dtype=torch.bool, device=device)
-    history: list[dict[str, float]] = []
-    start_epoch = 0
-    if ckpt is None:
-        z_probe = _forward_all(model, images, probe_idx, 512, device)
-        probe_codes = torch.where(z_probe > 0, 1, -1).to(torch.int8).cpu()
-    else:
+        scheduler = torch.optim.lr_scheduler.StepLR(
+            optimizer, step_size=config.lr_decay_every, gamma=config.lr_decay
+        )
+        n_bank = n_train if config.memory_bank else 0
+        state = _State(
+            model,
+            optimizer,
+            scheduler,
+            [],
+            torch.zeros(0),
+            torch.zeros(n_bank, config.n_bits, device=device),
+            torch.zeros(n_bank, dtype=torch.bool, device=device),
+        )
+        if ckpt is None:
+            z_probe = _forward_all(model, images, probe_idx, 512, device)
+            state.probe_codes = torch.where(z_probe > 0, 1, -1).to(torch.int8).cpu()
+            return state
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        history, start_epoch = list(ckpt["history"]), int(ckpt["epoch"])
-        probe_codes = ckpt["probe_codes"]
+        state.history, state.epoch = list(ckpt["history"]), int(ckpt["epoch"])
+        state.probe_codes = ckpt["probe_codes"]
         if config.memory_bank:
-            bank_z.copy_(ckpt["bank_z"])
-            bank_filled.copy_(ckpt["bank_filled"])
+            state.bank_z.copy_(ckpt["bank_z"])
+            state.bank_filled.copy_(ckpt["bank_filled"])
         torch.set_rng_state(ckpt["rng_cpu"])
         if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
-    autocast = torch.autocast(
-        device_type=device.type, dtype=torch.bfloat16, enabled=config.bf16 and device.type == "cuda"
-    )
-    n_batches = math.ceil(n_train / config.batch_size)
+        return state
 
-    for epoch in range(start_epoch + 1, config.epochs + 1):
-        model.train()
-        lr = optimizer.param_groups[0]["lr"]
-        order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch)).numpy()
-        sums = {"loss": 0.0, "e1": 0.0, "e2": 0.0}
-        n_steps, n_seen = 0, 0
-        t0 = time.perf_counter()
-        bar = tqdm(
-            total=n_batches,
-            desc=f"epoch {epoch}/{config.epochs}",
-            disable=not progress,
-            leave=False,
+    def _step_model(self, model: HashingNet) -> nn.Module:
+        """The module the training steps call: the model, or its torch.compile'd form (the
+        same parameters; checkpoints and encoding use the model itself)."""
+        if not self.config.compile:
+            return model
+        log.info("compiling the network with torch.compile (the first steps take longer)")
+        return torch.compile(model)
+
+    def _epoch(
+        self,
+        epoch: int,
+        state: _State,
+        step_model: nn.Module,
+        batches: _Batches,
+        anc_train: torch.Tensor,
+    ) -> dict[str, float]:
+        """One pass over the training items in the seeded (seed, epoch) order."""
+        config, device = self.config, self.device
+        state.model.train()
+        lr = state.optimizer.param_groups[0]["lr"]
+        n_train = len(anc_train)
+        order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch))
+        order_on_device = order.to(device)  # one copy per epoch, none per step
+        losses = _LossLog(math.ceil(n_train / config.batch_size), device)
+        autocast = torch.autocast(
+            device_type=device.type,
+            dtype=torch.bfloat16,
+            enabled=config.bf16 and device.type == "cuda",
         )
+        n_seen, t0 = 0, time.perf_counter()
+        bar = tqdm_bar(losses.n_steps, f"epoch {epoch}/{config.epochs}", self.progress)
         for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
             pos = order[start : start + config.batch_size]
             if len(pos) < 2:  # a lone trailing item has no in-batch partner
                 continue
-            x = to_input(images[train_idx[pos]], config.image_size, device)  # (b, C, S, S)
-            pos_t = torch.as_tensor(pos, device=device)
-            anc = anc_train[pos_t]  # (b, K) or (b, K, M) ancestor sets
-            bank = None
-            if config.memory_bank:
-                use = bank_filled.clone()
-                use[pos_t] = False  # the batch is already paired with itself
-                bank = (bank_z[use], anc_train[use])
+            pos_t = order_on_device[start : start + config.batch_size]
+            x = to_input(batches.gather(pos, pos_t), config.image_size, device)  # (b, C, S, S)
+            if device.type == "cuda":
+                x = x.contiguous(memory_format=torch.channels_last)
             with autocast:
-                z = model(x)  # (b, L)
-            loss, parts = loss_fn(z.float(), anc, bank)  # outside autocast: fp32 loss
-            loss_value = loss.detach().item()
-            if not math.isfinite(loss_value):
-                bar.close()
-                last = (
-                    f"last good checkpoint: {ckpt_path} (epoch {epoch - 1}), left untouched"
-                    if epoch > 1
-                    else "no checkpoint was written yet"
-                )
-                raise TrainingDivergedError(
-                    f"loss is {loss_value} at epoch {epoch}, step {step}; {last}"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+                z = step_model(x)  # (b, L)
+            loss, parts = self.loss_fn(z.float(), anc_train[pos_t], _bank(state, anc_train, pos_t))
+            self._step(state, loss)  # outside autocast above: the loss is fp32
             if config.memory_bank:
-                bank_z[pos_t] = z.detach().float()
-                bank_filled[pos_t] = True
-            sums["loss"] += loss_value
-            sums["e1"] += float(parts.get("e1", math.nan))
-            sums["e2"] += float(parts.get("e2", math.nan))
-            for key in parts.keys() - {"e1", "e2"}:  # a method's own diagnostics (accuracy)
-                sums[key] = sums.get(key, 0.0) + float(parts[key])
-            n_steps += 1
+                state.bank_z[pos_t] = z.detach().float()
+                state.bank_filled[pos_t] = True
+            losses.add(step, loss, parts)
             n_seen += len(pos)
+            if len(losses.steps) % SYNC_EVERY == 0:
+                self._guard(losses, epoch, bar)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
+        self._guard(losses, epoch, bar)
         bar.close()
-        seconds = time.perf_counter() - t0
-        scheduler.step()
-
-        z_probe = _forward_all(model, images, probe_idx, 512, device)  # (P, L)
-        stats, probe_codes = _probe_diagnostics(z_probe, probe_codes)
-        entry = {
+        seconds = time.perf_counter() - t0  # the guard above waited for the GPU to finish
+        state.scheduler.step()
+        return {
             "epoch": epoch,
-            **{k: v / max(n_steps, 1) for k, v in sums.items()},
+            **losses.means(),
             "lr": lr,
             "seconds": seconds,
             "images_per_sec": n_seen / seconds if seconds > 0 else math.inf,
-            **stats,
         }
-        history.append(entry)
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "epoch": epoch,
-            "config": asdict(config),
-            "history": history,
-            "probe_codes": probe_codes,
+
+    def _step(self, state: _State, loss: torch.Tensor) -> None:
+        state.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(state.model.parameters(), self.config.grad_clip)
+        state.optimizer.step()
+
+    def _guard(self, losses: _LossLog, epoch: int, bar: Any) -> None:
+        """Stop at a non-finite loss before it reaches a checkpoint: the last good one stays."""
+        bad = losses.first_non_finite()
+        if bad is None:
+            if losses.steps:
+                bar.set_postfix(loss=f"{losses.last_loss():.4f}", refresh=False)
+            return
+        bar.close()
+        step, value = bad
+        last = (
+            f"last good checkpoint: {self.ckpt_path} (epoch {epoch - 1}), left untouched"
+            if epoch > 1
+            else "no checkpoint was written yet"
+        )
+        raise TrainingDivergedError(f"loss is {value} at epoch {epoch}, step {step}; {last}")
+
+    def _checkpoint(self, state: _State) -> None:
+        checkpoint = {
+            "model": state.model.state_dict(),
+            "optimizer": state.optimizer.state_dict(),
+            "scheduler": state.scheduler.state_dict(),
+            "epoch": state.epoch,
+            "config": asdict(self.config),
+            "history": state.history,
+            "probe_codes": state.probe_codes,
             "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            **identity,
+            "rng_cuda": torch.cuda.get_rng_state(self.device)
+            if self.device.type == "cuda"
+            else None,
+            **self.identity,
         }
-        if config.memory_bank:
-            state["bank_z"], state["bank_filled"] = bank_z, bank_filled
-        _atomic_save(state, ckpt_path)
-        if on_epoch is not None:
-            on_epoch(entry)
-    model.eval()
-    return TrainResult(model=model, history=history, checkpoint_path=ckpt_path)
+        if self.config.memory_bank:
+            checkpoint["bank_z"], checkpoint["bank_filled"] = state.bank_z, state.bank_filled
+        _atomic_save(checkpoint, self.ckpt_path)
+
+
+def _bank(
+    state: _State, anc_train: torch.Tensor, pos_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The memory bank's partners for a batch: the filled entries, the batch's own left out
+    (it is already paired with itself). None without a bank."""
+    if len(state.bank_z) == 0:
+        return None
+    use = state.bank_filled.clone()
+    use[pos_t] = False
+    return state.bank_z[use], anc_train[use]
+
+
+class _NoBar:
+    """What the loop calls on a progress bar, doing nothing: no bar asked for, or no tqdm."""
+
+    def update(self, n: int = 1) -> None: ...
+
+    def set_postfix(self, **kwargs: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def tqdm_bar(total: int, desc: str, enabled: bool) -> Any:
+    """A tqdm bar when asked for and installed: tqdm is not a core dependency, so that a bare
+    GPU machine with PyTorch alone can train."""
+    if enabled:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return _NoBar()
+        return tqdm(total=total, desc=desc, leave=False)
+    return _NoBar()
+
+
+@contextlib.contextmanager
+def _cuda_speedups(device: torch.device) -> Iterator[None]:
+    """cuDNN picks its fastest convolution algorithms for the (fixed) batch shape on a GPU;
+    the flag is process-wide, so it is put back afterwards. CPU runs are left as they are."""
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old

@@ -228,9 +228,9 @@ def test_default_profile_matches_params_yaml():
     assert deep_merge(params, default) == params
 
 
-@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "gpu"])
 def test_every_profile_applies_and_plans_its_runs(profile):
-    from shdh.stages.evaluate import planned_runs
+    from shdh.plan import planned_runs
     from shdh.stages.pipeline import resolve_params
 
     params = resolve_params(REPO / "params.yaml", profile, profiles_dir=REPO / "profiles")
@@ -241,6 +241,14 @@ def test_every_profile_applies_and_plans_its_runs(profile):
         assert {seed for _, _, seed in runs} == {0, 1, 2}
         assert len(runs) == 3 * (3 * 3 + 7 * 3)  # SHDH, DPSH, the oracle; 7 shallow; 3 lengths
         assert params["evaluate"]["results_dir"] != "results"  # beside the default's results
+    if profile == "gpu":  # the paper's protocol at the paper's network, on a GPU
+        paper = resolve_params(REPO / "params.yaml", "paper", profiles_dir=REPO / "profiles")
+        assert runs == planned_runs(paper)
+        assert params["train"]["width"] == 1.0 and params["train"]["device"] == "cuda"
+        assert params["baselines"] == paper["baselines"]  # the shallow methods as in paper
+        assert params["evaluate"]["results_dir"] == "results/gpu"
+    else:
+        assert params["train"]["device"] == "auto"  # no profile but gpu insists on a GPU
 
 
 def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path, fashion_raw):

@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.validation import check_features, check_int
@@ -339,6 +338,8 @@ def fit_ridge(
     scale[scale <= 1e-10 * np.maximum(np.abs(mean), 1.0)] = 1.0  # constant dimensions: z = 0
     gram /= np.outer(scale, scale)
     xtb /= scale[:, None]
+    import scipy.linalg  # lazy: the hashers import with numpy alone (a bare GPU machine)
+
     weights = scipy.linalg.solve(gram + ridge * np.eye(d), xtb, assume_a="pos")
     return mean, scale, weights, bias
 

@@ -38,7 +38,7 @@ from shdh import training
 from shdh.atomic import atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.losses import dpsh_loss
+from shdh.losses import check_labelled, dpsh_loss
 from shdh.nets.hashing import build_model
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ RUN_FILE = "hasher.json"  # in work_dir: what the checkpoint there was trained w
 RESUME_MODES = (False, True, "auto")
 # Parameters that do not change what is computed, so a resumed run may differ in them (the
 # training loop lets `epochs` grow, to extend a finished run).
-_RUNTIME_PARAMS = ("epochs", "device", "num_threads", "work_dir")
+_RUNTIME_PARAMS = ("epochs", "device", "num_threads", "compile", "work_dir")
 _STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
 
 
@@ -112,6 +112,7 @@ class _DeepHasher(Hasher):
                 "device",
                 "bf16",
                 "num_threads",
+                "compile",
             )
         }
         try:
@@ -380,6 +381,7 @@ class SHDH(LevelSegments, _DeepHasher):
         device: str = "auto",
         bf16: bool = True,
         num_threads: int | None = None,
+        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
@@ -449,6 +451,7 @@ class DPSH(_DeepHasher):
         device: str = "auto",
         bf16: bool = True,
         num_threads: int | None = None,
+        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
@@ -478,9 +481,21 @@ class DPSH(_DeepHasher):
             z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             bank_z, bank_anc = bank if bank is not None else (None, None)
-            return dpsh_loss(z, anc, eta=eta, reduction=reduction, bank_z=bank_z, bank_anc=bank_anc)
+            return dpsh_loss(
+                z,
+                anc,
+                eta=eta,
+                reduction=reduction,
+                bank_z=bank_z,
+                bank_anc=bank_anc,
+                check_labels=False,
+            )  # checked once, in _fit
 
         return loss_fn
+
+    def _fit(self, X: np.ndarray, pairs: Any) -> None:
+        check_labelled(torch.as_tensor(np.asarray(pairs.ancestors)), "ancestors")
+        super()._fit(X, pairs)
 
 
 class _StateError(ValueError):

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.validation import check_features, check_int
@@ -177,6 +176,8 @@ def spectral_start(kt_r_k: np.ndarray, kt_k: np.ndarray, n_labelled: int) -> np.
     """
     m = kt_k.shape[0]
     ridge = _GRAM_RIDGE * np.trace(kt_k) / m * np.eye(m)
+    import scipy.linalg  # lazy: the hashers import with numpy alone (a bare GPU machine)
+
     _, vec = scipy.linalg.eigh(kt_r_k, kt_k + ridge, subset_by_index=[m - 1, m - 1])
     a = vec[:, 0]
     a = a if a[np.argmax(np.abs(a))] > 0 else -a

@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.validation import check_features, check_int
@@ -128,6 +127,8 @@ def update_rows(
     """
     n_bits = u_cols.shape[1]
     theta = 0.5 * (u_rows @ u_cols.T)  # (R, C)
+    from scipy.special import expit  # lazy: the hashers import with numpy alone
+
     grad = (s01 - expit(theta)) @ u_cols - u_rows / prior  # (R, L)
     neg_hessian = u_cols.T @ u_cols / 8.0 + np.eye(n_bits) / prior  # (L, L), positive definite
     return u_rows + grad @ np.linalg.inv(neg_hessian)  # one L x L inverse serves every row

@@ -71,6 +71,7 @@ class Oracle(LevelSegments, _DeepHasher):
         device: str = "auto",
         bf16: bool = True,
         num_threads: int | None = None,
+        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
@@ -115,11 +116,14 @@ class Oracle(LevelSegments, _DeepHasher):
         lookup = torch.full((int(self.classes_.max()) + 1,), -1, dtype=torch.long)
         lookup[torch.from_numpy(self.classes_)] = torch.arange(len(self.classes_))
         reduction = config.reduction
+        on_device = [lookup]
 
         def loss_fn(
             z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            target = lookup.to(anc.device)[anc[:, -1].long()]
+            if on_device[0].device != anc.device:  # moved once, not copied to the GPU every step
+                on_device[0] = lookup.to(anc.device)
+            target = on_device[0][anc[:, -1].long()]
             loss = functional.cross_entropy(z.float(), target, reduction=reduction)
             accuracy = (z.argmax(dim=1) == target).float().mean()
             return loss, {"accuracy": accuracy.detach()}

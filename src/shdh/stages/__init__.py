@@ -11,6 +11,7 @@ STEPS = (
     "smatrix",
     "features",
     "train",
+    "bundle",
     "evaluate",
     "metrics",
     "profile",

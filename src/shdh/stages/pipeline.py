@@ -258,7 +258,7 @@ def planned_runs(train: dict[str, Any], baselines: dict[str, Any], kind: str) ->
     baselines.seeds); in the order `shdh evaluate` scores them (shdh.stages.evaluate's
     planned_runs, which also skips KMH where it cannot run). A pipeline parameter cannot be
     null, so a run without a seed of its own has replicate NO_REPLICATE."""
-    from shdh.stages.evaluate import planned_runs as all_runs
+    from shdh.plan import planned_runs as all_runs
 
     none = {"methods": [], "bits": []}
     if kind == "deep":
@@ -309,7 +309,8 @@ def save_model(model_dir: str | Path, model: Any) -> None:
 
 def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
     """Lay Model artifacts out as evaluate expects (models_dir/METHOD/METHOD-BITS), by links."""
-    from shdh.fitting import FIT_RECORD, model_dir
+    from shdh.fitting import FIT_RECORD
+    from shdh.plan import model_dir
 
     models_dir = Path(models_dir)
     for model in models:

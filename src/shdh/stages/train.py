@@ -14,6 +14,7 @@ import argparse
 
 from shdh import fitting
 from shdh.hashers import REGISTRY, get_hasher_class
+from shdh.plan import method_bits, models_root, section_seeds
 from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
 
 HELP = "fit methods at their code lengths (deep: SHDH, DPSH; shallow: ITQ, KSH, ...)"
@@ -59,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> dict:
     """Fit one method at each of its code lengths; returns the tracking context to reuse."""
-    from shdh.stages.evaluate import method_bits, models_root
-
     deep = get_hasher_class(method).input_kind == "images"
     params, section = params_section(args, "train" if deep else "baselines")
     bits_list = args.bits or method_bits(params, method)
@@ -68,7 +67,7 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
     context = context if context is not None else pipeline_context(args, params)
     for bits in bits_list:
-        for replicate in fitting.replicate_seeds(section):
+        for replicate in section_seeds(section):
             out = fitting.train(
                 method, bits, prepared_dir=params["data"]["prepared_dir"],
                 smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),

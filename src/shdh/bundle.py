@@ -1,0 +1,395 @@
+"""Train on one machine, score on another: a run's prepared data as one file, and the deep
+methods trained from it into codes files.
+
+A GPU machine is often a bare box: PyTorch and numpy, no MLflow or DVC, and a narrow way for
+files in and out. So the pipeline's prepared data travels as one compressed bundle (write_bundle:
+the uint8 images, the ancestor matrix, the item ids, the seeded split, the level weights u_k and
+the run's settings; Fashion-MNIST-H is about 31 MB), and the GPU side (train_bundle, or
+`python -m shdh.bundle train BUNDLE --out DIR` with only `src/` on the path) trains what the
+settings ask for and writes one codes file per fit (docs/codes-format.md, 0.6 MB at 64 bits)
+plus a fit record with its history, its time, the device and the settings. That folder packs
+into one archive; checkpoints go to a work folder beside it, so that an interrupted run
+resumes. `shdh evaluate --codes-from DIR` then scores the codes wherever the full install is,
+into results/ and the report like the pipeline's own codes.
+
+The fits are the pipeline's own: the same training items (the sorted prefix of the seeded
+database order), the same pair labels, parameters, seeds and names (shdh.plan), so on the CPU a
+bundle fit gives the codes `shdh train` + `shdh evaluate` give, bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shdh.atomic import atomic_path, atomic_write_text
+from shdh.codes import Codes, save_codes
+from shdh.data.splits import Split, training_subset
+from shdh.devices import resolve_device
+from shdh.errors import ConfigError
+from shdh.hashers import get_hasher_class
+from shdh.hashers.supervision import PairSimilarity
+from shdh.plan import fit_seed, is_deep, method_params, run_name, section_seeds
+from shdh.retrieval import pack_codes
+
+log = logging.getLogger(__name__)
+
+CODES_DIR = "codes"  # inside a bundle's output folder: METHOD-BITS[-seedS].npz
+FITS_DIR = "fits"  # inside it too: METHOD-BITS[-seedS].json, each fit's record
+MANIFEST = "bundle.json"  # what the folder was trained from, and where
+_RUNTIME = ("device", "num_threads", "compile")  # settings that change speed, not codes
+
+
+class BundleError(ValueError):
+    """A bundle file that is missing, unreadable or lacks a key of the right shape."""
+
+
+@dataclass
+class Bundle:
+    images: np.ndarray  # uint8 (N, H, W) or (N, H, W, C)
+    ancestors: np.ndarray  # int (N, K), or (N, K, M) ancestor sets, -1 padded
+    ids: np.ndarray  # (N,) item ids
+    query_idx: np.ndarray  # int64, the seeded split's queries, in its order
+    db_idx: np.ndarray  # int64, its database (and training pool), in its order
+    layer_weights: np.ndarray  # float64 (K,), u_k of Eq. 2
+    settings: dict[str, Any]  # {"train": section, "seed": int, "dataset": str, "profile": str}
+    sha256: str = ""  # of the file, recorded with every fit trained from it
+
+
+def write_bundle(path: str | Path, bundle: Bundle) -> Path:
+    """Validate, then write the bundle compressed and atomically (temporary name, rename)."""
+    path = Path(path)
+    arrays = _arrays(bundle)
+    _validate(arrays, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "xb") as f:
+        np.savez_compressed(f, **arrays)
+    return path
+
+
+def export_bundle(
+    prepared_dir: str | Path, smatrix_path: str | Path, out: str | Path, settings: dict[str, Any]
+) -> Path:
+    """The bundle of a pipeline run, from its download and smatrix outputs."""
+    from shdh.steps import load_prepared, load_smatrix  # the pipeline side: full install
+
+    ds, split = load_prepared(prepared_dir)
+    s = load_smatrix(smatrix_path)
+    bundle = Bundle(
+        images=np.asarray(ds.images),
+        ancestors=np.asarray(s.ancestors),
+        ids=np.asarray(ds.ids),
+        query_idx=np.asarray(split.query_idx, dtype=np.int64),
+        db_idx=np.asarray(split.db_idx, dtype=np.int64),
+        layer_weights=np.asarray(s.weights, dtype=np.float64),
+        settings={**settings, "dataset": ds.name},
+    )
+    return write_bundle(out, bundle)
+
+
+def read_bundle(path: str | Path) -> Bundle:
+    """Read and validate a bundle; any problem raises BundleError naming the file and key."""
+    path = Path(path)
+    if not path.is_file():
+        raise BundleError(f"{path}: no such bundle file")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except Exception as err:  # zipfile, zlib and numpy raise several types for a bad file
+        raise BundleError(
+            f"{path}: not a readable .npz bundle ({type(err).__name__}: {err})"
+        ) from err
+    _validate(arrays, path)
+    try:
+        settings = json.loads(str(arrays["settings"]))
+    except json.JSONDecodeError as err:
+        raise BundleError(f"{path}: key 'settings': not JSON ({err})") from err
+    if not isinstance(settings, dict) or not isinstance(settings.get("train"), dict):
+        raise BundleError(f"{path}: key 'settings': needs a 'train' mapping")
+    fields = {k: arrays[k] for k in _KEYS if k != "settings"}
+    return Bundle(**fields, settings=settings, sha256=digest.hexdigest())
+
+
+_KEYS = ("images", "ancestors", "ids", "query_idx", "db_idx", "layer_weights", "settings")
+
+
+def _arrays(bundle: Bundle) -> dict[str, np.ndarray]:
+    arrays = {k: getattr(bundle, k) for k in _KEYS if k != "settings"}
+    arrays["settings"] = np.asarray(json.dumps(bundle.settings, sort_keys=True))
+    return arrays
+
+
+def _validate(arrays: dict[str, np.ndarray], path: Path) -> None:
+    missing = [k for k in _KEYS if k not in arrays]
+    if missing:
+        raise BundleError(f"{path}: missing keys {missing}")
+
+    def bad(key: str, problem: str) -> BundleError:
+        return BundleError(f"{path}: key '{key}': {problem}")
+
+    images, anc, ids = arrays["images"], arrays["ancestors"], arrays["ids"]
+    if images.dtype != np.uint8 or images.ndim not in (3, 4):
+        raise bad("images", f"expected uint8 (N, H, W[, C]), got {images.dtype} {images.shape}")
+    n = len(images)
+    if not np.issubdtype(anc.dtype, np.integer) or anc.ndim not in (2, 3) or len(anc) != n:
+        raise bad("ancestors", f"expected ints ({n}, K[, M]), got {anc.dtype} {anc.shape}")
+    if ids.ndim != 1 or len(ids) != n or ids.dtype == object:
+        raise bad("ids", f"expected ({n},) ids, got {ids.dtype} {ids.shape}")
+    for key in ("query_idx", "db_idx"):
+        idx = arrays[key]
+        if not np.issubdtype(idx.dtype, np.integer) or idx.ndim != 1 or len(idx) == 0:
+            raise bad(key, f"expected a non-empty 1-D int array, got {idx.dtype} {idx.shape}")
+        if idx.min() < 0 or idx.max() >= n:
+            raise bad(key, f"indices must be in [0, {n})")
+    weights = arrays["layer_weights"]
+    if weights.dtype.kind != "f" or weights.shape != (anc.shape[1],):
+        raise bad("layer_weights", f"expected ({anc.shape[1]},) floats, got {weights.shape}")
+    if arrays["settings"].dtype.kind != "U" or arrays["settings"].ndim != 0:
+        raise bad("settings", "expected one JSON string")
+
+
+# -- training from a bundle ---------------------------------------------------------------------
+
+
+def plan_fits(
+    settings: dict[str, Any],
+    methods: list[str] | None,
+    bits: list[int] | None,
+    seeds: list[int] | None,
+) -> list[tuple[str, int, int | None]]:
+    """(method, bits, own seed) of every deep fit asked for: the settings' train section, or
+    the given subsets of it (e.g. SHDH at 64 bits first, when device time is short)."""
+    section = settings["train"]
+    methods = methods or list(section["methods"])
+    shallow = [m for m in methods if not is_deep(m)]
+    if shallow:
+        raise ConfigError(
+            f"bundle: {shallow} are shallow methods; they fit GIST features where the pipeline "
+            "runs (shdh train --baselines), not from a bundle"
+        )
+    own_seeds = seeds if seeds is not None else section_seeds(section)
+    return [(m, b, s) for b in (bits or section["bits"]) for m in methods for s in own_seeds]
+
+
+def train_bundle(
+    bundle: Bundle,
+    out_dir: str | Path,
+    fits: list[tuple[str, int, int | None]],
+    *,
+    overrides: dict[str, Any] | None = None,
+    work_dir: str | Path | None = None,
+    progress: bool = False,
+) -> list[Path]:
+    """Train each of `fits` from the bundle; write out_dir/codes/NAME.npz, out_dir/fits/NAME.json
+    and out_dir/bundle.json. A fit whose codes and record exist for the same bundle and settings
+    is kept; an interrupted one resumes from its checkpoint in work_dir (out_dir + "-work")."""
+    out_dir = Path(out_dir)
+    work_dir = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
+    section = {**bundle.settings["train"], **(overrides or {})}
+    device = resolve_device(str(section.get("device", "auto")))  # before any work
+    manifest = {
+        "bundle_sha256": bundle.sha256,
+        "dataset": bundle.settings.get("dataset"),
+        "profile": bundle.settings.get("profile"),
+        "train": section,
+        "device": device_line(device),
+        "torch": torch.__version__,
+        "host": platform.node(),
+    }
+    atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    train_idx = np.sort(
+        training_subset(Split(bundle.query_idx, bundle.db_idx, 0, 0.0), section.get("n_train"))
+    )
+    written = []
+    for method, bits, own_seed in fits:
+        fit = _Fit(bundle, section, method, bits, own_seed, manifest)
+        written.append(fit.run(out_dir, work_dir / fit.name, train_idx, progress))
+    return written
+
+
+@dataclass
+class _Fit:
+    """One (method, bits, seed) trained from a bundle."""
+
+    bundle: Bundle
+    section: dict[str, Any]
+    method: str
+    bits: int
+    own_seed: int | None
+    manifest: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return run_name(self.method, self.bits, self.own_seed)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return method_params(self.section, self.method)
+
+    def record_base(self) -> dict[str, Any]:
+        """What decides the codes: a record with these values belongs to this fit. Where and
+        how fast it ran (device, threads, compilation) does not."""
+        seed = fit_seed(int(self.bundle.settings.get("seed", 0)), self.own_seed)
+        params = {k: v for k, v in self.params.items() if k not in _RUNTIME}
+        return {
+            "method": self.method,
+            "bits": self.bits,
+            "seed": seed,
+            "params": params,
+            "bundle_sha256": self.bundle.sha256,
+        }
+
+    def run(self, out_dir: Path, work: Path, train_idx: np.ndarray, progress: bool) -> Path:
+        codes_path = out_dir / CODES_DIR / f"{self.name}.npz"
+        record_path = out_dir / FITS_DIR / f"{self.name}.json"
+        base = json.loads(json.dumps(self.record_base()))
+        if codes_path.is_file() and _same_fit(record_path, base):
+            log.info("%s: already trained from this bundle with these settings", self.name)
+            return codes_path
+        b = self.bundle
+        cls = get_hasher_class(self.method)
+        hasher = cls(n_bits=self.bits, seed=base["seed"], work_dir=str(work), **self.params)
+        pairs = PairSimilarity(b.ancestors[train_idx], b.layer_weights, cls.supervision or "label")
+        log.info("%s: training on %d items", self.name, len(train_idx))
+        start = time.perf_counter()
+        hasher.fit(
+            b.images[train_idx],
+            pairs,
+            resume="auto",
+            progress=progress,
+            on_epoch=_epoch_log(self.name),
+        )
+        fit_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        q, db = hasher.encode(b.images[b.query_idx]), hasher.encode(b.images[b.db_idx])
+        encode_seconds = time.perf_counter() - start
+        save_codes(
+            codes_path,
+            Codes(
+                query_codes=pack_codes(q),
+                db_codes=pack_codes(db),
+                n_bits=self.bits,
+                segment_sizes=np.asarray(hasher.segment_sizes(), dtype=np.int64),
+                segment_weights=np.asarray(hasher.segment_weights(), dtype=np.float64),
+                query_ancestors=b.ancestors[b.query_idx],
+                db_ancestors=b.ancestors[b.db_idx],
+                query_ids=b.ids[b.query_idx],
+                db_ids=b.ids[b.db_idx],
+            ),
+        )
+        record = {
+            **base,
+            "own_seed": self.own_seed,
+            "fit_seconds": round(fit_seconds, 3),
+            "encode_seconds": round(encode_seconds, 3),
+            "n_train_items": len(train_idx),
+            "device": self.manifest["device"],
+            "torch": self.manifest["torch"],
+            "history": hasher.history_,
+        }
+        atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
+        log.info("%s: trained in %.1f s, codes in %s", self.name, fit_seconds, codes_path)
+        return codes_path
+
+
+def _same_fit(record_path: Path, base: dict[str, Any]) -> bool:
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return all(record.get(key) == value for key, value in base.items())
+
+
+def _epoch_log(name: str):
+    def on_epoch(entry: dict[str, Any]) -> None:
+        log.info(
+            "%s epoch %d: loss %.4f, %.0f img/s, %.1f s",
+            name,
+            entry["epoch"],
+            entry["loss"],
+            entry["images_per_sec"],
+            entry["seconds"],
+        )
+
+    return on_epoch
+
+
+def device_line(device: torch.device) -> str:
+    """The card the fits ran on, as the results record it: its name and memory, or the CPU."""
+    if device.type != "cuda":
+        return f"cpu ({platform.processor() or platform.machine()})"
+    props = torch.cuda.get_device_properties(device)
+    return (
+        f"{props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}, "
+        f"torch {torch.__version__}"
+    )
+
+
+# -- the command line of the GPU side ---------------------------------------------------------
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="the bundle file (shdh bundle export)")
+    parser.add_argument("--out", required=True, help="output folder: codes/, fits/, bundle.json")
+    parser.add_argument("--work-dir", help="checkpoints (default: OUT-work, beside --out)")
+    parser.add_argument("--methods", nargs="+", help="deep methods (default: train.methods)")
+    parser.add_argument("--bits", nargs="+", type=int, help="code lengths (default: train.bits)")
+    parser.add_argument("--seeds", nargs="+", type=int, help="own seeds (default: train.seeds)")
+    parser.add_argument("--epochs", type=int, help="override train.epochs")
+    parser.add_argument("--device", help="override train.device (auto, cpu, cuda)")
+    parser.add_argument("--compile", action="store_true", help="train with torch.compile")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    bundle = read_bundle(args.bundle)
+    overrides = {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}
+    if args.compile:
+        overrides["compile"] = True
+    fits = plan_fits(bundle.settings, args.methods, args.bits, args.seeds)
+    for path in train_bundle(
+        bundle,
+        args.out,
+        fits,
+        overrides=overrides,
+        work_dir=args.work_dir,
+        progress=not args.no_progress,
+    ):
+        print(f"codes written to {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m shdh.bundle train ...`: the GPU side, importing only the core."""
+    parser = argparse.ArgumentParser(
+        prog="python -m shdh.bundle", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    add_train_arguments(sub.add_parser("train", help="train the deep methods of a bundle"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return run_train(args)
+    except (ValueError, OSError) as err:
+        log.error("%s", err)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

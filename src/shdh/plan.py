@@ -1,0 +1,130 @@
+"""The run plan: which fits a params file asks for, what each is called and where it lives.
+
+Every front door (the DVC stages, the CLI, the Kubeflow DAG) and the offsite trainer
+(shdh.bundle) read the plan from here, so that a fit is named, seeded and stored the same way
+whoever runs it. Pure functions of the params dict: no I/O and nothing beyond the standard
+library and the hasher registry, so a bare GPU machine can plan its fits.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from shdh.errors import ConfigError
+from shdh.hashers import get_hasher_class
+
+# Keys of the `train` section that configure the pipeline rather than a method.
+PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
+
+
+def run_name(method: str, bits: int, seed: int | None = None) -> str:
+    """METHOD-BITS, or METHOD-BITS-seedS for one of several fits that differ only by seed: the
+    name of the model folder, the MLflow run and the codes file."""
+    return f"{method}-{bits}" if seed is None else f"{method}-{bits}-seed{seed}"
+
+
+def model_dir(models_dir: str | Path, method: str, bits: int, seed: int | None = None) -> Path:
+    """models_dir/METHOD/METHOD-BITS[-seedS]: one folder per method (a DVC stage's output), one
+    per code length (and seed) inside it (self-describing when copied out on its own)."""
+    return Path(models_dir) / method / run_name(method, bits, seed)
+
+
+def section_seeds(section: dict[str, Any]) -> list[int | None]:
+    """The seeds a section's methods are fitted with: `seeds: null` is one fit with the master
+    seed, named without it; a list is one fit per seed, each named with its seed, so the tables
+    can report the mean and spread. The split and the S-matrix sample stay the master seed's:
+    the seeds vary initialisation, sampling and shuffling, not the data."""
+    seeds = section.get("seeds")
+    if seeds is None:
+        return [None]
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise ConfigError(
+            f"params.yaml: seeds: expected null or a list of distinct non-negative ints, "
+            f"got {seeds!r}"
+        )
+    return list(seeds)
+
+
+def fit_seed(seed: int, own_seed: int | None) -> int:
+    """The seed a fit actually uses: its own (one of `seeds`), else the master seed. Training,
+    the random floor and metrics_by_seed.json all key a fit by it."""
+    return seed if own_seed is None else own_seed
+
+
+def is_deep(method: str) -> bool:
+    """Deep methods train a network on images; the others fit GIST features."""
+    return get_hasher_class(method).input_kind == "images"
+
+
+def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
+    """Constructor arguments for `method` from its params.yaml section.
+
+    Deep methods share the backbone and loop settings of `train` plus their own sub-mapping
+    (`train.shdh`, `train.dpsh`); shallow ones take only their sub-mapping of `baselines`.
+    Keys the method's constructor does not take are refused by name, so a typo cannot be
+    silently ignored.
+    """
+    cls = get_hasher_class(method)
+    accepted = {
+        p.name
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    } - {"n_bits", "seed", "work_dir"}
+    own = section.get(method) or {}
+    if not isinstance(own, dict):
+        raise ConfigError(f"params.yaml: '{method}' settings must be a mapping, got {own!r}")
+    unknown = sorted(set(own) - accepted)
+    if unknown:
+        raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
+    if not is_deep(method):
+        return dict(own)
+    skip = set(PIPELINE_KEYS) | {m for m in section if isinstance(section[m], dict)}
+    strays = sorted(set(section) - skip - accepted)
+    if strays:
+        raise ConfigError(f"params.yaml: train: settings {strays} are not {method}'s")
+    shared = {k: v for k, v in section.items() if k not in skip and k in accepted}
+    return {**shared, **own}
+
+
+def method_bits(params: dict[str, Any], method: str) -> list[int]:
+    """The code lengths params.yaml asks `method` to run at: train.bits for the deep methods,
+    baselines.bits for the shallow ones; KMH only where its subspaces divide the length (as in
+    the paper's table)."""
+    from shdh.hashers.kmh import KMH
+
+    if is_deep(method):
+        return list(params["train"]["bits"])
+    baselines = params.get("baselines") or {}
+    kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
+    return [b for b in baselines.get("bits", []) if method != "kmh" or KMH.supports(b, kmh_bits)]
+
+
+def models_root(params: dict[str, Any], method: str) -> Path:
+    """Where `method`'s model folders live: train.models_dir for the deep methods (a DVC
+    output per method), baselines.models_dir for the shallow ones (one output for all)."""
+    section = "train" if is_deep(method) else "baselines"
+    return Path(params[section]["models_dir"])
+
+
+def planned_runs(params: dict[str, Any]) -> list[tuple[str, int, int | None]]:
+    """(method, bits, own seed) for every deep and shallow method the params ask for, in that
+    order; the seed is None without a `seeds` list (section_seeds)."""
+    train, baselines = params["train"], params.get("baselines") or {}
+    runs = [
+        (m, b, s) for b in train["bits"] for m in train["methods"] for s in section_seeds(train)
+    ]
+    for b in baselines.get("bits", []):
+        runs += [
+            (m, b, s)
+            for m in baselines.get("methods", [])
+            if b in method_bits(params, m)
+            for s in section_seeds(baselines)
+        ]
+    return runs

@@ -1,0 +1,217 @@
+"""Train on one machine, score on another: a bundle exported here, trained in a process that
+can import nothing but the core, scored back into the results like the pipeline's own fits."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from shdh.bundle import BundleError, read_bundle, write_bundle
+from shdh.cli import main as cli_main
+from shdh.codes import load_codes, save_codes
+from shdh.stages.evaluate import main as evaluate_main
+from tests.conftest import REPO
+from tests.stages.test_steps import run_steps, smoke_params
+
+# What a bare GPU machine lacks: the pipeline's tools, and the libraries only the pipeline's
+# data, features and reports need.
+BLOCKED = (
+    "mlflow",
+    "dvc",
+    "kfp",
+    "boto3",
+    "pandas",
+    "pyarrow",
+    "yaml",
+    "ruamel",
+    "scipy",
+    "PIL",
+    "matplotlib",
+    "tqdm",
+    "sklearn",
+    "faiss",
+    "requests",
+)
+CORE = (
+    "shdh.training",
+    "shdh.bundle",
+    "shdh.plan",
+    "shdh.retrieval",
+    "shdh.retrieval_kernel",
+    "shdh.metrics",
+    "shdh.codes",
+    "shdh.losses",
+    "shdh.similarity",
+    "shdh.hierarchy",
+    "shdh.devices",
+    "shdh.nets.cnnf",
+    "shdh.nets.hashing",
+)
+# A None entry in sys.modules makes `import NAME` fail and importlib's find_spec say "absent",
+# exactly as on a machine without the package.
+BLOCKER = f"""
+import sys
+sys.modules.update(dict.fromkeys({BLOCKED!r}))
+"""
+
+
+def core_python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter where the blocked modules cannot be imported."""
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_core_imports_and_fits_with_pytorch_alone(tmp_path):
+    """Every core module and every hasher imports with the pipeline's tools blocked, and a deep
+    fit, its codes and their metrics run there too."""
+    code = f"""
+import importlib, sys
+import numpy as np
+for name in {CORE!r}:
+    importlib.import_module(name)
+from shdh.hashers import REGISTRY, get_hasher_class
+for method in REGISTRY:
+    get_hasher_class(method)
+from shdh.hashers.deep import SHDH
+from shdh.hashers.supervision import PairSimilarity
+from shdh.metrics import evaluate
+from shdh.retrieval import pack_codes
+rng = np.random.default_rng(0)
+leaf = rng.integers(0, 4, 96)
+images = (rng.random((96, 28, 28)) * 255).astype(np.uint8)
+anc = np.stack([np.zeros(96, int), 1 + leaf // 2, 3 + leaf], axis=1)
+hasher = SHDH(n_bits=8, width=1 / 16, epochs=1, batch_size=32, device="cpu")
+hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"), progress=True)
+codes = pack_codes(hasher.encode(images))
+metrics, _ = evaluate(codes[:16], codes[16:], anc[:16], anc[16:], hasher.segment_sizes(),
+                      hasher.segment_weights(), n=10, wr_ns=(10,), curve_max=20)
+loaded = sorted(m for m in sys.modules if sys.modules[m] is not None and m.split(".")[0] in {BLOCKED!r})
+print("NDCG", metrics["ndcg@10"], "LOADED", loaded)
+"""
+    done = core_python(code, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "LOADED []" in done.stdout
+    assert 0 < float(done.stdout.split("NDCG ")[1].split()[0]) <= 1
+
+
+def _bundle_run(tmp_path: Path, fashion_raw: Path) -> tuple[Path, Path]:
+    """Smoke params (SHDH and DPSH at 16 bits, one thread so that processes agree bit for
+    bit), the data steps, and the bundle exported from them."""
+    params = smoke_params(
+        tmp_path,
+        fashion_raw,
+        train={"methods": ["shdh", "dpsh"], "num_threads": 1},
+        baselines={"methods": []},
+    )
+    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    bundle = tmp_path / "bundle.npz"
+    run_steps(params, ["bundle", "export", "--out", str(bundle)])
+    return params, bundle
+
+
+def test_codes_trained_from_a_bundle_score_as_the_pipelines_own(tmp_path, fashion_raw):
+    params, bundle = _bundle_run(tmp_path, fashion_raw)
+    # The GPU side, on the CPU here: only the core can be imported.
+    run = "import runpy; runpy.run_module('shdh.bundle', run_name='__main__')"
+    gpu = tmp_path / "gpu"
+    done = core_python(run, "train", str(bundle), "--out", str(gpu), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (gpu / "codes").iterdir()) == ["dpsh-16.npz", "shdh-16.npz"]
+    record = json.loads((gpu / "fits" / "shdh-16.json").read_text())
+    assert record["device"].startswith("cpu") and len(record["history"]) == 2
+    # The pipeline's own route: train here, then evaluate.
+    run_steps(params, ["train", "--method", "shdh", "dpsh", "--no-progress"])
+    run_steps(params, ["evaluate"])
+    ours = json.loads((tmp_path / "results" / "metrics.json").read_text())
+    # Score the bundle's codes instead of the models, into another results folder.
+    moved = smoke_params(
+        tmp_path,
+        fashion_raw,
+        train={"methods": ["shdh", "dpsh"], "num_threads": 1},
+        baselines={"methods": []},
+        evaluate={"results_dir": str(tmp_path / "results-gpu"), "report": None},
+    )
+    assert evaluate_main(["--params", str(moved), "--codes-from", str(gpu)]) == 0
+    theirs = json.loads((tmp_path / "results-gpu" / "metrics.json").read_text())
+    assert theirs == ours  # bit-identical fits, so identical metrics
+    for name in ("shdh-16", "dpsh-16"):
+        a, b = (
+            load_codes(gpu / "codes" / f"{name}.npz"),
+            load_codes(tmp_path / "results" / "codes" / f"{name}.npz"),
+        )
+        assert np.array_equal(a.db_codes, b.db_codes)
+    fits = tmp_path / "results-gpu" / "fits"
+    assert json.loads((fits / "shdh-16.json").read_text())["device"] == record["device"]
+    # Training again keeps what is done: the record matches, nothing retrains.
+    again = core_python(run, "train", str(bundle), "--out", str(gpu), cwd=tmp_path)
+    assert again.returncode == 0 and "already trained" in again.stderr
+
+
+def test_codes_of_another_split_are_refused(tmp_path, fashion_raw, caplog):
+    params, bundle = _bundle_run(tmp_path, fashion_raw)
+    gpu = tmp_path / "gpu"
+    train = ["bundle", "train", str(bundle), "--out", str(gpu), "--methods", "shdh"]
+    assert cli_main([*train, "--no-progress"]) == 0
+    path = gpu / "codes" / "shdh-16.npz"
+    codes = load_codes(path)
+    codes.db_ids = codes.db_ids[::-1].copy()  # another order of the database: another split
+    path.unlink()
+    save_codes(path, codes)
+    with caplog.at_level("ERROR"):
+        assert cli_main(["evaluate", "--params", str(params), "--codes-from", str(gpu)]) == 1
+    assert re.search(r"shdh-16\.npz: db_ids differ .*another dataset or split", caplog.text)
+    assert not (tmp_path / "results" / "metrics.json").exists()  # nothing scored, no output
+
+
+def test_a_broken_bundle_is_named_with_its_key(tmp_path, fashion_raw):
+    _, bundle = _bundle_run(tmp_path, fashion_raw)
+    good = read_bundle(bundle)
+    assert good.images.dtype == np.uint8 and good.settings["train"]["methods"] == ["shdh", "dpsh"]
+    good.ancestors = good.ancestors[:-1]
+    with pytest.raises(BundleError, match=r"bad\.npz: key 'ancestors': expected ints"):
+        write_bundle(tmp_path / "bad.npz", good)
+    assert not (tmp_path / "bad.npz").exists()
+    with np.load(bundle) as data:
+        arrays = {k: data[k] for k in data.files if k != "layer_weights"}
+    np.savez(tmp_path / "partial.npz", **arrays)
+    with pytest.raises(BundleError, match=r"partial\.npz: missing keys \['layer_weights'\]"):
+        read_bundle(tmp_path / "partial.npz")
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+def test_cuda_without_a_gpu_stops_before_any_work(tmp_path, fashion_raw):
+    _, bundle = _bundle_run(tmp_path, fashion_raw)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shdh.bundle",
+            "train",
+            str(bundle),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cuda",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "CUDA is not usable here" in done.stderr and "NVIDIA driver" in done.stderr
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,57 @@
+"""Codes and losses of small CPU fits, pinned as digests of what the loop produced before its
+GPU data path existed: the device-resident batches, the on-device loss sums and the sync
+interval must leave CPU training bit-identical (weights, codes and history)."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shdh.hashers.deep import DPSH
+from shdh.hashers.supervision import PairSimilarity
+from shdh.training import TrainConfig, encode, train
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+LAYOUT = {"segment_sizes": [8, 8], "segment_levels": [2, 3], "layer_weights": [0.0, 2 / 3, 1 / 3]}
+
+
+def _data(n: int = 97) -> tuple[np.ndarray, np.ndarray]:
+    """n 28x28 uint8 images (padded to 32 by the loop) of a K = 3 tree; n is odd so that the
+    last batch has a lone item, which the loop skips."""
+    rng = np.random.default_rng(7)
+    leaf = rng.integers(0, 4, n)
+    base = rng.normal(size=(4, 28, 28))[leaf] + 0.5 * rng.normal(size=(n, 28, 28))
+    images = np.clip(128 + 40 * base, 0, 255).astype(np.uint8)
+    return images, np.stack([np.zeros(n, int), 1 + leaf // 2, 3 + leaf], axis=1)
+
+
+def _digest(codes: np.ndarray, history: list[dict]) -> str:
+    losses = [round(h[k], 12) for h in history for k in ("loss", "e1", "e2", "flip_fraction")]
+    return hashlib.sha256(codes.tobytes() + repr(losses).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    ("memory_bank", "expected"), [(False, "16af79f062cd0a62"), (True, "f43c0faba570c78c")]
+)
+def test_shdh_cpu_fit_is_pinned(tmp_path: Path, memory_bank: bool, expected: str) -> None:
+    images, anc = _data()
+    config = TrainConfig(
+        n_bits=16,
+        width=1 / 16,
+        batch_size=16,
+        epochs=2,
+        device="cpu",
+        memory_bank=memory_bank,
+        seed=3,
+    )
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **LAYOUT)
+    assert _digest(encode(result.model, images), result.history) == expected
+
+
+def test_dpsh_cpu_fit_is_pinned() -> None:
+    images, anc = _data()
+    hasher = DPSH(n_bits=12, width=1 / 16, batch_size=16, epochs=2, device="cpu", seed=1)
+    hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "label"))
+    assert _digest(hasher.encode(images), hasher.history_) == "52528aa934291137"
