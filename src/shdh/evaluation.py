@@ -129,10 +129,10 @@ def evaluate(
             codes, record = imported
             if codes.n_bits != bits:
                 raise ValueError(f"{codes_from}: {name} holds {codes.n_bits}-bit codes")
-            device_tag = {"trained_on": str(record.get("device", ""))}
-            scored.append(_score(codes, method, bits, results_dir, eval_params, None,
-                                 {**(tags or {}), **device_tag}, parent_run_id, replicate,
-                                 extra={"encode_seconds": record.get("encode_seconds", 0.0)}))  # fmt: skip
+            run_tags = {**(tags or {}), "trained_on": str(record.get("device", ""))}
+            extra = {"encode_seconds": record.get("encode_seconds", 0.0)}
+            scored.append(_score(codes, method, bits, results_dir, eval_params, None, run_tags,
+                                 parent_run_id, replicate, extra=extra))  # fmt: skip
             timings.setdefault(method, {}).setdefault(str(bits), []).append(
                 {"fit_seconds": record.get("fit_seconds"),
                  "encode_seconds": record.get("encode_seconds")}

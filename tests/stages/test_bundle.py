@@ -97,7 +97,8 @@ hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"), pro
 codes = pack_codes(hasher.encode(images))
 metrics, _ = evaluate(codes[:16], codes[16:], anc[:16], anc[16:], hasher.segment_sizes(),
                       hasher.segment_weights(), n=10, wr_ns=(10,), curve_max=20)
-loaded = sorted(m for m in sys.modules if sys.modules[m] is not None and m.split(".")[0] in {BLOCKED!r})
+loaded = sorted(m for m, module in sys.modules.items()
+                if module is not None and m.split(".")[0] in {BLOCKED!r})
 print("NDCG", metrics["ndcg@10"], "LOADED", loaded)
 """
     done = core_python(code, cwd=tmp_path)
