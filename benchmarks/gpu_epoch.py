@@ -172,7 +172,8 @@ def main() -> None:
     )
     print(f"machine: {machine_line()}")
     print(commit_line())
-    print(device_line(device))
+    with training.torch_threads(args.threads):
+        print(device_line(device))
     precision = "bf16 autocast" if device.type == "cuda" and config.bf16 else "fp32"
     print(
         f"CNN-F width {args.width}, batch {args.batch}, {args.bits} bits, {precision}"
