@@ -22,11 +22,6 @@ from shdh.retrieval import integer_weights, iter_rank
 from shdh.similarity import iter_level_matches, same_layout
 
 
-def metric_name_for_mlflow(key: str) -> str:
-    """MLflow metric names cannot hold '@': 'ndcg@100' -> 'ndcg_at_100'."""
-    return key.replace("@", "_at_")
-
-
 # --- relevance and gain -----------------------------------------------------------------------
 
 
@@ -203,7 +198,7 @@ def evaluate(
     workers: int = 1,
     radius_queries: int | None = None,
 ) -> tuple[dict[str, float], Curves]:
-    """All metrics of METHOD.md for packed codes, as means over queries.
+    """All metrics of docs/method.md for packed codes, as means over queries.
 
     Ranking uses the segment weights (as exact proportional integers); the gain uses the layer
     weights u of Eq. 2 from K = ancestor columns: the two are independent on purpose, so plain
@@ -216,76 +211,100 @@ def evaluate(
     random sample; the curve's histogram over every database item is the costliest part of
     the evaluation, and 1,000 queries draw it to within a fraction of a percent."""
     q_anc, x_anc = _check_ancestors(query_anc, db_anc, query_codes_packed, db_codes_packed)
-    for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must hold positive ints, got {value!r}")
+    _check_depths(n, curve_max, wr_ns)
     n_q, n_db = q_anc.shape[0], x_anc.shape[0]
     if n_q == 0 or n_db == 0:
         raise ValueError(f"need at least one query and one database item, got {n_q} and {n_db}")
-    u = layer_weights(q_anc.shape[1])
     int_w = integer_weights(segment_weights)
-    n_top = min(n, n_db)
-    wr_depths = {m: min(m, n_db) for m in wr_ns}
-    curve_len = min(curve_max, n_db)
+    scores = _Sums(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries)
     ranked = iter_rank(  # checks codes and layout now; ranks lazily, chunk by chunk
         query_codes_packed,
         db_codes_packed,
         segment_sizes,
         int_w,
-        top_n=max(n_top, curve_len, *wr_depths.values()),
+        top_n=max(scores.n_top, scores.curve_len, *scores.wr_depths.values()),
         chunk=chunk,
         workers=workers,
     )
-    max_radius = int((int_w * np.asarray(segment_sizes, dtype=np.int64)).sum())
-    real_per_unit = float(np.sum(segment_weights)) / float(int_w.sum())
-
-    # Distinct database ancestor rows: relevance and gain depend only on the row.
-    rows_u, row_of, row_count = np.unique(x_anc, axis=0, return_inverse=True, return_counts=True)
-    row_of = row_of.reshape(-1)
-    n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
-    if q_anc.ndim == 3:
-        rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]  # drop all-padding set slots
-
-    sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
-    wr_sums = dict.fromkeys(wr_ns, 0.0)
-    curve_sum = np.zeros(curve_len)
-    radius_sum = np.zeros(max_radius + 1)
-    n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
-    if n_radius < 1:
-        raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
     for part in ranked:
-        qa = q_anc[part.start : part.start + part.indices.shape[0]]
-        rel_u, gain_u = _relevance_and_gain(qa, rows_u, u)  # (Qc, U) each
-        rel_counts = _relevance_counts(rel_u, row_count, n_rel)
-        total = gain_u @ row_count
+        scores.add(part)
+    return scores.means(real_per_unit=float(np.sum(segment_weights)) / float(int_w.sum()))
 
-        picked = np.arange(qa.shape[0])[:, None], row_of[part.indices]
-        rel = rel_u[picked][:, :n_top]
+
+def _check_depths(n: int, curve_max: int, wr_ns: Sequence[int]) -> None:
+    for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must hold positive ints, got {value!r}")
+
+
+class _Sums:
+    """The metrics summed over the queries of each ranked chunk, then averaged (`means`)."""
+
+    def __init__(self, q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries):
+        n_q, n_db = q_anc.shape[0], x_anc.shape[0]
+        self.q_anc, self.n_q, self.n = q_anc, n_q, n
+        self.u = layer_weights(q_anc.shape[1])
+        self.n_top = min(n, n_db)
+        self.wr_depths = {m: min(m, n_db) for m in wr_ns}
+        self.curve_len = min(curve_max, n_db)
+        self.max_radius = int((int_w * np.asarray(segment_sizes, dtype=np.int64)).sum())
+        # Distinct database ancestor rows: relevance and gain depend only on the row.
+        rows_u, row_of, self.row_count = np.unique(
+            x_anc, axis=0, return_inverse=True, return_counts=True
+        )
+        self.row_of = row_of.reshape(-1)
+        self.n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
+        if q_anc.ndim == 3:
+            rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]  # drop all-padding set slots
+        self.rows_u = rows_u
+        self.sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
+        self.wr_sums = dict.fromkeys(wr_ns, 0.0)
+        self.curve_sum = np.zeros(self.curve_len)
+        self.radius_sum = np.zeros(self.max_radius + 1)
+        self.n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
+        if self.n_radius < 1:
+            raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
+
+    def add(self, part) -> None:
+        """One chunk of ranked queries: part.indices (Qc, depth), part.all_distances."""
+        qa = self.q_anc[part.start : part.start + part.indices.shape[0]]
+        rel_u, gain_u = _relevance_and_gain(qa, self.rows_u, self.u)  # (Qc, U) each
+        rel_counts = _relevance_counts(rel_u, self.row_count, self.n_rel)
+        total = gain_u @ self.row_count
+
+        picked = np.arange(qa.shape[0])[:, None], self.row_of[part.indices]
+        rel = rel_u[picked][:, : self.n_top]
         gains = gain_u[picked]
-        sums["acg"] += acg(rel).sum()
-        sums["dcg"] += dcg(rel).sum()
-        sums["ndcg"] += ndcg(rel, database_ideal(rel_counts, n_top)).sum()
-        sums["ndcg_list"] += ndcg(rel, list_ideal(rel)).sum()
+        self.sums["acg"] += acg(rel).sum()
+        self.sums["dcg"] += dcg(rel).sum()
+        self.sums["ndcg"] += ndcg(rel, database_ideal(rel_counts, self.n_top)).sum()
+        self.sums["ndcg_list"] += ndcg(rel, list_ideal(rel)).sum()
         curve = weighted_recall_curve(gains, total)
-        for m, d in wr_depths.items():
-            wr_sums[m] += curve[:, d - 1].sum()
-        curve_sum += curve[:, :curve_len].sum(axis=0)
-        rows = max(0, min(len(qa), n_radius - part.start))  # this chunk's sampled queries
+        for m, d in self.wr_depths.items():
+            self.wr_sums[m] += curve[:, d - 1].sum()
+        self.curve_sum += curve[:, : self.curve_len].sum(axis=0)
+        rows = max(0, min(len(qa), self.n_radius - part.start))  # this chunk's sampled queries
         if rows:
-            radius_sum += _recall_by_radius(
-                part.all_distances[:rows], row_of, gain_u[:rows], total[:rows], max_radius
+            self.radius_sum += _recall_by_radius(
+                part.all_distances[:rows],
+                self.row_of,
+                gain_u[:rows],
+                total[:rows],
+                self.max_radius,
             )
 
-    result = {f"{name}@{n}": float(value / n_q) for name, value in sums.items()}
-    result.update({f"wr@{m}": float(value / n_q) for m, value in wr_sums.items()})
-    radius = np.arange(max_radius + 1)
-    curves = Curves(
-        wr_at_n=curve_sum / n_q,
-        radius=radius,
-        radius_real=radius * real_per_unit,
-        wr_at_radius=radius_sum / n_radius,
-    )
-    return result, curves
+    def means(self, real_per_unit: float) -> tuple[dict[str, float], Curves]:
+        n, n_q = self.n, self.n_q
+        result = {f"{name}@{n}": float(value / n_q) for name, value in self.sums.items()}
+        result.update({f"wr@{m}": float(value / n_q) for m, value in self.wr_sums.items()})
+        radius = np.arange(self.max_radius + 1)
+        curves = Curves(
+            wr_at_n=self.curve_sum / n_q,
+            radius=radius,
+            radius_real=radius * real_per_unit,
+            wr_at_radius=self.radius_sum / self.n_radius,
+        )
+        return result, curves
 
 
 def _relevance_counts(rel_u: np.ndarray, row_count: np.ndarray, n_rel: int) -> np.ndarray:

@@ -15,7 +15,6 @@ from shdh.metrics import (
     evaluate,
     layer_weights,
     list_ideal,
-    metric_name_for_mlflow,
     ndcg,
     weighted_recall_at,
     weighted_recall_by_radius,
@@ -96,11 +95,6 @@ def test_weighted_recall_by_radius_hand_computed() -> None:
     np.testing.assert_allclose(result, [[0.5, 0.5, 0.75, 0.75, 0.75, 1.0]])
     with pytest.raises(ValueError, match="0..4"):
         weighted_recall_by_radius(distances, gains, np.array([2.0]), 4)
-
-
-def test_metric_name_for_mlflow() -> None:
-    assert metric_name_for_mlflow("ndcg_list@100") == "ndcg_list_at_100"
-    assert metric_name_for_mlflow("wr@5000") == "wr_at_5000"
 
 
 def test_missing_node_never_matches() -> None:
