@@ -1,4 +1,5 @@
-"""download: fetch the raw files, convert them to the dataset format and make the split."""
+"""download: bring the raw files of the data version (DVC, else the public download), convert
+them to the dataset format and make the split."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Output
@@ -7,34 +8,43 @@ from components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
-def download(data: str, seed: int, prepared: Output[Dataset]):
-    """Fetch and convert the raw dataset (shdh fetch + shdh download).
+def download(data: str, seed: int, prepared: Output[Dataset], data_version: str = ""):
+    """Pull the raw dataset of data.dvc's version, or fetch it, and convert it (shdh download).
 
     Inputs:
         data: the `data` section of params.yaml as JSON (dataset, sources, raw_dir, verify,
             query_fraction, max_items, and image_size, skip_bad_images, table for own data).
         seed: the master seed (the query/database split, the max_items subset).
+        data_version: data.dvc and .dvc/config of the checkout the pipeline was compiled from
+            (shdh.data.dvc_pull.data_version): `dvc pull` of exactly that version from that
+            remote. Empty (a local run), or when the pull fails (said in the log, naming `dvc
+            push`), the raw files come from the public download of data.sources instead.
     Outputs:
         prepared: the dataset folder and split written by shdh.steps.download; its metadata
-            holds `dataset` and `dvc_data_md5`, the raw files' hash as data.dvc records it.
+            holds `dataset`, `dvc_data_md5` (the raw files' hash as data.dvc records it) and
+            `data_source` (dvc or download).
     """
     import tempfile
-    from pathlib import Path
 
-    from shdh import steps, tracking
+    from shdh import steps
+    from shdh.data.dvc_pull import pull_or_fetch
     from shdh.stages.pipeline import section_arg
 
     cfg = section_arg(data, "data")
     with tempfile.TemporaryDirectory(prefix="shdh-raw-") as work:
-        # The raw files land at raw_dir under a scratch folder, as in the repository, so the
-        # folder data.dvc tracks (raw_dir's first part, `data`) hashes as DVC hashes it.
-        raw_dir = Path(cfg["raw_dir"]).relative_to(Path(cfg["raw_dir"]).anchor)
-        raw = steps.fetch(Path(work) / raw_dir, dataset=cfg["dataset"], sources=cfg["sources"],
-                          verify=cfg.get("verify", True))  # fmt: skip
-        steps.download(raw, prepared.path, dataset=cfg["dataset"],
-                       query_fraction=cfg["query_fraction"], max_items=cfg["max_items"],
-                       seed=seed, verify=cfg.get("verify", True),
-                       skip_bad_images=cfg.get("skip_bad_images", False),
-                       image_size=cfg.get("image_size", 32), table=cfg.get("table"))  # fmt: skip
-        prepared.metadata["dataset"] = cfg["dataset"]
-        prepared.metadata["dvc_data_md5"] = tracking.dvc_dir_md5(Path(work) / raw_dir.parts[0])
+        raw = pull_or_fetch(data_version, work, cfg)
+        steps.download(
+            raw.path,
+            prepared.path,
+            dataset=cfg["dataset"],
+            query_fraction=cfg["query_fraction"],
+            max_items=cfg["max_items"],
+            seed=seed,
+            verify=cfg.get("verify", True),
+            skip_bad_images=cfg.get("skip_bad_images", False),
+            image_size=cfg.get("image_size", 32),
+            table=cfg.get("table"),
+        )
+        prepared.metadata.update(
+            dataset=cfg["dataset"], dvc_data_md5=raw.md5, data_source=raw.source
+        )

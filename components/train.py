@@ -27,17 +27,24 @@ def train(
     Outputs:
         model: the fitted hasher folder (hasher/, fit.json, history.json, mlflow_run.json);
             the run also logs the encoder as an MLflow model.
+
+    With SHDH_CHECKPOINT_URL set (s3://bucket/prefix; on a cluster from the ConfigMap
+    shdh-config), every epoch's checkpoint goes to PREFIX/PIPELINE_RUN_ID/METHOD-BITS-seedS/ in
+    the object store, and a retried task resumes from there (shdh.checkpoint_store). Unset (a
+    local run), checkpoints stay in the task's temporary folder.
     """
     import tempfile
 
-    from shdh import fitting
+    from shdh import checkpoint_store, fitting
     from shdh.stages.pipeline import replicate_arg, run_context, save_model, section_arg
 
+    fit = checkpoint_store.fit_key(method, bits, fitting.fit_seed(seed, replicate_arg(replicate)))
+    checkpoints = checkpoint_store.from_env(pipeline_run_id, fit)
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         context = run_context(prepared.metadata, profile, pipeline_run_id)
         out = fitting.train(method, bits, prepared_dir=prepared.path,
                             smatrix_path=similarity.path, models_dir=models_dir,
                             section=section_arg(settings, "train"), seed=seed,
-                            replicate=replicate_arg(replicate), progress=False,
-                            **context)  # fmt: skip
+                            replicate=replicate_arg(replicate), progress=False, resume="auto",
+                            checkpoints=checkpoints, **context)  # fmt: skip
         save_model(out, model)

@@ -24,7 +24,13 @@ from typing import Any
 import yaml
 
 CONFIG_MAP = "shdh-config"
-CONFIG_KEYS = ("MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+# SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.checkpoint_store).
+CONFIG_KEYS = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL",
+    "SHDH_CHECKPOINT_URL",
+)
 SECRET = "shdh-credentials"
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 SCHEDULING_CONFIG_MAP = "shdh-train-scheduling"

@@ -9,6 +9,10 @@ The parameters mirror params.yaml: seed, profile, and one JSON string per sectio
 smatrix, features, train, baselines, evaluate), their defaults the values of the params the
 pipeline is built from (params.yaml plus a profile: shdh.stages.pipeline.resolve_params).
 
+The raw data's version is fixed when the pipeline is built for a cluster: the download step
+gets the checkout's data.dvc and .dvc/config and pulls that version from the DVC remote
+(shdh.data.dvc_pull; docs/cluster-data.md), so a new data version is a new pipeline version.
+
 Each branch fans out over one list of {method, bits} from a `plan` task, not over nested loops
 of methods and bits: Kubeflow (and kfp.local) collect the outputs of a single loop level only.
 Whether the shallow branch exists is decided when the pipeline is built: a loop over an empty
@@ -34,7 +38,8 @@ from kfp import compiler, dsl
 from kfp.dsl import Dataset, Markdown
 
 from pipelines.cluster import TrainScheduling, apply_scheduling, use_cluster_settings
-from shdh.stages.pipeline import pipeline_arguments, planned_runs
+from shdh.data import dvc_pull
+from shdh.stages.pipeline import pipeline_arguments, planned_runs, project_root
 
 PIPELINE_NAME = "shdh"
 DESCRIPTION = (
@@ -58,6 +63,9 @@ def build_pipeline(
     each training task. kfp.local runs the pipeline built with cluster=False.
     """
     defaults = pipeline_arguments(params)
+    # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
+    # A local run downloads instead: its store is not the cluster's.
+    data_version = dvc_pull.data_version(project_root()) if cluster else ""
     deep_runs = planned_runs(params["train"], params["baselines"], "deep")
     shallow_runs = planned_runs(params["train"], params["baselines"], "shallow")
     if not deep_runs and not shallow_runs:
@@ -82,7 +90,8 @@ def build_pipeline(
     ) -> Outputs:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         tracked = {"seed": seed, "profile": profile, "pipeline_run_id": run_id}
-        prepared = step(download_op(data=data, seed=seed)).outputs["prepared"]
+        fetched = download_op(data=data, seed=seed, data_version=data_version)
+        prepared = step(fetched).outputs["prepared"]
         labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
         similarity = step(smatrix_op(prepared=prepared, labels=labels, settings=smatrix,
                                      seed=seed)).outputs["similarity"]  # fmt: skip

@@ -8,6 +8,7 @@ What differs is only the input: uint8 images for deep methods, GIST features for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -85,6 +86,7 @@ def train(
     progress: bool = True,
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
+    checkpoints: Any = None,
 ) -> Path:
     """Fit `method` at `bits` and save it under models_dir/METHOD/METHOD-BITS/.
 
@@ -93,6 +95,10 @@ def train(
     resume (deep methods): "never" starts afresh; "always" continues the checkpoint and fails if
     it does not match; "auto" continues a matching checkpoint and starts afresh otherwise (what
     `dvc repro` uses, so an interrupted pipeline picks up where it stopped).
+
+    checkpoints (deep methods): a shdh.checkpoint_store.FitCheckpoints that keeps the training
+    files in an object store, so that a fit on a disk that does not outlive it (a pod) resumes
+    from the store; None keeps them in the work folder only.
     """
     if resume not in RESUME_MODES:
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
@@ -114,6 +120,8 @@ def train(
     log.info("%s: fitting on %d items", name, len(X))
     shared_from = None
     if deep and resume != "never":
+        if checkpoints is not None:
+            checkpoints.restore(hasher, X, pairs, out_dir)
         shared_from = _share_checkpoint(hasher, X, pairs, out_dir)
     started = {"checkpoint_from": shared_from} if shared_from else {}  # fit.json and MLflow tags
 
@@ -139,14 +147,7 @@ def train(
         tracking.save_run_ref(out_dir / RUN_REF, active)
         start = time.perf_counter()
         if deep:
-            mode = {"never": False, "always": True, "auto": "auto"}[resume]
-            hasher.fit(
-                X,
-                pairs,
-                resume=mode,
-                progress=progress,
-                on_epoch=_epoch_logger(name, hasher.epochs),
-            )
+            _fit_deep(hasher, X, pairs, resume, progress, out_dir, checkpoints)
         else:
             hasher.fit(X, pairs)
         seconds = time.perf_counter() - start
@@ -170,6 +171,27 @@ def train(
     atomic_write_text(out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
     log.info("%s: fitted in %.1f s, saved to %s", name, seconds, out_dir)
     return out_dir
+
+
+def _fit_deep(
+    hasher: Hasher,
+    X: np.ndarray,
+    pairs: PairSimilarity,
+    resume: str,
+    progress: bool,
+    out_dir: Path,
+    checkpoints: Any,
+) -> None:
+    """hasher.fit with each epoch logged, and uploaded to the checkpoint store if there is one."""
+    mode = {"never": False, "always": True, "auto": "auto"}[resume]
+    on_epoch = _epoch_logger(out_dir.name, hasher.epochs)
+    syncing = (
+        contextlib.nullcontext(on_epoch)
+        if checkpoints is None
+        else checkpoints.syncing(hasher, out_dir, on_epoch)
+    )
+    with syncing as on_epoch:
+        hasher.fit(X, pairs, resume=mode, progress=progress, on_epoch=on_epoch)
 
 
 def _share_checkpoint(

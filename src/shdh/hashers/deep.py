@@ -237,6 +237,13 @@ class _DeepHasher(Hasher):
                 return work_dir
         return None
 
+    def resume_problem(self, work_dir: str | Path, X: np.ndarray, pairs: Any) -> str | None:
+        """Why fit(resume=...) would not continue the training recorded in work_dir's
+        hasher.json on this data (None: it would). Needs only the record, so a caller can judge
+        a checkpoint held elsewhere before fetching it."""
+        record = self._run_record(_check_images(self.name, X), pairs)
+        return _record_mismatch(Path(work_dir) / RUN_FILE, record)
+
     def _prepare_work_dir(
         self, work_dir: Path, images: np.ndarray, pairs: Any, resume: bool | str
     ) -> bool | str:

@@ -1,0 +1,36 @@
+"""What the compiled pipeline gives its steps for DVC-versioned data and stored checkpoints: the
+download step the checkout's data version, every step the checkpoint store's URL by name."""
+
+from __future__ import annotations
+
+import json
+
+from shdh.checkpoint_store import STORE_ENV
+from shdh.data.dvc_pull import data_version
+from tests.conftest import REPO
+from tests.pipelines.test_compile import compile_with
+
+
+def test_the_download_step_gets_the_checkouts_data_version(tmp_path, monkeypatch):
+    spec, platform, _ = compile_with(tmp_path, monkeypatch, "--profile", "smoke")
+    argument = spec["root"]["dag"]["tasks"]["download"]["inputs"]["parameters"]["data_version"]
+    version = json.loads(argument["runtimeValue"]["constant"])
+    assert version == json.loads(data_version(REPO))
+    assert version["dvc_file"] == (REPO / "data.dvc").read_text()
+    # The checkpoint store's URL comes from shdh-config, by name, like the other settings.
+    config = platform["executors"]["exec-train"]["configMapAsEnv"]
+    keys = {
+        (c["configMapName"], k["configMapKey"], k["envVar"]) for c in config for k in c["keyToEnv"]
+    }
+    assert ("shdh-config", STORE_ENV, STORE_ENV) in keys
+
+
+def test_a_local_build_downloads_instead_of_pulling():
+    """kfp.local runs have no cluster store to pull from: the step gets no data version."""
+    import pipelines
+    from shdh.stages.pipeline import resolve_params
+
+    params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+    pipeline = pipelines.build_pipeline(params, cluster=False)
+    task = pipeline.pipeline_spec.root.dag.tasks["download"]
+    assert task.inputs.parameters["data_version"].runtime_value.constant.string_value == ""
