@@ -21,7 +21,6 @@ import numpy as np
 from shdh.retrieval import integer_weights, iter_rank
 from shdh.similarity import iter_level_matches, same_layout
 
-
 # --- relevance and gain -----------------------------------------------------------------------
 
 
