@@ -118,88 +118,109 @@ def _arrays_of(codes: Codes) -> dict[str, np.ndarray]:
 
 def _validated(a: dict[str, np.ndarray], name: str) -> dict:
     """Check the contract; return the arrays with canonical dtypes (n_bits as int)."""
+    check = _Contract(a, name)
+    out: dict = {"n_bits": check.n_bits()}
+    for side in ("query", "db"):
+        out[f"{side}_codes"] = check.codes(side, out["n_bits"])
+    out["segment_sizes"], out["segment_weights"] = check.segments(out["n_bits"])
+    for side in ("query", "db"):
+        n_rows = out[f"{side}_codes"].shape[0]
+        out[f"{side}_ancestors"] = check.ancestors(side, n_rows)
+        out[f"{side}_ids"] = check.ids(side, n_rows)
+    k_query, k_db = out["query_ancestors"].shape[1], out["db_ancestors"].shape[1]
+    if k_query != k_db:
+        raise check.fail(
+            f"key 'query_ancestors' has K = {k_query} levels but 'db_ancestors' has {k_db}"
+        )
+    return out
 
-    def fail(problem: str) -> CodesFileError:
-        return CodesFileError(f"{name}: {problem}")
 
-    def integer(key: str, ndim: int, hint: str = "") -> np.ndarray:
-        v = np.asarray(a[key])
+class _Contract:
+    """The checks of one codes file's arrays, key by key; each failure names file and key."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], name: str) -> None:
+        self.a, self.name = arrays, name
+
+    def fail(self, problem: str) -> CodesFileError:
+        return CodesFileError(f"{self.name}: {problem}")
+
+    def integer(self, key: str, ndim: int, hint: str = "") -> np.ndarray:
+        v = np.asarray(self.a[key])
         if v.ndim != ndim or not np.issubdtype(v.dtype, np.integer):
-            raise fail(
+            raise self.fail(
                 f"key {key!r} must be a {ndim}-D integer array{hint}, got {v.dtype} {v.shape}"
             )
         return v
 
-    out: dict = {}
-    n_bits_arr = integer("n_bits", 0)
-    n_bits = int(n_bits_arr)
-    if n_bits < 1:
-        raise fail(f"key 'n_bits' must be >= 1, got {n_bits}")
-    out["n_bits"] = n_bits
-    width = -(-n_bits // 8)
-    for side in ("query", "db"):
-        key = f"{side}_codes"
-        v = np.asarray(a[key])
+    def n_bits(self) -> int:
+        n_bits = int(self.integer("n_bits", 0))
+        if n_bits < 1:
+            raise self.fail(f"key 'n_bits' must be >= 1, got {n_bits}")
+        return n_bits
+
+    def codes(self, side: str, n_bits: int) -> np.ndarray:
+        key, width = f"{side}_codes", -(-n_bits // 8)
+        v = np.asarray(self.a[key])
         if v.dtype != np.uint8 or v.ndim != 2:
-            raise fail(f"key {key!r} must be a 2-D uint8 array, got {v.dtype} {v.shape}")
+            raise self.fail(f"key {key!r} must be a 2-D uint8 array, got {v.dtype} {v.shape}")
         if v.shape[1] != width:
-            raise fail(
+            raise self.fail(
                 f"key {key!r} has {v.shape[1]} bytes per code but n_bits = {n_bits} "
                 f"packs into {width}"
             )
         pad = 8 * width - n_bits
         if pad and v.shape[0] and np.any(v[:, -1] & np.uint8((1 << pad) - 1)):
-            raise fail(f"key {key!r} has bits set past n_bits = {n_bits} (padding must be 0)")
-        out[key] = v
+            raise self.fail(f"key {key!r} has bits set past n_bits = {n_bits} (padding must be 0)")
+        return v
 
-    sizes = integer("segment_sizes", 1)
-    if sizes.size == 0 or np.any(sizes < 1):
-        raise fail(f"key 'segment_sizes' must be non-empty and >= 1, got {sizes.tolist()}")
-    if int(sizes.sum()) != n_bits:
-        raise fail(f"key 'segment_sizes' sums to {int(sizes.sum())} but n_bits = {n_bits}")
-    out["segment_sizes"] = sizes.astype(np.int64)
-    weights = np.asarray(a["segment_weights"])
-    if weights.ndim != 1 or not np.issubdtype(weights.dtype, np.number):
-        raise fail(f"key 'segment_weights' must be a 1-D numeric array, got {weights.dtype}")
-    if weights.shape != sizes.shape:
-        raise fail(
-            f"key 'segment_weights' has {weights.size} entries but 'segment_sizes' has {sizes.size}"
-        )
-    try:
-        integer_weights(weights)
-    except ValueError as exc:
-        raise fail(f"key 'segment_weights': {exc}") from exc
-    out["segment_weights"] = weights.astype(np.float64)
+    def segments(self, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
+        sizes = self.integer("segment_sizes", 1)
+        if sizes.size == 0 or np.any(sizes < 1):
+            raise self.fail(f"key 'segment_sizes' must be non-empty and >= 1, got {sizes.tolist()}")
+        if int(sizes.sum()) != n_bits:
+            raise self.fail(f"key 'segment_sizes' sums to {int(sizes.sum())} but n_bits = {n_bits}")
+        weights = np.asarray(self.a["segment_weights"])
+        if weights.ndim != 1 or not np.issubdtype(weights.dtype, np.number):
+            raise self.fail(
+                f"key 'segment_weights' must be a 1-D numeric array, got {weights.dtype}"
+            )
+        if weights.shape != sizes.shape:
+            raise self.fail(
+                f"key 'segment_weights' has {weights.size} entries but 'segment_sizes' has "
+                f"{sizes.size}"
+            )
+        try:
+            integer_weights(weights)
+        except ValueError as exc:
+            raise self.fail(f"key 'segment_weights': {exc}") from exc
+        return sizes.astype(np.int64), weights.astype(np.float64)
 
-    n_levels = {}
-    for side in ("query", "db"):
+    def ancestors(self, side: str, n_rows: int) -> np.ndarray:
         key = f"{side}_ancestors"
-        anc = np.asarray(a[key])
-        sets = anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)
-        if not sets:
-            anc = integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
+        anc = np.asarray(self.a[key])
+        if not (anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)):
+            anc = self.integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
         elif anc.shape[2] < 1:
-            raise fail(f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
+            raise self.fail(
+                f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1"
+            )
         if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
-            raise fail(f"key {key!r} holds ids outside -1..2^31-1")
-        n_rows = out[f"{side}_codes"].shape[0]
+            raise self.fail(f"key {key!r} holds ids outside -1..2^31-1")
         if anc.shape[0] != n_rows:
-            raise fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
+            raise self.fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
         if anc.shape[1] < 2:
-            raise fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
-        n_levels[side] = anc.shape[1]
-        out[key] = anc.astype(np.int32)
+            raise self.fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
+        return anc.astype(np.int32)
 
+    def ids(self, side: str, n_rows: int) -> np.ndarray:
         key = f"{side}_ids"
-        ids = np.asarray(a[key])
+        ids = np.asarray(self.a[key])
         if ids.ndim != 1 or ids.dtype == object:
-            raise fail(f"key {key!r} must be a 1-D non-object array, got {ids.dtype} {ids.shape}")
+            raise self.fail(
+                f"key {key!r} must be a 1-D non-object array, got {ids.dtype} {ids.shape}"
+            )
         if ids.shape[0] != n_rows:
-            raise fail(f"key {key!r} has {ids.shape[0]} entries but '{side}_codes' has {n_rows}")
-        out[key] = ids
-    if n_levels["query"] != n_levels["db"]:
-        raise fail(
-            f"key 'query_ancestors' has K = {n_levels['query']} levels but 'db_ancestors' "
-            f"has {n_levels['db']}"
-        )
-    return out
+            raise self.fail(
+                f"key {key!r} has {ids.shape[0]} entries but '{side}_codes' has {n_rows}"
+            )
+        return ids

@@ -119,7 +119,35 @@ def shdh_loss(
     sizes = [int(s) for s in segment_sizes]
     levels = [int(k) for k in segment_levels]
     u = [float(w) for w in layer_weights]
-    n_levels = len(u)
+    anc = _check_shdh_inputs(z, anc, sizes, levels, len(u), alpha)
+    dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
+    h = torch.tanh(z.to(dtype))  # (B, L) relaxed codes h~
+    bank = _bank_partners(h, anc, bank_z, bank_anc, "shdh_loss")
+    h_p, anc_p = h, anc  # partners: the batch ...
+    if bank is not None:
+        h_p = torch.cat([h, torch.tanh(bank[0].detach().to(dtype))])  # (B+M, L) ... and the bank
+        anc_p = torch.cat([anc, bank[1]])  # (B+M, K), or (B+M, K, set width)
+    pair_mask, n_pairs = _pair_mask(h.shape[0], h_p.shape[0], z.device)
+    if reduction == "mean" and n_pairs == 0:
+        raise ValueError("shdh_loss: reduction='mean' needs >= 2 batch items or a memory bank")
+
+    e1_pair, e2_sum = _level_terms(h, h_p, anc, anc_p, sizes, levels, u, e1, e2, target)
+    e1_sum = torch.where(pair_mask, e1_pair, 0.0).sum()
+    e1_val = e1_sum / h.shape[0] if reduction == "sum" else e1_sum / n_pairs
+    e2_val = alpha * e2_sum
+    loss = e1_val + e2_val  # Eq. 7: J = E1 + E2 term
+    return loss, {"e1": e1_val.detach(), "e2": e2_val.detach()}
+
+
+def _check_shdh_inputs(
+    z: torch.Tensor,
+    anc: torch.Tensor,
+    sizes: list[int],
+    levels: list[int],
+    n_levels: int,
+    alpha: float,
+) -> torch.Tensor:
+    """Shapes and choices only: nothing here reads a tensor's values (no host sync)."""
     if z.ndim != 2 or z.shape[1] != sum(sizes):
         raise ValueError(f"shdh_loss: z must be (B, {sum(sizes)}), got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
@@ -132,34 +160,58 @@ def shdh_loss(
         )
     if alpha < 0:
         raise ValueError(f"shdh_loss: alpha must be >= 0, got {alpha}")
+    return anc
+
+
+def _bank_partners(
+    x: torch.Tensor,
+    anc: torch.Tensor,
+    bank_z: torch.Tensor | None,
+    bank_anc: torch.Tensor | None,
+    where: str,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The memory bank (outputs, ancestors) after checking it against the batch, or None."""
     if (bank_z is None) != (bank_anc is None):
-        raise ValueError("shdh_loss: bank_z and bank_anc must be given together")
+        raise ValueError(f"{where}: bank_z and bank_anc must be given together")
+    if bank_z is None:
+        return None
+    bank_anc = torch.as_tensor(bank_anc, device=x.device)
+    if bank_z.ndim != 2 or bank_z.shape[1] != x.shape[1]:
+        raise ValueError(f"{where}: bank_z must be (M, {x.shape[1]}), got {bank_z.shape}")
+    if bank_anc.shape != (bank_z.shape[0], *anc.shape[1:]):
+        raise ValueError(
+            f"{where}: bank_anc must be {(bank_z.shape[0], *anc.shape[1:])} (bank size, "
+            f"then anc's layout), got {tuple(bank_anc.shape)}"
+        )
+    return bank_z, bank_anc
 
-    dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
-    h = torch.tanh(z.to(dtype))  # (B, L) relaxed codes h~
-    anc_p, h_p = anc, h  # partners: the batch ...
-    n_batch = h.shape[0]
-    if bank_z is not None:
-        bank_anc = torch.as_tensor(bank_anc, device=z.device)
-        if bank_z.ndim != 2 or bank_z.shape[1] != h.shape[1]:
-            raise ValueError(f"shdh_loss: bank_z must be (M, {h.shape[1]}), got {bank_z.shape}")
-        if bank_anc.shape != (bank_z.shape[0], *anc.shape[1:]):
-            raise ValueError(
-                f"shdh_loss: bank_anc must be {(bank_z.shape[0], *anc.shape[1:])} (bank size, "
-                f"then anc's layout), got {tuple(bank_anc.shape)}"
-            )
-        h_p = torch.cat([h, torch.tanh(bank_z.detach().to(dtype))])  # (B+M, L) ... and the bank
-        anc_p = torch.cat([anc, bank_anc])  # (B+M, K), or (B+M, K, set width)
-    pair_mask = torch.ones(n_batch, h_p.shape[0], dtype=torch.bool, device=z.device)
-    pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs in the batch
-    n_pairs = n_batch * (h_p.shape[0] - 1)  # counted, not summed: no host sync per step
-    if reduction == "mean" and n_pairs == 0:
-        raise ValueError("shdh_loss: reduction='mean' needs >= 2 batch items or a memory bank")
 
-    e1_pair = torch.zeros(pair_mask.shape, dtype=dtype, device=z.device)  # (B, B+M)
+def _pair_mask(n_batch: int, n_partners: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """(B, B+M) bool: anchor i pairs with every partner but itself; and the number of pairs,
+    counted rather than summed, so that no host sync happens per step."""
+    pair_mask = torch.ones(n_batch, n_partners, dtype=torch.bool, device=device)
+    pair_mask[:, :n_batch].fill_diagonal_(False)  # no self-pairs in the batch
+    return pair_mask, n_batch * (n_partners - 1)
+
+
+def _level_terms(
+    h: torch.Tensor,
+    h_p: torch.Tensor,
+    anc: torch.Tensor,
+    anc_p: torch.Tensor,
+    sizes: list[int],
+    levels: list[int],
+    u: list[float],
+    e1: str,
+    e2: str,
+    target: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """E1 per pair (B, B+M) and the unweighted E2 sum, segment by segment (Eq. 5-8)."""
+    dtype = h.dtype
+    e1_pair = torch.zeros(h.shape[0], h_p.shape[0], dtype=dtype, device=h.device)  # (B, B+M)
     pred = torch.zeros_like(e1_pair)  # "matrix": sum_k u_k rho^k_ij
     s_ij = torch.zeros_like(e1_pair)  # "matrix": s_ij (Eq. 3)
-    e2_sum = torch.zeros((), dtype=dtype, device=z.device)
+    e2_sum = torch.zeros((), dtype=dtype, device=h.device)
     start = 0
     for size, level in zip(sizes, levels, strict=True):
         hk, hk_p = h[:, start : start + size], h_p[:, start : start + size]  # (B, Lk), (B+M, Lk)
@@ -179,12 +231,7 @@ def shdh_loss(
             e2_sum = e2_sum - uk * hk.pow(2).sum(1).mean() / size  # Eq. 8: -tr(H A H^T) / B
     if e1 == "matrix":
         e1_pair = (pred - s_ij) ** 2  # Eq. 7/8 with target s_ij instead of L*S
-
-    e1_sum = torch.where(pair_mask, e1_pair, 0.0).sum()
-    e1_val = e1_sum / n_batch if reduction == "sum" else e1_sum / n_pairs
-    e2_val = alpha * e2_sum
-    loss = e1_val + e2_val  # Eq. 7: J = E1 + E2 term
-    return loss, {"e1": e1_val.detach(), "e2": e2_val.detach()}
+    return e1_pair, e2_sum
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,28 +309,16 @@ def dpsh_loss(
         raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
     _check_ancestors(anc, z.shape[0], None, "dpsh_loss: anc")
-    if (bank_z is None) != (bank_anc is None):
-        raise ValueError("dpsh_loss: bank_z and bank_anc must be given together")
-
     dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
     u = z.to(dtype)  # (B, L)
     n_batch = u.shape[0]
     leaf = _finest_nodes(anc, "anc", check_labels)  # (B,) leaves or (B, M) deepest sets
+    bank = _bank_partners(u, anc, bank_z, bank_anc, "dpsh_loss")
     u_p, leaf_p = u, leaf  # partners: the batch ...
-    if bank_z is not None:
-        bank_anc = torch.as_tensor(bank_anc, device=z.device)
-        if bank_z.ndim != 2 or bank_z.shape[1] != u.shape[1]:
-            raise ValueError(f"dpsh_loss: bank_z must be (M, {u.shape[1]}), got {bank_z.shape}")
-        if bank_anc.shape != (bank_z.shape[0], *anc.shape[1:]):
-            raise ValueError(
-                f"dpsh_loss: bank_anc must be {(bank_z.shape[0], *anc.shape[1:])} (bank size, "
-                f"then anc's layout), got {tuple(bank_anc.shape)}"
-            )
-        u_p = torch.cat([u, bank_z.detach().to(dtype)])  # (B+M, L) ... and the bank
-        leaf_p = torch.cat([leaf, _finest_nodes(bank_anc, "bank_anc", check_labels)])  # (B+M[, M])
-    pair_mask = torch.ones(n_batch, u_p.shape[0], dtype=torch.bool, device=z.device)
-    pair_mask[:, :n_batch].fill_diagonal_(False)  # (B, B+M): no self-pairs
-    n_pairs = n_batch * (u_p.shape[0] - 1)  # counted, not summed: no host sync per step
+    if bank is not None:
+        u_p = torch.cat([u, bank[0].detach().to(dtype)])  # (B+M, L) ... and the bank
+        leaf_p = torch.cat([leaf, _finest_nodes(bank[1], "bank_anc", check_labels)])
+    pair_mask, n_pairs = _pair_mask(n_batch, u_p.shape[0], z.device)
     if n_pairs == 0:
         raise ValueError("dpsh_loss: needs >= 2 batch items or a memory bank (no pairs)")
 
