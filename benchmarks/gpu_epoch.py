@@ -36,6 +36,7 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh import hierarchy, training
 from shdh.devices import resolve_device
+from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import to_input
 
 SIDE = 28  # Fashion-MNIST images; the network pads them to 32
@@ -83,7 +84,7 @@ def bare_step(
     optimizer = torch.optim.SGD(
         model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
     )
-    loss_fn = training.make_shdh_loss(config, **lay)
+    loss_fn = SHDHObjective().for_layout(**lay)
     x = to_input(images[: config.batch_size], config.image_size, device)  # (B, 1, 32, 32)
     if device.type == "cuda":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -130,6 +131,7 @@ def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) 
             Path(tmp),
             progress=False,
             on_epoch=on_epoch,
+            loss_fn=SHDHObjective().for_layout(**layout(config.n_bits)),
             **layout(config.n_bits),
         )
     return result.history

@@ -11,8 +11,8 @@ Issue 6 targets (same machine, same batch):
 Steps: the same CNN-F backbone (width, 32x32 input, one channel as Fashion-MNIST), the same
 batch on the same threads, in train mode, forward + backward + SGD step (momentum 0.9, weight
 decay 5e-4), as shdh.training's loop does them:
-  (a) SHDH: the hashing head (--bits units, K = 4 segments layout), make_shdh_loss with the
-      default TrainConfig (E1 levels, E2 balance, sum over partners), loss.item(), and the
+  (a) SHDH: the hashing head (--bits units, K = 4 segments layout), the default SHDHObjective
+      (E1 levels, E2 balance, sum over partners), loss.item(), and the
       loop's gradient clipping (grad_clip 10, on by default); also shown without clipping;
   (b) cross-entropy: a linear classifier head over the 10 leaf classes, nn.CrossEntropyLoss,
       loss.item(), no clipping (what a plain classification step is).
@@ -45,6 +45,7 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
 from shdh import hierarchy, training
+from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
 
@@ -71,6 +72,15 @@ def config(args: argparse.Namespace, **changes) -> training.TrainConfig:
     )  # fmt: skip
 
 
+def shdh_objective(bits: int):
+    """SHDH's default loss for this script's layout (K = 4 segments of `bits`)."""
+    return SHDHObjective().for_layout(
+        hierarchy.segment_sizes(bits, K),
+        hierarchy.segment_levels(K),
+        hierarchy.layer_weights(K).tolist(),
+    )
+
+
 # --- (1) one step each, side by side --------------------------------------------------------
 
 
@@ -79,12 +89,7 @@ def shdh_step(args: argparse.Namespace, clip: bool) -> Callable[[torch.Tensor, d
     torch.manual_seed(0)
     model = build_model(in_channels=1, n_bits=args.bits, width=args.width, image_size=32,
                         segment_sizes=hierarchy.segment_sizes(args.bits, K)).train()  # fmt: skip
-    loss_fn = training.make_shdh_loss(
-        cfg,
-        segment_sizes=hierarchy.segment_sizes(args.bits, K),
-        segment_levels=hierarchy.segment_levels(K),
-        layer_weights=hierarchy.layer_weights(K).tolist(),
-    )
+    loss_fn = shdh_objective(args.bits)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)  # fmt: skip
 
@@ -184,6 +189,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
                 segment_sizes=hierarchy.segment_sizes(args.bits, K),
                 segment_levels=hierarchy.segment_levels(K),
                 layer_weights=hierarchy.layer_weights(K).tolist(), progress=False,
+                loss_fn=shdh_objective(args.bits),
             )  # fmt: skip
         finally:
             training.to_input = real_to_input

@@ -29,7 +29,10 @@ grows with the bank size, so gradient clipping matters even more there.
 pairs, so that SHDH and DPSH differ in their loss only.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -38,10 +41,88 @@ TARGETS = ("signed", "binary")
 E2_MODES = ("balance", "trace", "none")
 REDUCTIONS = ("sum", "mean")
 
+Bank = tuple[torch.Tensor, torch.Tensor] | None  # detached past outputs and their ancestors
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...], where: str = "shdh_loss"):
     if value not in choices:
-        raise ValueError(f"shdh_loss: {name} must be one of {choices}, got {value!r}")
+        raise ValueError(f"{where}: {name} must be one of {choices}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A batch objective as the training loop calls it, `loss(z, anc, bank) -> (loss, parts)`,
+    with the settings it was made from. The loop knows no method: it stores `settings` in every
+    checkpoint and resumes a checkpoint only under the same ones."""
+
+    fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]  # fn(z, anc, bank_z, bank_anc)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(
+        self, z: torch.Tensor, anc: torch.Tensor, bank: Bank
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        bank_z, bank_anc = bank if bank is not None else (None, None)
+        return self.fn(z, anc, bank_z=bank_z, bank_anc=bank_anc)
+
+
+@dataclass(frozen=True)
+class SHDHObjective:
+    """SHDH's own settings: the forms of E1 and E2 and their scale (see the module docstring)."""
+
+    alpha: float = 1.0  # weight of E2 (paper: 1)
+    e1: str = "levels"  # "levels" (Eq. 5 per level) | "matrix" (Eq. 7/8 with its scale fixed)
+    e2: str = "balance"  # "balance" | "trace" (the paper's -tr(H A H^T)) | "none"
+    target: str = "signed"  # rho target for s^k = 0: "signed" -1 | "binary" 0 (Eq. 5)
+    reduction: str = "sum"  # "sum" over partners (leaves the h~=0 saddle) | "mean" (paper scale)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("e1", E1_MODES),
+            ("e2", E2_MODES),
+            ("target", TARGETS),
+            ("reduction", REDUCTIONS),
+        ):
+            _check_choice(name, getattr(self, name), allowed, "SHDHObjective")
+        if not self.alpha >= 0:
+            raise ValueError(f"SHDHObjective: alpha must be >= 0, got {self.alpha!r}")
+
+    def for_layout(
+        self,
+        segment_sizes: Sequence[int],
+        segment_levels: Sequence[int],
+        layer_weights: Sequence[float],
+    ) -> Loss:
+        """J (Eq. 7) for a code of these segments, as the training loop calls it."""
+        fn = partial(
+            shdh_loss,
+            segment_sizes=segment_sizes,
+            segment_levels=segment_levels,
+            layer_weights=layer_weights,
+            **asdict(self),
+        )
+        return Loss(fn, {"loss": "shdh", **asdict(self)})
+
+
+@dataclass(frozen=True)
+class DPSHObjective:
+    """DPSH's own settings (Li, Wang & Kang 2016): the quantisation weight and the scale."""
+
+    eta: float = 10.0  # weight of the quantisation term (paper: 10)
+    reduction: str = "sum"  # as SHDHObjective.reduction; see dpsh_loss
+
+    def __post_init__(self) -> None:
+        _check_choice("reduction", self.reduction, REDUCTIONS, "DPSHObjective")
+        eta = self.eta
+        if isinstance(eta, bool) or not isinstance(eta, int | float) or not eta >= 0:
+            raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
+        if eta == float("inf"):
+            raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
+
+    def loss(self) -> Loss:
+        """The batch loss with labels checked once by the caller (check_labelled), not per
+        step: a label check reads tensor values, a host sync."""
+        fn = partial(dpsh_loss, eta=float(self.eta), reduction=self.reduction, check_labels=False)
+        return Loss(fn, {"loss": "dpsh", **asdict(self)})
 
 
 def _same_node(anc_i: torch.Tensor, anc_j: torch.Tensor, level: int) -> torch.Tensor:

@@ -1,10 +1,12 @@
 """The epoch loop shared by the deep hashing methods: checkpoints, resume, progress, device.
 
 The loss is a pluggable callable `loss_fn(z, anc_batch, bank) -> (loss, parts)` (bank is None or
-(bank_z, bank_anc)), so that SHDH (paper Eq. 7, `shdh.losses.shdh_loss`) and DPSH share one loop.
-Optimisation follows the paper's Algorithm 1: minibatch 128, SGD lr 0.01, lr *= 2/3 every 20
-"iterations" (read as epochs). Gradient-norm clipping is on by default because METHOD.md measured
-that the sum-over-partners loss scale, which leaves the h~ = 0 saddle, blows up without it.
+(bank_z, bank_anc)), so that SHDH (paper Eq. 7, `shdh.losses.SHDHObjective`), DPSH and the
+classifier oracle share one loop that knows none of them; a `shdh.losses.Loss` also carries the
+settings it was made from, which every checkpoint records. Optimisation follows the paper's
+Algorithm 1: minibatch 128, SGD lr 0.01, lr *= 2/3 every 20 "iterations" (read as epochs).
+Gradient-norm clipping is on by default because docs/method.md records that the
+sum-over-partners loss scale, which leaves the h~ = 0 saddle, blows up without it.
 
 Determinism: each epoch's order comes from a generator seeded with (seed, epoch), and the model
 init, dropout and CUDA RNG states are seeded inside a forked RNG scope and saved in every
@@ -19,7 +21,6 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ from torch import nn
 
 from shdh.atomic import atomic_path
 from shdh.devices import resolve_device
-from shdh.losses import E1_MODES, E2_MODES, REDUCTIONS, TARGETS, shdh_loss
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HEAD_INITS, HashingNet, build_model
 
@@ -53,8 +53,10 @@ class TrainingDivergedError(RuntimeError):
 
 @dataclass
 class TrainConfig:
-    n_bits: int = 64  # code length L
-    layout: str = "levels"  # segments: "levels" (K-1, levels 2..K) or "paper" (K, root wasted)
+    """The backbone and the loop, shared by every deep method; a method's own settings travel
+    with its loss (shdh.losses.Loss)."""
+
+    n_bits: int = 64  # network outputs L (the code length, or the oracle's class count)
     width: float = 1.0  # CNN-F width multiplier; 1.0 = conv 64/256, fc 4096
     image_size: int = 32  # network input side; 28x28 inputs are padded to it
     epochs: int = 10
@@ -64,11 +66,6 @@ class TrainConfig:
     weight_decay: float = 5e-4
     lr_decay: float = 2 / 3  # paper: lr *= 2/3 ...
     lr_decay_every: int = 20  # ... every 20 "iterations", read as epochs
-    alpha: float = 1.0  # weight of E2 (paper: 1)
-    e1: str = "levels"  # "levels" (Eq. 5 per level) | "matrix" (Eq. 7/8 with its scale fixed)
-    e2: str = "balance"  # "balance" | "trace" (paper's -tr(H A H^T)) | "none"
-    target: str = "signed"  # rho target for s^k = 0: "signed" -1 (opposite) | "binary" 0 (Eq. 5)
-    reduction: str = "sum"  # "sum" over partners (escapes the h~=0 saddle) | "mean" (paper scale)
     grad_clip: float = 10.0  # max gradient norm; 0 = off (the "sum" scale blows up without it)
     head_init: str = "default"  # "default" (fan-in) | "paper" (U[0, 0.001]: the h~=0 saddle)
     memory_bank: bool = False  # also pair the batch with detached past outputs (as DPSH does)
@@ -79,19 +76,10 @@ class TrainConfig:
     compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
 
     def __post_init__(self) -> None:
-        choices = {
-            "layout": ("levels", "paper"),
-            "e1": E1_MODES,
-            "e2": E2_MODES,
-            "target": TARGETS,
-            "reduction": REDUCTIONS,
-            "head_init": HEAD_INITS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
-                )
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(
+                f"TrainConfig.head_init must be one of {HEAD_INITS}, got {self.head_init!r}"
+            )
         checks = {
             "n_bits": self.n_bits >= 1,
             "width": self.width > 0,
@@ -103,7 +91,6 @@ class TrainConfig:
             "weight_decay": self.weight_decay >= 0,
             "lr_decay": 0 < self.lr_decay <= 1,
             "lr_decay_every": self.lr_decay_every >= 1,
-            "alpha": self.alpha >= 0,
             "grad_clip": self.grad_clip >= 0,
             "num_threads": self.num_threads is None or self.num_threads >= 1,
         }
@@ -117,35 +104,6 @@ class TrainResult:
     model: HashingNet
     history: list[dict[str, float]]
     checkpoint_path: Path
-
-
-def make_shdh_loss(
-    config: TrainConfig,
-    *,
-    segment_sizes: Sequence[int],
-    segment_levels: Sequence[int],
-    layer_weights: Sequence[float],
-) -> LossFn:
-    """The SHDH objective (Eq. 7) with the config's modes, as a `loss_fn` for `train`."""
-    fn = partial(
-        shdh_loss,
-        segment_sizes=segment_sizes,
-        segment_levels=segment_levels,
-        layer_weights=layer_weights,
-        alpha=config.alpha,
-        e1=config.e1,
-        e2=config.e2,
-        reduction=config.reduction,
-        target=config.target,
-    )
-
-    def loss_fn(
-        z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        bank_z, bank_anc = bank if bank is not None else (None, None)
-        return fn(z, anc, bank_z=bank_z, bank_anc=bank_anc)
-
-    return loss_fn
 
 
 @torch.no_grad()
@@ -373,7 +331,7 @@ def _resumable_checkpoint(
 def _probe_diagnostics(
     z: torch.Tensor, prev_codes: torch.Tensor
 ) -> tuple[dict[str, float], torch.Tensor]:
-    """Does training move the codes? (METHOD.md: at the h~=0 saddle nothing moves.)"""
+    """Does training move the codes? (docs/method.md: at the h~=0 saddle nothing moves.)"""
     codes = torch.where(z > 0, 1, -1).to(torch.int8).cpu()  # (P, L)
     stats = {
         "mean_abs_z": float(z.abs().mean()),
@@ -527,7 +485,7 @@ def train(
     segment_sizes: Sequence[int],
     segment_levels: Sequence[int],
     layer_weights: Sequence[float],
-    loss_fn: LossFn | None = None,
+    loss_fn: LossFn,
     resume: bool | str = False,
     progress: bool = True,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
@@ -537,8 +495,9 @@ def train(
     ancestors: (N, K) ancestor ids, or (N, K, M) ancestor sets (multi-label items, -1 padded),
     handed to loss_fn batch by batch.
 
-    loss_fn defaults to SHDH (`make_shdh_loss`). on_epoch(entry) is called after each epoch's
-    checkpoint is written (e.g. to log to MLflow). resume: True continues the checkpoint and
+    loss_fn: the method's batch loss (a shdh.losses.Loss, or any callable of that shape; a
+    Loss's settings must match for a checkpoint to be resumed). on_epoch(entry) is called after
+    each epoch's checkpoint is written (e.g. to log to MLflow). resume: True continues it and
     fails, naming it, if it is missing or was made with other settings or data; "auto"
     continues it when it matches and starts afresh otherwise (what `dvc repro` uses, so an
     interrupted pipeline picks up where it stopped but a changed one retrains).
@@ -551,13 +510,6 @@ def train(
     _check_inputs(
         config, images, ancestors, train_idx, segment_sizes, segment_levels, layer_weights
     )
-    if loss_fn is None:
-        loss_fn = make_shdh_loss(
-            config,
-            segment_sizes=segment_sizes,
-            segment_levels=segment_levels,
-            layer_weights=layer_weights,
-        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
@@ -569,6 +521,7 @@ def train(
         "segment_levels": segment_levels,
         "layer_weights": layer_weights,
         "train_idx_sha256": _sha256(train_idx),
+        "loss": getattr(loss_fn, "settings", None),  # a shdh.losses.Loss names its settings
     }
     ckpt = _resumable_checkpoint(resume, ckpt_path, config, identity)
     run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch)

@@ -181,9 +181,8 @@ def test_params_map_onto_train_config() -> None:
             if name in defaults and name != "n_bits":
                 assert value == defaults[name], (cls.name, name)
     shdh = SHDH(n_bits=8, layout="paper", alpha=0.1, e2="trace", lr=0.05, width=0.5, epochs=3)
-    config = shdh.train_config()
-    assert (config.layout, config.alpha, config.e2, config.lr, config.width, config.epochs) == (
-        "paper",
+    config, objective = shdh.train_config(), shdh.objective()
+    assert (objective.alpha, objective.e2, config.lr, config.width, config.epochs) == (
         0.1,
         "trace",
         0.05,
@@ -191,17 +190,18 @@ def test_params_map_onto_train_config() -> None:
         3,
     )
     assert not config.memory_bank
-    dpsh = DPSH(n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True).train_config()
-    assert dpsh.memory_bank and dpsh.reduction == "mean" and dpsh.grad_clip == 0.0
+    dpsh = DPSH(n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True)
+    assert dpsh.train_config().memory_bank and dpsh.train_config().grad_clip == 0.0
+    assert dpsh.objective().reduction == "mean"
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: DPSH(**TINY, eta=-1.0), "dpsh: eta must be"),
-        (lambda: DPSH(**TINY, eta=float("nan")), "dpsh: eta must be"),
+        (lambda: DPSH(**TINY, eta=-1.0), "dpsh: DPSHObjective: eta must be"),
+        (lambda: DPSH(**TINY, eta=float("nan")), "dpsh: DPSHObjective: eta must be"),
         (lambda: SHDH(**(TINY | {"lr": 0.0})), r"shdh: TrainConfig\.lr is out of range"),
-        (lambda: SHDH(**TINY, e1="bogus"), r"shdh: TrainConfig\.e1 must be one of"),
+        (lambda: SHDH(**TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
     ],
 )
 def test_bad_parameters(make, message: str) -> None:

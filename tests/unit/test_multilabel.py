@@ -24,7 +24,7 @@ from shdh.data.splits import make_split, save_split
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import LabelTree, TreeError, integer_layer_weights, layer_weights
-from shdh.losses import dpsh_loss, shdh_loss
+from shdh.losses import SHDHObjective, dpsh_loss, shdh_loss
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 from shdh.similarity import SMatrix, build_smatrix
@@ -569,15 +569,17 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
         memory_bank=memory_bank,
     )  # fmt: skip
     u = list(layer_weights(4))
+    loss = SHDHObjective().for_layout([4, 4, 4], [2, 3, 4], u)
     result = train(config, images, sets, np.arange(40), tmp_path, progress=False,
-                   segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4], layer_weights=u)  # fmt: skip
+                   segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4], layer_weights=u,
+                   loss_fn=loss)  # fmt: skip
     assert len(result.history) == 2
     assert all(math.isfinite(e["loss"]) and e["e1"] > 0 for e in result.history)
     assert result.checkpoint_path.is_file()
     with pytest.raises(ValueError, match=r"ancestors must be an \(N, K\) int array"):
         train(config, images, sets[:, :, :, None], np.arange(40), tmp_path / "x",
               progress=False, segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4],
-              layer_weights=u)  # fmt: skip
+              layer_weights=u, loss_fn=loss)  # fmt: skip
 
 
 @pytest.mark.parametrize("cls", [SHDH, DPSH])

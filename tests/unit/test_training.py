@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
+from shdh.losses import SHDHObjective
 from shdh.nets.hashing import build_model
 from shdh.training import (
     TrainConfig,
     TrainingDivergedError,
     encode,
     load_checkpoint,
-    make_shdh_loss,
     resolve_device,
     train,
 )
@@ -21,6 +21,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # K = 3 tree: root 0; superclasses 1, 2; leaves 3, 4 (under 1) and 5, 6 (under 2).
 SIZES, LEVELS, U = [8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]
 LAYOUT = {"segment_sizes": SIZES, "segment_levels": LEVELS, "layer_weights": U}
+LOSS = SHDHObjective().for_layout(SIZES, LEVELS, U)
+RUN = LAYOUT | {"loss_fn": LOSS}  # what train() needs besides the config and the data
 TINY = {"n_bits": 16, "width": 1 / 16, "image_size": 8, "batch_size": 16, "device": "cpu"}
 TIMING_KEYS = ("seconds", "images_per_sec")
 
@@ -47,14 +49,14 @@ def _train(out: Path, data=None, **over):
     config = TrainConfig(**(TINY | {"epochs": 2} | over.pop("config", {})))
     progress = over.pop("progress", False)
     return train(
-        config, images, anc, np.arange(len(images)), out, progress=progress, **LAYOUT, **over
+        config, images, anc, np.arange(len(images)), out, progress=progress, **(RUN | over)
     )
 
 
 def test_toy_hierarchy_trains(tmp_path: Path) -> None:
     images, anc = _toy(48)
     config = TrainConfig(**(TINY | {"epochs": 8, "batch_size": 32}))
-    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **LAYOUT)
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **RUN)
     hist = result.history
     assert [h["epoch"] for h in hist] == list(range(1, 9))
     assert hist[-1]["loss"] < 0.5 * hist[0]["loss"]
@@ -148,7 +150,7 @@ def test_resume_is_bit_identical(tmp_path: Path, memory_bank: bool) -> None:
 def test_memory_bank_pairs_with_other_items(tmp_path: Path) -> None:
     images, anc = _toy(8)  # 32 items, batches of 16
     config = TrainConfig(**(TINY | {"epochs": 2, "memory_bank": True}))
-    inner = make_shdh_loss(config, **LAYOUT)
+    inner = LOSS
     bank_sizes = []
 
     def spy(z, anc_batch, bank):
@@ -163,7 +165,7 @@ def test_memory_bank_pairs_with_other_items(tmp_path: Path) -> None:
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path: Path) -> None:
     images, anc = _toy(16)  # 64 items, 4 steps per epoch
     config = TrainConfig(**(TINY | {"epochs": 3}))
-    inner = make_shdh_loss(config, **LAYOUT)
+    inner = LOSS
     calls = []
 
     def nan_at_epoch_2(z, anc_batch, bank):
@@ -221,9 +223,9 @@ def test_resume_errors(tmp_path: Path) -> None:
             tmp_path,
             progress=False,
             resume=True,
-            **LAYOUT,
+            **RUN,
         )
-    other_layout = LAYOUT | {"segment_sizes": [6, 10]}
+    other_layout = RUN | {"segment_sizes": [6, 10]}
     with pytest.raises(ValueError, match="segment_sizes differs"):
         train(
             TrainConfig(**(TINY | {"epochs": 2})),
@@ -263,10 +265,6 @@ def test_encode_sign_of_zero_is_minus_one() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("layout", "flat"),
-        ("e1", "x"),
-        ("e2", "entropy"),
-        ("reduction", "max"),
         ("head_init", "zeros"),
         ("n_bits", 0),
         ("width", 0.0),
@@ -278,7 +276,6 @@ def test_encode_sign_of_zero_is_minus_one() -> None:
         ("weight_decay", -1.0),
         ("lr_decay", 0.0),
         ("lr_decay_every", 0),
-        ("alpha", -1.0),
         ("grad_clip", -1.0),
         ("num_threads", 0),
     ],
@@ -286,6 +283,27 @@ def test_encode_sign_of_zero_is_minus_one() -> None:
 def test_config_validation(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"TrainConfig.{field}"):
         TrainConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("e1", "x"), ("e2", "entropy"), ("target", "zero"), ("reduction", "max"), ("alpha", -1.0)],
+)
+def test_shdh_objective_validation(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"SHDHObjective: {field}"):
+        SHDHObjective(**{field: value})
+
+
+def test_a_checkpoint_resumes_only_under_its_loss_settings(tmp_path: Path) -> None:
+    """The loop knows no method, but a Loss names its settings and every checkpoint keeps them."""
+    data = _toy(16)
+    _train(tmp_path, data)
+    other = SHDHObjective(alpha=0.5).for_layout(SIZES, LEVELS, U)
+    with pytest.raises(ValueError, match="loss differs"):
+        _train(tmp_path, data, config={"epochs": 3}, loss_fn=other, resume=True)
+    assert [
+        h["epoch"] for h in _train(tmp_path, data, config={"epochs": 3}, resume=True).history
+    ] == [1, 2, 3]
 
 
 def test_train_bad_inputs(tmp_path: Path) -> None:
@@ -304,7 +322,7 @@ def test_train_bad_inputs(tmp_path: Path) -> None:
     ]
     for args, match in cases:
         with pytest.raises(ValueError, match=match):
-            train(config, *args, tmp_path, progress=False, **LAYOUT)
+            train(config, *args, tmp_path, progress=False, **RUN)
     with pytest.raises(ValueError, match="must sum to n_bits=16"):
         train(
             config,
@@ -313,7 +331,7 @@ def test_train_bad_inputs(tmp_path: Path) -> None:
             idx,
             tmp_path,
             progress=False,
-            **(LAYOUT | {"segment_sizes": [8, 4]}),
+            **(RUN | {"segment_sizes": [8, 4]}),
         )
 
 

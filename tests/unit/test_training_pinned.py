@@ -10,11 +10,17 @@ import pytest
 
 from shdh.hashers.deep import DPSH
 from shdh.hashers.supervision import PairSimilarity
+from shdh.losses import SHDHObjective
 from shdh.training import TrainConfig, encode, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-LAYOUT = {"segment_sizes": [8, 8], "segment_levels": [2, 3], "layer_weights": [0.0, 2 / 3, 1 / 3]}
+LAYOUT = {
+    "segment_sizes": [8, 8],
+    "segment_levels": [2, 3],
+    "layer_weights": [0.0, 2 / 3, 1 / 3],
+    "loss_fn": SHDHObjective().for_layout([8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]),
+}
 
 
 def _data(n: int = 97) -> tuple[np.ndarray, np.ndarray]:

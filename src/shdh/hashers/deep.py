@@ -25,7 +25,6 @@ import hashlib
 import inspect
 import json
 import logging
-import math
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -38,7 +37,7 @@ from shdh import training
 from shdh.atomic import atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.losses import check_labelled, dpsh_loss
+from shdh.losses import DPSHObjective, Loss, SHDHObjective, check_labelled
 from shdh.nets.hashing import build_model
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ class _DeepHasher(Hasher):
         sizes: Sequence[int],
         levels: Sequence[int],
         layer_weights: Sequence[float],
-    ) -> training.LossFn:
+    ) -> Loss:
         raise NotImplementedError
 
     def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
@@ -106,7 +105,6 @@ class _DeepHasher(Hasher):
                 "weight_decay",
                 "lr_decay",
                 "lr_decay_every",
-                "reduction",
                 "grad_clip",
                 "head_init",
                 "device",
@@ -395,14 +393,21 @@ class SHDH(LevelSegments, _DeepHasher):
         self._keep_arguments(locals())
 
     def _config_fields(self) -> dict[str, Any]:
-        return {
-            "layout": self.layout,
-            "alpha": self.alpha,
-            "e1": self.e1,
-            "e2": self.e2,
-            "target": self.target,
-            "memory_bank": self.memory_bank,
-        }
+        self.objective()  # the loss settings checked before any work
+        return {"memory_bank": self.memory_bank}
+
+    def objective(self) -> SHDHObjective:
+        """SHDH's loss settings; checked when built."""
+        try:
+            return SHDHObjective(
+                alpha=self.alpha,
+                e1=self.e1,
+                e2=self.e2,
+                target=self.target,
+                reduction=self.reduction,
+            )
+        except ValueError as err:
+            raise ValueError(f"{self.name}: {err}") from err
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
         return segment_sizes(self.n_bits, K, self.layout), segment_levels(K, self.layout)
@@ -413,10 +418,8 @@ class SHDH(LevelSegments, _DeepHasher):
         sizes: Sequence[int],
         levels: Sequence[int],
         layer_weights: Sequence[float],
-    ) -> training.LossFn:
-        return training.make_shdh_loss(
-            config, segment_sizes=sizes, segment_levels=levels, layer_weights=layer_weights
-        )
+    ) -> Loss:
+        return self.objective().for_layout(sizes, levels, layer_weights)
 
 
 class DPSH(_DeepHasher):
@@ -465,12 +468,14 @@ class DPSH(_DeepHasher):
         self._keep_arguments(locals())
 
     def _config_fields(self) -> dict[str, Any]:
-        eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, int | float) or not math.isfinite(eta):
-            raise ValueError(f"{self.name}: eta must be a finite number >= 0, got {eta!r}")
-        if eta < 0:
-            raise ValueError(f"{self.name}: eta must be >= 0, got {eta!r}")
+        self.objective()  # eta and reduction checked before any work
         return {"memory_bank": self.memory_bank}
+
+    def objective(self) -> DPSHObjective:
+        try:
+            return DPSHObjective(eta=self.eta, reduction=self.reduction)
+        except ValueError as err:
+            raise ValueError(f"{self.name}: {err}") from err
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
         return [int(self.n_bits)], [int(K)]  # one segment; its "level" is the finest one
@@ -481,24 +486,8 @@ class DPSH(_DeepHasher):
         sizes: Sequence[int],
         levels: Sequence[int],
         layer_weights: Sequence[float],
-    ) -> training.LossFn:
-        eta, reduction = float(self.eta), config.reduction
-
-        def loss_fn(
-            z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
-        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            bank_z, bank_anc = bank if bank is not None else (None, None)
-            return dpsh_loss(
-                z,
-                anc,
-                eta=eta,
-                reduction=reduction,
-                bank_z=bank_z,
-                bank_anc=bank_anc,
-                check_labels=False,
-            )  # checked once, in _fit
-
-        return loss_fn
+    ) -> Loss:
+        return self.objective().loss()
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         check_labelled(torch.as_tensor(np.asarray(pairs.ancestors)), "ancestors")

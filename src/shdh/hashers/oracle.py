@@ -26,6 +26,7 @@ from torch.nn import functional
 from shdh import training
 from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _DeepHasher
 from shdh.hierarchy import segment_levels, segment_sizes
+from shdh.losses import REDUCTIONS, Loss
 
 
 def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:
@@ -38,8 +39,10 @@ def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:
 def class_codes(paths: np.ndarray, sizes: Sequence[int], levels: Sequence[int], seed: int):
     """(C, L) int8 codes of C classes from their ancestor paths (C, K): per segment, the pattern
     of the path's node at the segment's level (1-based, level 1 = the root)."""
-    parts = [np.stack([node_pattern(seed, k, int(path[k - 1]), size) for path in paths])
-             for size, k in zip(sizes, levels, strict=True)]  # fmt: skip
+    parts = [
+        np.stack([node_pattern(seed, k, int(path[k - 1]), size) for path in paths])
+        for size, k in zip(sizes, levels, strict=True)
+    ]
     return np.concatenate(parts, axis=1)
 
 
@@ -112,14 +115,17 @@ class Oracle(LevelSegments, _DeepHasher):
         sizes: Sequence[int],
         levels: Sequence[int],
         layer_weights: Sequence[float],
-    ) -> training.LossFn:
+    ) -> Loss:
+        """Cross-entropy on the finest class (its settings: the reduction)."""
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"{self.name}: reduction must be one of {REDUCTIONS}")
         lookup = torch.full((int(self.classes_.max()) + 1,), -1, dtype=torch.long)
         lookup[torch.from_numpy(self.classes_)] = torch.arange(len(self.classes_))
-        reduction = config.reduction
+        reduction = self.reduction
         on_device = [lookup]
 
-        def loss_fn(
-            z: torch.Tensor, anc: torch.Tensor, bank: tuple[torch.Tensor, torch.Tensor] | None
+        def cross_entropy(
+            z: torch.Tensor, anc: torch.Tensor, bank_z: Any = None, bank_anc: Any = None
         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if on_device[0].device != anc.device:  # moved once, not copied to the GPU every step
                 on_device[0] = lookup.to(anc.device)
@@ -128,7 +134,7 @@ class Oracle(LevelSegments, _DeepHasher):
             accuracy = (z.argmax(dim=1) == target).float().mean()
             return loss, {"accuracy": accuracy.detach()}
 
-        return loss_fn
+        return Loss(cross_entropy, {"loss": "cross-entropy", "reduction": reduction})
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return self.class_codes_[self._predicted_index(X)]
