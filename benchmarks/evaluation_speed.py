@@ -1,6 +1,6 @@
 """Full evaluation of one method's codes: wall time and peak memory of shdh.metrics.evaluate.
 
-Issue 6 target (2 cores): full metrics (ACG/DCG/NDCG@100 with both ideals, WR@100/1000/5000,
+Target (2 cores): full metrics (ACG/DCG/NDCG@100 with both ideals, WR@100/1000/5000,
 the WR@n curve to 5,000 and the WR-by-radius curve) for 7,000 queries x 63,000 database items
 in at most 30 seconds, with peak memory at most 4 GB.
 

@@ -1,6 +1,6 @@
 """Exact top-100 ranking speed: shdh.retrieval against faiss IndexBinaryFlat, side by side.
 
-Issue 6 target (2 cores): queries per second for exact top-100 retrieval over 1,000,000 random
+Target (2 cores): queries per second for exact top-100 retrieval over 1,000,000 random
 64-bit database codes, 1,000 queries; our plain Hamming >= 1.0x faiss, our weighted Hamming
 (the 3-segment Fashion-MNIST-H layout, integer weights 3/2/1) >= 0.5x faiss.
 

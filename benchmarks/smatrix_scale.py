@@ -1,6 +1,6 @@
 """The S-matrix step at scale, and dense S blocks against a numpy broadcast baseline.
 
-Issue 6 targets (2 cores):
+Targets (2 cores):
 - 1,000,000 items with a 7-level synthetic tree: the S-matrix step in at most 60 seconds with
   peak RSS at most 2 GB, with no N x N allocation (one would be 10^12 cells: a terabyte in int8);
 - dense blocks (SMatrix.block: Eq. 3 as float32; SMatrix.shared_block: shared levels as int8)

@@ -1,6 +1,6 @@
 """SHDH's training step against a plain cross-entropy step, and data waiting in the real loop.
 
-Issue 6 targets (same machine, same batch):
+Targets (same machine, same batch):
 - SHDH's training step costs at most 1.15x a plain cross-entropy classification step of the
   same backbone: the hashing head and the pairwise loss must be nearly free;
 - data loading never starves the step: waiting for data is under 10% of the step time.

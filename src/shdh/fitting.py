@@ -27,10 +27,10 @@ from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
 from shdh.plan import fit_seed, method_params, model_dir, run_name
+from shdh.training import RESUME_MODES
 
 log = logging.getLogger(__name__)
 
-RESUME_MODES = ("never", "auto", "always")
 HASHER_DIR = "hasher"  # inside a model folder: params.json + state.npz
 RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
@@ -183,7 +183,6 @@ def _fit_deep(
     checkpoints: Any,
 ) -> None:
     """hasher.fit with each epoch logged, and uploaded to the checkpoint store if there is one."""
-    mode = {"never": False, "always": True, "auto": "auto"}[resume]
     on_epoch = _epoch_logger(out_dir.name, hasher.epochs)
     syncing = (
         contextlib.nullcontext(on_epoch)
@@ -191,7 +190,7 @@ def _fit_deep(
         else checkpoints.syncing(hasher, out_dir, on_epoch)
     )
     with syncing as on_epoch:
-        hasher.fit(X, pairs, resume=mode, progress=progress, on_epoch=on_epoch)
+        hasher.fit(X, pairs, resume=resume, progress=progress, on_epoch=on_epoch)
 
 
 def _share_checkpoint(

@@ -1,4 +1,4 @@
-"""The SHDH training objective (paper Eq. 5-8), made consistent as METHOD.md "Loss" records.
+"""The SHDH training objective (paper Eq. 5-8), made consistent as docs/method.md "Loss" records.
 
 The paper's E1 (Eq. 5) compares an unnormalised, u-weighted inner product with s^k in {0, 1}; its
 matrix form (Eq. 8) compares H A H^T with L*S; its E2 (Eq. 6) is called an entropy term but, as
@@ -20,7 +20,7 @@ provides with its own weight) and, optionally, a memory bank of detached past ou
 does. An item's own stale output in the bank is kept as a partner like any other (the bank carries
 no item ids); the training loop leaves the current batch's items out of the bank it passes.
 
-Scale matters as much as form (METHOD.md): reduction "sum" (default) sums over partners and
+Scale matters as much as form (docs/method.md): reduction "sum" (default) sums over partners and
 averages over anchors, about B times a mean over pairs; a plain mean ("mean", paper-literal scale,
 kept for the ablation) left the optimiser at the h~ = 0 saddle. With a memory bank the "sum" scale
 grows with the bank size, so gradient clipping matters even more there.
@@ -372,7 +372,7 @@ def dpsh_loss(
     authors' jiangqy/DPSH-pytorch, which pairs each batch with a bank U of all training outputs.
     The self-pair is left out (the original keeps its stale bank copy; it only pushes ||u_i||).
 
-    Normalisation (METHOD.md: eta must match it): the original divides both sums by
+    Normalisation (docs/method.md: eta must match it): the original divides both sums by
     N * batch, so eta weighs the quantisation of one item against its likelihood summed over all
     N partners. Both reductions keep exactly that balance and differ only by an overall factor:
       "sum"  (default): (sum of pair terms + eta sum_i q_i) / B       (mean over anchors)

@@ -1,5 +1,5 @@
-"""Retrieval metrics exactly as METHOD.md "Metrics" defines them: small pure functions, then one
-`evaluate` that assembles them over chunks of queries.
+"""Retrieval metrics exactly as docs/method.md "Metrics" defines them: small pure functions,
+then one `evaluate` that assembles them over chunks of queries.
 
 Relevance r(q, x) = number of shared non-root levels and gain g(q, x) = sum_k u_k s^k_qx are
 computed here from ancestor matrices (N, K), column 0 the root, -1 = no node (never matches), or

@@ -3,10 +3,11 @@
 Codes are stored packed (`np.packbits` of bit = +1, big-endian within a byte) because that is
 8x smaller than int8 and lets one XOR + popcount compare 64 bits at once.
 
-Eq. 4 is read as METHOD.md says: D(q, x) = sum_k u_k * popcount((q xor x) & mask_k) over the code's
-segments. The float layer weights are replaced by proportional integers (K+1-k for SHDH), so every
-distance is an exact small integer: ties are real ties, not rounding noise, and are broken by
-ascending database index (the split step shuffles the database once, so that order is neutral).
+Eq. 4 is read as docs/method.md says: D(q, x) = sum_k u_k * popcount((q xor x) & mask_k) over
+the code's segments. The float layer weights are replaced by proportional integers (K+1-k for
+SHDH), so every distance is an exact small integer: ties are real ties, not rounding noise, and
+are broken by ascending database index (the split step shuffles the database once, so that order
+is neutral).
 
 Speed: the database is viewed as uint64 words and the weights are split into bit planes,
 D = sum_p 2^p * popcount((q xor x) & M_p), where M_p covers the segments whose integer weight has

@@ -40,6 +40,9 @@ PROBE_SIZE = 1000  # training items whose codes are tracked across epochs
 # Fields that may differ between a checkpoint and the config resuming it: they do not change
 # what is computed (epochs may grow so that a finished run can be extended).
 _RESUMABLE_FIELDS = ("epochs", "device", "num_threads", "compile")
+# "never" trains afresh; "always" continues the checkpoint and fails, naming it, when it is
+# missing or from other settings or data; "auto" continues a matching one, else starts afresh.
+RESUME_MODES = ("never", "auto", "always")
 
 LossFn = Callable[
     [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
@@ -309,18 +312,23 @@ def _check_resume(
         )
 
 
+def check_resume_mode(resume: str, where: str = "train") -> str:
+    if resume not in RESUME_MODES:
+        raise ValueError(f"{where}: resume must be one of {RESUME_MODES}, got {resume!r}")
+    return resume
+
+
 def _resumable_checkpoint(
-    resume: bool | str, path: Path, config: TrainConfig, identity: dict[str, Any]
+    resume: str, path: Path, config: TrainConfig, identity: dict[str, Any]
 ) -> dict[str, Any] | None:
-    if resume not in (True, False, "auto"):
-        raise ValueError(f"train: resume must be True, False or 'auto', got {resume!r}")
-    if not resume or (resume == "auto" and not path.is_file()):
+    check_resume_mode(resume)
+    if resume == "never" or (resume == "auto" and not path.is_file()):
         return None
     try:
         ckpt = _read_checkpoint(path)
         _check_resume(ckpt, path, config, identity)
     except ValueError as err:
-        if resume != "auto":
+        if resume == "always":
             raise
         log.warning("not resuming: %s; training from scratch", err)
         return None
@@ -486,7 +494,7 @@ def train(
     segment_levels: Sequence[int],
     layer_weights: Sequence[float],
     loss_fn: LossFn,
-    resume: bool | str = False,
+    resume: str = "never",
     progress: bool = True,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
 ) -> TrainResult:
@@ -497,10 +505,9 @@ def train(
 
     loss_fn: the method's batch loss (a shdh.losses.Loss, or any callable of that shape; a
     Loss's settings must match for a checkpoint to be resumed). on_epoch(entry) is called after
-    each epoch's checkpoint is written (e.g. to log to MLflow). resume: True continues it and
-    fails, naming it, if it is missing or was made with other settings or data; "auto"
-    continues it when it matches and starts afresh otherwise (what `dvc repro` uses, so an
-    interrupted pipeline picks up where it stopped but a changed one retrains).
+    each epoch's checkpoint is written (e.g. to log to MLflow). resume: one of RESUME_MODES;
+    "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where it stopped but a
+    changed one retrains.
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)

@@ -150,7 +150,7 @@ def test_resume_continues_to_the_same_model(method: str, fitted, tmp_path: Path)
     first = _fit(method, epochs=1, work_dir=str(tmp_path))
     assert (tmp_path / CHECKPOINT_NAME).is_file() and (tmp_path / RUN_FILE).is_file()
     resumed = get_hasher_class(method)(**(TINY | {"epochs": 3, "work_dir": str(tmp_path)}))
-    resumed.fit(TRAIN[0], _pairs(method), resume=True)
+    resumed.fit(TRAIN[0], _pairs(method), resume="always")
     assert resumed.history_[0] == first.history_[0]  # epoch 1 was not retrained
     np.testing.assert_array_equal(resumed.encode(QUERIES[0]), fitted[method].encode(QUERIES[0]))
     with pytest.raises(ValueError, match="would replace work_dir"):
@@ -162,11 +162,11 @@ def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
     _fit("dpsh", data=small, epochs=1, work_dir=str(tmp_path))
     other_eta = DPSH(**(TINY | {"epochs": 1, "eta": 1.0, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match=r"hasher\.json: cannot resume: parameter 'eta'"):
-        other_eta.fit(small[0], _pairs("dpsh", small[1]), resume=True)
+        other_eta.fit(small[0], _pairs("dpsh", small[1]), resume="always")
     flipped = small[0][::-1].copy()
     same_params = DPSH(**(TINY | {"epochs": 1, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match="field 'data_sha256'"):
-        same_params.fit(flipped, _pairs("dpsh", small[1]), resume=True)
+        same_params.fit(flipped, _pairs("dpsh", small[1]), resume="always")
     other_eta.fit(small[0], _pairs("dpsh", small[1]), resume="auto")  # retrains afresh
     record = json.loads((tmp_path / RUN_FILE).read_text())
     assert record["params"]["eta"] == 1.0 and record["method"] == "dpsh"
@@ -216,10 +216,10 @@ def test_bad_inputs() -> None:
         DPSH(**TINY).fit(TRAIN[0])
     with pytest.raises(ValueError, match="images must be a uint8"):
         DPSH(**TINY).fit(TRAIN[0].astype(np.float32), _pairs("dpsh"))
-    with pytest.raises(ValueError, match="resume=True needs work_dir"):
-        DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume=True)
-    with pytest.raises(ValueError, match="resume must be"):
+    with pytest.raises(ValueError, match="resume='always' needs work_dir"):
         DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume="always")
+    with pytest.raises(ValueError, match="resume must be one of"):
+        DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume=True)
 
 
 def test_encode_refuses_other_images(fitted) -> None:

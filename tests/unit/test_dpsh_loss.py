@@ -132,7 +132,7 @@ def _term_gradients(z: torch.Tensor, anc, bank_z, bank_anc, normalisation: str) 
     full, _ = dpsh_loss(z, anc, eta=10.0, **kw)
     (g_all,) = torch.autograd.grad(full, z)
     g_quant = g_all - g_lik
-    if normalisation == "likelihood-mean-only":  # what METHOD.md saw drowned by eta = 10
+    if normalisation == "likelihood-mean-only":  # what docs/method.md saw drowned by eta = 10
         g_lik = g_lik / (len(z) - 1 + len(bank_z))
     return float(g_lik.norm()), float(g_quant.norm())
 
@@ -141,7 +141,7 @@ def test_eta_is_matched_to_the_summed_likelihood() -> None:
     """For outputs of the scale the 64-bit Fashion-MNIST runs start at (std ~0.3, here without
     a component shared by all items), 10 balanced classes and a bank of 2,000 items, the two
     gradients are within a factor of 10 under DPSH's normalisation, while a mean over pairs for
-    the likelihood alone (what METHOD.md saw) lets eta = 10 outweigh it by more than 100 times.
+    the likelihood alone (what docs/method.md saw) lets eta = 10 outweigh it by more than 100 times.
     (Real untrained outputs do share a component, which makes the likelihood larger still:
     see the report's measurement.)"""
     rng = np.random.default_rng(0)

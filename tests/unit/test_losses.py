@@ -21,7 +21,7 @@ def _layout(n_bits: int, k: int, layout: str) -> tuple[list[int], list[int], lis
 def _brute(
     z, anc, sizes, levels, u, alpha, e1, e2, reduction, bank_z=None, bank_anc=None, target="signed"
 ):
-    """The loss written pair by pair, straight from the definitions in METHOD.md."""
+    """The loss written pair by pair, straight from the definitions in docs/method.md."""
     h = np.tanh(z)
     hp, ap = h, anc
     if bank_z is not None:

@@ -1,4 +1,4 @@
-"""Metrics of METHOD.md against hand-computed cases and a brute-force evaluation."""
+"""Metrics of docs/method.md against hand-computed cases and a brute-force evaluation."""
 
 from __future__ import annotations
 

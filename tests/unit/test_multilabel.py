@@ -366,7 +366,7 @@ def test_metrics_of_one_slot_sets_equal_the_matrix_metrics() -> None:
 
 
 def _brute_metrics(c: Codes, n: int) -> dict[str, float]:
-    """METHOD.md's metrics written out: weighted Hamming (integer weights 2 : 1), ties by row,
+    """docs/method.md's metrics written out: weighted Hamming (integer weights 2 : 1), ties by row,
     relevance and gain from Python sets, the whole database for WR."""
     bits_q = np.unpackbits(c.query_codes, axis=1)[:, : c.n_bits].astype(int)
     bits_db = np.unpackbits(c.db_codes, axis=1)[:, : c.n_bits].astype(int)

@@ -1,4 +1,4 @@
-"""The faster paths added for the speed benchmarks (issue 6) give exactly the old results.
+"""The faster paths added for the speed benchmarks give exactly the old results.
 
 build_smatrix dedupes the training pool by one sort instead of np.unique (numpy 2.4 hashes, which
 was a quarter of the S-matrix step at 1,000,000 items): the same pool, so the same sample.

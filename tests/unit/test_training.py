@@ -131,7 +131,7 @@ def test_resume_is_bit_identical(tmp_path: Path, memory_bank: bool) -> None:
     straight = _train(tmp_path / "a", data, config={"epochs": 3, "memory_bank": memory_bank})
     _train(tmp_path / "b", data, config={"epochs": 2, "memory_bank": memory_bank})
     resumed = _train(
-        tmp_path / "b", data, config={"epochs": 3, "memory_bank": memory_bank}, resume=True
+        tmp_path / "b", data, config={"epochs": 3, "memory_bank": memory_bank}, resume="always"
     )
     a, b = straight.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -142,7 +142,7 @@ def test_resume_is_bit_identical(tmp_path: Path, memory_bank: bool) -> None:
     assert ckpt["epoch"] == 3 and config.epochs == 3
     # A finished run resumed with the same epochs returns it without training.
     again = _train(
-        tmp_path / "b", data, config={"epochs": 3, "memory_bank": memory_bank}, resume=True
+        tmp_path / "b", data, config={"epochs": 3, "memory_bank": memory_bank}, resume="always"
     )
     assert again.history == resumed.history
 
@@ -203,16 +203,16 @@ def test_inf_in_first_epoch_says_no_checkpoint(tmp_path: Path) -> None:
 def test_resume_errors(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.pt"
     with pytest.raises(FileNotFoundError, match=str(path)):
-        _train(tmp_path, resume=True)
+        _train(tmp_path, resume="always")
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match=f"{path}: cannot be read"):
-        _train(tmp_path, resume=True)
+        _train(tmp_path, resume="always")
     data = _toy(16)
     _train(tmp_path, data, config={"epochs": 2})
     with pytest.raises(ValueError, match=f"{path}: config field 'lr'"):
-        _train(tmp_path, data, config={"lr": 0.02}, resume=True)
+        _train(tmp_path, data, config={"lr": 0.02}, resume="always")
     with pytest.raises(ValueError, match="already trained 2 epochs > epochs=1"):
-        _train(tmp_path, data, config={"epochs": 1}, resume=True)
+        _train(tmp_path, data, config={"epochs": 1}, resume="always")
     images, anc = data
     with pytest.raises(ValueError, match="train_idx_sha256 differs"):
         train(
@@ -222,7 +222,7 @@ def test_resume_errors(tmp_path: Path) -> None:
             np.arange(60),
             tmp_path,
             progress=False,
-            resume=True,
+            resume="always",
             **RUN,
         )
     other_layout = RUN | {"segment_sizes": [6, 10]}
@@ -234,7 +234,7 @@ def test_resume_errors(tmp_path: Path) -> None:
             np.arange(64),
             tmp_path,
             progress=False,
-            resume=True,
+            resume="always",
             **other_layout,
         )
 
@@ -300,9 +300,9 @@ def test_a_checkpoint_resumes_only_under_its_loss_settings(tmp_path: Path) -> No
     _train(tmp_path, data)
     other = SHDHObjective(alpha=0.5).for_layout(SIZES, LEVELS, U)
     with pytest.raises(ValueError, match="loss differs"):
-        _train(tmp_path, data, config={"epochs": 3}, loss_fn=other, resume=True)
+        _train(tmp_path, data, config={"epochs": 3}, loss_fn=other, resume="always")
     assert [
-        h["epoch"] for h in _train(tmp_path, data, config={"epochs": 3}, resume=True).history
+        h["epoch"] for h in _train(tmp_path, data, config={"epochs": 3}, resume="always").history
     ] == [1, 2, 3]
 
 

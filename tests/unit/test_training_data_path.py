@@ -67,7 +67,7 @@ def test_compile_wraps_the_training_steps_only(tmp_path: Path, monkeypatch) -> N
         np.arange(len(images)),
         tmp_path,
         progress=False,
-        resume=True,
+        resume="always",
         **LAYOUT,
     )
     assert [h["epoch"] for h in again.history] == [1, 2]

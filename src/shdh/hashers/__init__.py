@@ -19,7 +19,7 @@ REGISTRY: dict[str, str] = {
     "cosdish+h": "shdh.hashers.cosdish:COSDISHH",
     "dpsh": "shdh.hashers.deep:DPSH",
     "shdh": "shdh.hashers.deep:SHDH",
-    "oracle": "shdh.hashers.oracle:Oracle",  # a reference row: classifier codes (issue 6)
+    "oracle": "shdh.hashers.oracle:Oracle",  # a reference row: classifier codes
 }
 
 
@@ -28,7 +28,3 @@ def get_hasher_class(name: str):
         raise ValueError(f"unknown method '{name}' (known: {', '.join(REGISTRY)})")
     module, cls = REGISTRY[name].split(":")
     return getattr(importlib.import_module(module), cls)
-
-
-def make_hasher(name: str, **params):
-    return get_hasher_class(name)(**params)

@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 NET_PREFIX = "net."  # state.npz keys of the network weights
 RUN_FILE = "hasher.json"  # in work_dir: what the checkpoint there was trained with
-RESUME_MODES = (False, True, "auto")
 # Parameters that do not change what is computed, so a resumed run may differ in them (the
 # training loop lets `epochs` grow, to extend a finished run).
 _RUNTIME_PARAMS = ("epochs", "device", "num_threads", "compile", "work_dir")
@@ -125,22 +124,22 @@ class _DeepHasher(Hasher):
         X: np.ndarray,
         pairs: Any = None,
         *,
-        resume: bool | str = False,
+        resume: str = "never",
         progress: bool = False,
         on_epoch: Callable[[dict[str, float]], None] | None = None,
     ) -> _DeepHasher:
         """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
         ancestor sets for multi-label items, and pairs.weights.
 
-        resume: False trains afresh; True continues the checkpoint in work_dir and fails,
-        naming the difference, if it was made with other parameters or data; "auto" continues
-        it when it matches and trains afresh otherwise. on_epoch(entry) gets each epoch's
-        history entry (loss, e1, e2, flip_fraction, bit_balance, ...), e.g. for MLflow.
+        resume (training.RESUME_MODES): "never" trains afresh; "always" continues the
+        checkpoint in work_dir and fails, naming the difference, if it was made with other
+        parameters or data; "auto" continues it when it matches and trains afresh otherwise.
+        on_epoch(entry) gets each epoch's history entry (loss, e1, e2, flip_fraction,
+        bit_balance, ...), e.g. for MLflow.
         """
-        if resume not in RESUME_MODES:
-            raise ValueError(f"{self.name}: resume must be False, True or 'auto', got {resume!r}")
-        if resume is True and self.work_dir is None:
-            raise ValueError(f"{self.name}: resume=True needs work_dir (where the checkpoint is)")
+        training.check_resume_mode(resume, self.name)
+        if resume == "always" and self.work_dir is None:
+            raise ValueError(f"{self.name}: resume='always' needs work_dir (the checkpoint)")
         self._fit_options = {"resume": resume, "progress": progress, "on_epoch": on_epoch}
         try:
             super().fit(X, pairs)
@@ -242,22 +241,20 @@ class _DeepHasher(Hasher):
         record = self._run_record(_check_images(self.name, X), pairs)
         return _record_mismatch(Path(work_dir) / RUN_FILE, record)
 
-    def _prepare_work_dir(
-        self, work_dir: Path, images: np.ndarray, pairs: Any, resume: bool | str
-    ) -> bool | str:
+    def _prepare_work_dir(self, work_dir: Path, images: np.ndarray, pairs: Any, resume: str) -> str:
         """Decide whether the checkpoint in work_dir may be continued; record this run."""
         work_dir.mkdir(parents=True, exist_ok=True)
         run_path, ckpt_path = work_dir / RUN_FILE, work_dir / training.CHECKPOINT_NAME
         record = self._run_record(images, pairs)
-        if resume is not False:
+        if resume != "never":
             problem = _record_mismatch(run_path, record)
-            if problem is not None and resume is True:
+            if problem is not None and resume == "always":
                 raise ValueError(f"{run_path}: cannot resume: {problem}")
             if problem is not None:
                 if ckpt_path.exists():
                     log.warning("%s: not resuming (%s); training from scratch", run_path, problem)
-                resume = False
-        if resume is False:
+                resume = "never"
+        if resume == "never":
             ckpt_path.unlink(missing_ok=True)  # never pair a stale checkpoint with a new record
             atomic_write_text(run_path, json.dumps(record, indent=2) + "\n")
         return resume

@@ -235,7 +235,7 @@ def refine(
 
 
 def sign(x: np.ndarray) -> np.ndarray:
-    """sgn with sgn(0) = -1 (METHOD.md), as float64 for the products with R."""
+    """sgn with sgn(0) = -1 (docs/method.md), as float64 for the products with R."""
     return np.where(x > 0, 1.0, -1.0)
 
 

@@ -1,4 +1,4 @@
-"""The classifier oracle: a reference row that bounds what the backbone allows (issue 6).
+"""The classifier oracle: a reference row that bounds what the backbone allows.
 
 The same CNN-F backbone is trained with plain cross-entropy on the finest labels; an item's code
 is then built from its *predicted* class path: one fixed random +-1 pattern per tree node, the

@@ -5,7 +5,7 @@ into Convolutional Nets", BMVC 2014 (conv 64-11x11/4, 256-5x5, 256-3x3 x3, fc 40
 
 SHDH uses CNN-F pretrained on ImageNet. No pretrained weights can be obtained here, and at 32x32
 the original stride-4 conv1 and 3x3/2 pools shrink the map to nothing before conv5, so this is the
-32x32 variant METHOD.md fixes: the same depth and widths, trained from scratch, with conv1 5x5
+32x32 variant docs/method.md fixes: the same depth and widths, trained from scratch, with conv1 5x5
 stride 1 and 2x2 pools (32 -> 16 -> 8 -> 4). BatchNorm takes the place of LRN after conv1 and
 conv2, because from-scratch training of a 5-conv net is much less sensitive to the learning rate
 with it. `width` scales every conv and fc width so that tests and CPU runs can use a narrow net.

@@ -22,8 +22,8 @@ class HashingNet(nn.Module):
 
     head_init="paper" draws the hashing layer's weights and bias uniformly from [0, 0.001], as the
     paper says. Then every z is a tiny positive number, tanh(z) ~ z ~ 0 for all items: that is the
-    h~ = 0 saddle METHOD.md measured (the codes never left it with a mean-normalised E1), so the
-    default keeps PyTorch's fan-in initialisation, which starts with codes that differ per item.
+    h~ = 0 saddle docs/method.md measured (the codes never left it with a mean-normalised E1), so
+    the default keeps PyTorch's fan-in initialisation, which starts with codes that differ per item.
     """
 
     def __init__(

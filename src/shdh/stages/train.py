@@ -16,6 +16,7 @@ from shdh import fitting
 from shdh.hashers import REGISTRY, get_hasher_class
 from shdh.plan import method_bits, models_root, section_seeds
 from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
+from shdh.training import RESUME_MODES
 
 HELP = "fit methods at their code lengths (deep: SHDH, DPSH; shallow: ITQ, KSH, ...)"
 
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ones; KMH skips lengths its subspaces do not divide)",
     )  # fmt: skip
     parser.add_argument(
-        "--resume", nargs="?", const="always", default="never", choices=fitting.RESUME_MODES,
+        "--resume", nargs="?", const="always", default="never", choices=RESUME_MODES,
         help="deep methods: continue from the last checkpoint: always (bare --resume), auto "
         "(only if its settings match; what dvc repro uses) or never",
     )  # fmt: skip
