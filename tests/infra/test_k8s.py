@@ -517,3 +517,14 @@ def test_every_kustomization_is_rendered_by_a_tested_target():
             str((K8S / target / c).resolve().relative_to(K8S)) for c in spec.get("components", [])
         }
     assert components == used
+
+
+@targets
+def test_in_a_profile_namespace_the_stack_runs_without_istio_sidecars(target):
+    """The profile's AuthorizationPolicy would refuse the sidecar-less pipeline steps at the
+    servers' sidecars; elsewhere no Istio label is set."""
+    for obj in render(target):
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            labels = obj["spec"]["template"]["metadata"]["labels"]
+            expected = "false" if target == "overlays/profile" else None
+            assert labels.get("sidecar.istio.io/inject") == expected, obj["metadata"]["name"]
