@@ -14,8 +14,9 @@
 #
 # GPU nodes need an NVIDIA driver of release 580 or newer (CUDA 13.x; 580.65.06 shipped with
 # CUDA 13.0) and a GPU of compute capability 7.5 (Turing) or newer: CUDA 13 dropped Maxwell,
-# Pascal and Volta. NVIDIA's container toolkit reads NVIDIA_REQUIRE_CUDA of the base image and
-# refuses to start the container on an older driver.
+# Pascal and Volta. On an older driver NVIDIA's container toolkit refuses the container where it
+# checks the base image's NVIDIA_REQUIRE_CUDA, and the train step's device check fails at once
+# where it does not.
 #
 # Base images are pinned by the digest of their multi-architecture index (amd64 is what the
 # lock's wheels need; build with --platform linux/amd64). The digests were not pulled from the
