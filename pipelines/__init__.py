@@ -3,19 +3,30 @@
 `shdh pipeline compile|run|submit` (shdh.stages.pipeline) imports this package from the checkout.
 """
 
-from pipelines.cluster import DEFAULT_SCHEDULING_FILE, TrainScheduling, load_scheduling
+from pipelines.kfp_api import MIN_BACKEND, Credentials
 from pipelines.local import LocalRun, run_local
+from pipelines.settings import (
+    DEFAULT_OVERLAY,
+    ClusterSettings,
+    SettingsError,
+    settings_from_file,
+    settings_from_overlay,
+)
 from pipelines.shdh_pipeline import PIPELINE_NAME, build_pipeline, compile_pipeline
 from pipelines.submit import submit
 
 __all__ = [
-    "DEFAULT_SCHEDULING_FILE",
+    "DEFAULT_OVERLAY",
+    "MIN_BACKEND",
     "PIPELINE_NAME",
+    "ClusterSettings",
+    "Credentials",
     "LocalRun",
-    "TrainScheduling",
+    "SettingsError",
     "build_pipeline",
     "compile_pipeline",
-    "load_scheduling",
     "run_local",
+    "settings_from_file",
+    "settings_from_overlay",
     "submit",
 ]

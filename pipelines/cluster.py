@@ -1,14 +1,13 @@
-"""What a task needs on a Kubernetes cluster and nowhere else: settings, credentials, a GPU.
+"""What a task needs on a Kubernetes cluster and nowhere else: settings, credentials, sizes, a GPU.
 
 MLflow's address and the S3 endpoint come from the ConfigMap `shdh-config`, the S3 credentials
 from the Secret `shdh-credentials` (k8s/base; k8s/secret.example.yaml shows the keys), as
 environment variables through kfp-kubernetes. The compiled YAML names them and holds no value.
 
-Where the training steps run is the ConfigMap `shdh-train-scheduling` of k8s/ (the gpu overlay
-fills it in): node selector, tolerations and accelerator are part of a compiled pipeline, not of
-a running pod, so the compiler reads that ConfigMap from a file (the overlay's manifest, the
-output of `kubectl kustomize`, or `kubectl get configmap shdh-train-scheduling -o json`) and
-puts the values on the train tasks.
+Sizes, retries, the timeout, loop caps and where the train tasks run come from the cluster's
+settings (pipelines.settings: the ConfigMap `shdh-pipeline` of the overlay the user names). On
+settings with a GPU the train tasks also run in the CUDA image and train with `device: cuda`,
+so that a node without a usable GPU fails the step at once instead of training on the CPU.
 
 None of this is applied to the pipeline kfp.local runs: it has no Kubernetes, warns that an
 accelerator request has no effect there, and takes its environment from the calling shell.
@@ -16,12 +15,10 @@ accelerator request has no effect there, and takes its environment from the call
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
+import copy
 from typing import Any
 
-import yaml
+from pipelines.settings import ClusterSettings
 
 CONFIG_MAP = "shdh-config"
 # SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.checkpoint_store).
@@ -33,65 +30,6 @@ CONFIG_KEYS = (
 )
 SECRET = "shdh-credentials"
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-SCHEDULING_CONFIG_MAP = "shdh-train-scheduling"
-DEFAULT_SCHEDULING_FILE = Path("k8s/overlays/gpu/train-scheduling.yaml")  # in the checkout
-_TOLERATION_FIELDS = {"key": "key", "operator": "operator", "value": "value", "effect": "effect",
-                      "tolerationSeconds": "toleration_seconds"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class TrainScheduling:
-    """Where a training task runs; the empty default runs it on any node, without a GPU."""
-
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = field(default_factory=list)
-    accelerator_type: str = ""
-    accelerator_limit: int = 0
-
-
-def load_scheduling(path: str | Path) -> TrainScheduling:
-    """The values of the ConfigMap shdh-train-scheduling found in a YAML or JSON file (one
-    object, a multi-document stream, or a `kind: List`); errors name the file and the key."""
-    path = Path(path)
-    try:
-        documents = list(yaml.safe_load_all(path.read_text()))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the scheduling ConfigMap: {exc}") from exc
-    objects = []
-    for doc in documents:
-        if isinstance(doc, dict):
-            objects += doc.get("items") or [] if doc.get("kind") == "List" else [doc]
-    found = [o for o in objects if o.get("kind") == "ConfigMap"
-             and (o.get("metadata") or {}).get("name") == SCHEDULING_CONFIG_MAP]  # fmt: skip
-    if len(found) != 1:
-        raise ValueError(f"{path}: expected one ConfigMap named {SCHEDULING_CONFIG_MAP}, "
-                         f"found {len(found)}")  # fmt: skip
-    data = found[0].get("data") or {}
-
-    def value(key: str, default: str, kind: type) -> Any:
-        text = data.get(key, default)
-        try:
-            parsed = json.loads(text) if kind is not str else str(text)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: data.{key}: not valid JSON ({exc}): {text!r}") from exc
-        if not isinstance(parsed, kind) or isinstance(parsed, bool):
-            raise ValueError(f"{path}: data.{key}: expected a JSON {kind.__name__}, got {text!r}")
-        return parsed
-
-    selector = value("node_selector", "{}", dict)
-    tolerations = value("tolerations", "[]", list)
-    limit = value("accelerator_limit", "0", int)
-    accelerator = value("accelerator_type", "", str)
-    if any(not isinstance(v, str) for v in selector.values()):
-        raise ValueError(f"{path}: data.node_selector: label values must be strings: {selector}")
-    for t in tolerations:
-        if not isinstance(t, dict) or not set(t) <= set(_TOLERATION_FIELDS):
-            raise ValueError(f"{path}: data.tolerations: each must be an object with "
-                             f"{sorted(_TOLERATION_FIELDS)}, got {t!r}")  # fmt: skip
-    if limit < 0 or (accelerator and limit < 1):
-        raise ValueError(f"{path}: data.accelerator_limit: {limit} for accelerator_type "
-                         f"{accelerator!r} (at least 1 with a type, 0 without)")  # fmt: skip
-    return TrainScheduling(selector, tolerations, accelerator, limit if accelerator else 0)
 
 
 def use_cluster_settings(task: Any) -> Any:
@@ -103,15 +41,55 @@ def use_cluster_settings(task: Any) -> Any:
     return task
 
 
-def apply_scheduling(task: Any, scheduling: TrainScheduling) -> Any:
-    """Node selector, tolerations and accelerator (a GPU, in the gpu overlay) on a task."""
+def step_name(task: Any) -> str:
+    """The component a task runs (`train` for the tasks train, train-2, ...)."""
+    return task.component_spec.name
+
+
+def apply_resources(task: Any, settings: ClusterSettings) -> Any:
+    """CPU and memory requests and limits of the task's step."""
+    sizes = settings.resources[step_name(task)]
+    task.set_cpu_request(sizes.cpu_request).set_cpu_limit(sizes.cpu_limit)
+    task.set_memory_request(sizes.memory_request).set_memory_limit(sizes.memory_limit)
+    return task
+
+
+def apply_training(task: Any, settings: ClusterSettings, gpu_image: str) -> Any:
+    """Retries with backoff and a deadline per try; on GPU settings the accelerator, node
+    selector, tolerations and the CUDA image."""
     from kfp import kubernetes
 
-    for label, label_value in scheduling.node_selector.items():
-        kubernetes.add_node_selector(task, label, label_value)
-    for toleration in scheduling.tolerations:
-        kubernetes.add_toleration(task, **{_TOLERATION_FIELDS[k]: v for k, v in toleration.items()})
-    if scheduling.accelerator_type:
-        task.set_accelerator_type(scheduling.accelerator_type)
-        task.set_accelerator_limit(scheduling.accelerator_limit)
+    retry = settings.retry
+    task.set_retry(
+        num_retries=retry.retries,
+        backoff_duration=f"{retry.backoff_seconds}s",
+        backoff_factor=retry.factor,
+        backoff_max_duration=f"{retry.max_backoff_seconds}s",
+    )
+    kubernetes.set_timeout(task, settings.timeout_seconds)
+    for label, value in settings.node_selector.items():
+        kubernetes.add_node_selector(task, label, value)
+    for toleration in settings.toleration_arguments():
+        kubernetes.add_toleration(task, **toleration)
+    if settings.gpu:
+        task.set_accelerator_type(settings.accelerator_type)
+        task.set_accelerator_limit(settings.accelerator_limit)
+        task.set_container_image(gpu_image)
     return task
+
+
+def train_device(params: dict[str, Any], settings: ClusterSettings) -> dict[str, Any]:
+    """params with `train.device` as the cluster's train nodes need it: `cuda` where the
+    settings give each train task a GPU, `cpu` where they give none. `auto` is resolved here;
+    a device that contradicts the settings is refused, naming both."""
+    wanted = str(params["train"].get("device", "auto"))
+    if wanted not in ("auto", settings.device):
+        has = "a GPU" if settings.gpu else "no GPU"
+        raise ValueError(
+            f"params train.device is {wanted!r}, but {settings.source} gives each train task "
+            f"{has}: set train.device to auto or {settings.device!r}, or name an overlay "
+            f"{'without' if settings.gpu else 'with'} a GPU (--overlay)"
+        )
+    settled = copy.deepcopy(params)
+    settled["train"]["device"] = settings.device
+    return settled

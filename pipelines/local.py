@@ -48,7 +48,7 @@ def run_local(params: dict[str, Any], root: str | Path) -> LocalRun:
     )
     print_before = builtins.print
     try:
-        task = build_pipeline(params, cluster=False)(**pipeline_arguments(params))
+        task = build_pipeline(params)(**pipeline_arguments(params))
     finally:
         builtins.print = print_before
     results_dir = Path(task.outputs["results"].path)

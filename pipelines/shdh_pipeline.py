@@ -28,6 +28,7 @@ from components.baseline import baseline as baseline_op
 from components.download import download as download_op
 from components.evaluate import evaluate as evaluate_op
 from components.features import features as features_op
+from components.image import IMAGE, gpu_image
 from components.plan import plan as plan_op
 from components.report import report as report_op
 from components.smatrix import smatrix as smatrix_op
@@ -37,7 +38,13 @@ from components.tree import tree as tree_op
 from kfp import compiler, dsl
 from kfp.dsl import Dataset, Markdown
 
-from pipelines.cluster import TrainScheduling, apply_scheduling, use_cluster_settings
+from pipelines.cluster import (
+    apply_resources,
+    apply_training,
+    train_device,
+    use_cluster_settings,
+)
+from pipelines.settings import ClusterSettings
 from shdh.data import dvc_pull
 from shdh.stages.pipeline import pipeline_arguments, planned_runs, project_root
 
@@ -53,19 +60,21 @@ class Outputs(NamedTuple):
     report: Markdown
 
 
-def build_pipeline(
-    params: dict[str, Any], *, cluster: bool = False, scheduling: TrainScheduling | None = None
-) -> Any:
+def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None = None) -> Any:
     """The pipeline (a kfp GraphComponent) with `params` as its parameters' defaults.
 
-    cluster=True adds what only a Kubernetes cluster understands: environment from the
-    ConfigMap and Secret on every task, and `scheduling` (node selector, tolerations, a GPU) on
-    each training task. kfp.local runs the pipeline built with cluster=False.
+    With a cluster's `settings`, what only a Kubernetes cluster understands is added:
+    environment from the ConfigMap and Secret and CPU and memory bounds on every task, a cap on
+    each loop, and retries, a deadline and (on GPU settings) the GPU and the CUDA image on each
+    train task, whose `train.device` follows (pipelines.cluster.train_device). kfp.local runs
+    the pipeline built without settings.
     """
+    if settings is not None:
+        params = train_device(params, settings)
     defaults = pipeline_arguments(params)
     # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
     # A local run downloads instead: its store is not the cluster's.
-    data_version = dvc_pull.data_version(project_root()) if cluster else ""
+    data_version = dvc_pull.data_version(project_root()) if settings is not None else ""
     deep_runs = planned_runs(params["train"], params["baselines"], "deep")
     shallow_runs = planned_runs(params["train"], params["baselines"], "shallow")
     if not deep_runs and not shallow_runs:
@@ -75,6 +84,9 @@ def build_pipeline(
     def step(task: Any) -> Any:
         tasks.append(task)
         return task
+
+    def cap(loop: str) -> int | None:
+        return settings.parallelism[loop] if settings is not None else None
 
     @dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)
     def shdh_pipeline(
@@ -99,18 +111,18 @@ def build_pipeline(
         inputs: dict[str, Any] = {"deep_runs": [], "shallow_runs": []}
         if deep_runs:
             planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
-            with dsl.ParallelFor(planned.output) as item:
+            with dsl.ParallelFor(planned.output, parallelism=cap("train")) as item:
                 fit = train_op(prepared=prepared, similarity=similarity, method=item.method,
                                bits=item.bits, replicate=item.replicate, settings=train,
                                **tracked)  # fmt: skip
                 step(fit.after(opened))
-                if cluster and scheduling is not None:
-                    apply_scheduling(fit, scheduling)
+                if settings is not None:
+                    apply_training(fit, settings, gpu_image(IMAGE))
             inputs.update(deep_runs=planned.output, deep_models=dsl.Collected(fit.outputs["model"]))
         if shallow_runs:
             gist = step(features_op(prepared=prepared, settings=features)).outputs["gist"]
             planned = step(plan_op(train=train, baselines=baselines, kind="shallow"))
-            with dsl.ParallelFor(planned.output) as item:
+            with dsl.ParallelFor(planned.output, parallelism=cap("baseline")) as item:
                 fit = baseline_op(prepared=prepared, similarity=similarity, gist=gist,
                                   method=item.method, bits=item.bits,
                                   replicate=item.replicate, settings=baselines,
@@ -129,26 +141,23 @@ def build_pipeline(
                 pipeline_run_id=run_id,
             )
         )
-        if cluster:
+        if settings is not None:
             for task in tasks:
-                use_cluster_settings(task)
+                apply_resources(use_cluster_settings(task), settings)
         return Outputs(results=scored.outputs["results"], report=written.outputs["document"])
 
     return shdh_pipeline
 
 
 def compile_pipeline(
-    params: dict[str, Any],
-    out: str | Path,
-    *,
-    cluster: bool = True,
-    scheduling: TrainScheduling | None = None,
+    params: dict[str, Any], out: str | Path, *, settings: ClusterSettings | None = None
 ) -> Path:
-    """Write the pipeline YAML (IR) for `params`, written atomically."""
+    """Write the pipeline YAML (IR) for `params`, for a cluster with `settings` (None: for
+    kfp.local), written atomically."""
     from shdh.atomic import atomic_path
 
     out = Path(out)
-    pipeline = build_pipeline(params, cluster=cluster, scheduling=scheduling)
+    pipeline = build_pipeline(params, settings=settings)
     with atomic_path(out, suffix=".yaml") as tmp:
         compiler.Compiler().compile(pipeline, str(tmp))
     return out

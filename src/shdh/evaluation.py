@@ -316,11 +316,12 @@ def _score(
 
 
 def eval_workers(value: int | None) -> int:
-    """Ranking threads: null in params.yaml means one per core (ranking releases the GIL)."""
-    import os
-
+    """Ranking threads: null in params.yaml means one per CPU this process may use (ranking
+    releases the GIL): the container's CPU limit in a pod, else the cores it may run on."""
     if value is None:
-        return max(1, os.cpu_count() or 1)
+        from shdh.cpu_limit import available_cpus
+
+        return available_cpus()
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"params.yaml: evaluate.workers: expected a positive int or null, "
                          f"got {value!r}")  # fmt: skip

@@ -1,7 +1,8 @@
 """Reading a Dockerfile and a .dockerignore the way `docker build` does, for the image tests.
 
-Only what the tests need: the instructions (with line continuations joined), the final USER,
-the sources of COPY, and whether the build context keeps a path. The .dockerignore rules are
+Only what the tests need: the instructions (with line continuations joined), the stages of a
+multi-stage build, the final USER, the sources of COPY, and whether the build context keeps a
+path. The .dockerignore rules are
 those of Docker's pattern matcher (moby/patternmatcher): Go filepath.Match syntax plus `**`,
 `!` re-includes, the last matching line wins, and a pattern that matches a directory matches
 everything below it.
@@ -35,6 +36,35 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     if pending:
         raise ValueError(f"{dockerfile}: the last instruction ends with a line continuation")
     return result
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One FROM ... AS name section: its base (an image, or an earlier stage) and its steps."""
+
+    name: str
+    base: str
+    steps: list[tuple[str, str]]
+
+    def arguments(self, keyword: str) -> list[str]:
+        return [arguments for key, arguments in self.steps if key == keyword]
+
+    def user(self) -> str | None:
+        users = self.arguments("USER")
+        return users[-1] if users else None
+
+
+def stages(dockerfile: Path) -> dict[str, Stage]:
+    """The stages by name (unnamed ones by their index), in order."""
+    found: dict[str, Stage] = {}
+    for keyword, arguments in instructions(dockerfile):
+        if keyword == "FROM":
+            words = [w for w in arguments.split() if not w.startswith("--")]
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else str(len(found))
+            found[name] = Stage(name, words[0], [])
+        elif found:
+            found[list(found)[-1]].steps.append((keyword, arguments))
+    return found
 
 
 def final_user(dockerfile: Path) -> str:

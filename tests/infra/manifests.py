@@ -18,7 +18,7 @@ from tests.infra.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-TARGETS = ("base", "overlays/dev", "overlays/gpu")
+TARGETS = ("base", "overlays/dev", "overlays/gpu", "overlays/kubeflow", "overlays/profile")
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
 
 Obj = dict[str, Any]

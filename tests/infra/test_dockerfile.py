@@ -2,21 +2,29 @@
 non-root user from a pinned base, and the build context holds what the Dockerfile copies and
 none of the local state (.venv, data, outputs, MLflow stores, .git).
 
-No image is built here (no container engine on the test machines); docs/cluster.md builds it.
+No image is built here (no container engine on the test machines, and no registry to pull the
+bases from); CI builds both targets (.github/workflows/images.yml) and docs/cluster.md too.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.infra.dockerfile import DockerIgnore, copy_sources, final_user, instructions
+from tests.infra.dockerfile import DockerIgnore, copy_sources, stages
 from tests.infra.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "Dockerfile"
+IMAGES = ("runtime", "gpu")  # the targets CI builds and pushes
+LOCK = dict(
+    line.split("==", 1) for line in (REPO / "requirements.lock").read_text().split() if "==" in line
+)
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 DOCKERFILES = sorted(
     [REPO / "Dockerfile", *(REPO / "docker").glob("Dockerfile*")], key=lambda p: str(p)
 )
@@ -60,38 +68,89 @@ def test_hadolint_reports_a_bad_dockerfile(tmp_path):
         assert rule in result.stdout
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=DOCKERFILE_IDS)
-def test_runs_as_a_fixed_numeric_non_root_user(dockerfile):
+def test_the_two_images_are_targets_of_one_dockerfile_sharing_the_wheel():
+    found = stages(DOCKERFILE)
+    assert {"wheel", "runtime", "gpu"} <= set(found)
+    for target in IMAGES:
+        assert any("--from=wheel" in copy for copy in found[target].arguments("COPY")), target
+
+
+@pytest.mark.parametrize("target", IMAGES)
+def test_each_image_runs_as_a_fixed_numeric_non_root_user(target):
     # Numeric, because Kubernetes can verify runAsNonRoot only for a numeric USER.
-    user = final_user(dockerfile)
-    match = re.fullmatch(r"(\d+):(\d+)", user)
-    assert match, f"{dockerfile}: USER {user!r} is not a numeric UID:GID"
+    user = stages(DOCKERFILE)[target].user()
+    match = re.fullmatch(r"(\d+):(\d+)", user or "")
+    assert match, f"target {target}: USER {user!r} is not a numeric UID:GID"
     assert int(match[1]) != 0 and int(match[2]) != 0
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=DOCKERFILE_IDS)
-def test_base_image_is_pinned_to_a_patch_release(dockerfile):
-    bases = [args.split()[0] for keyword, args in instructions(dockerfile) if keyword == "FROM"]
-    assert bases
-    for base in bases:
-        name, _, tag = base.partition("@")[0].rpartition(":")
-        assert name and re.search(r"\d+\.\d+\.\d+", tag), f"{dockerfile}: FROM {base}"
+def test_every_base_image_is_pinned_by_a_patch_release_and_a_digest():
+    found = stages(DOCKERFILE)
+    external = [stage.base for stage in found.values() if stage.base not in found]
+    assert len(external) >= 3  # python, uv, nvidia/cuda
+    for base in external:
+        match = re.fullmatch(r"([a-z0-9./_-]+):([\w.-]+)@sha256:[0-9a-f]{64}", base)
+        assert match, f"FROM {base}: not NAME:TAG@sha256:DIGEST"
+        assert re.search(r"\d+\.\d+\.\d+", match[2]), f"FROM {base}: not a patch release"
 
 
-def test_installs_the_lock_then_the_package_without_dependencies():
-    steps = instructions(REPO / "Dockerfile")
-    runs = [args for keyword, args in steps if keyword == "RUN"]
-    lock_install = next(i for i, run in enumerate(runs) if "requirements.lock" in run)
-    assert re.search(r"pip install .*(--requirement|-r) \S*requirements\.lock", runs[lock_install])
-    # The package is installed from where pyproject.toml was copied to, after the lock.
-    copy = next(args.split() for key, args in steps if key == "COPY" and "pyproject" in args)
-    package_dir = copy[-1].rstrip("/")
-    package_install = next(
-        i
-        for i, run in enumerate(runs)
-        if re.search(rf"pip install [^&]*--no-deps [^&]*{re.escape(package_dir)}(\s|$)", run)
-    )
-    assert package_install > lock_install
+def test_the_gpu_image_is_cuda_pytorch_on_a_cuda_base_of_the_locked_cuda():
+    """NVIDIA's CUDA image of the CUDA release the lock's PyTorch was built for."""
+    gpu = stages(DOCKERFILE)["gpu"]
+    cuda = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu[\d.]+@sha256:\w+", gpu.base)
+    assert cuda, gpu.base
+    runtime = LOCK["nvidia-cuda-runtime"].split(".")
+    assert (cuda[1], cuda[2]) == (runtime[0], runtime[1])
+    assert "torch" in LOCK and not LOCK["torch"].endswith("+cpu")  # the CUDA build from PyPI
+
+
+def test_the_runtime_image_takes_pytorchs_cpu_build_at_the_locked_versions():
+    runtime = stages(DOCKERFILE)["runtime"]
+    args = dict(a.split("=", 1) for a in runtime.arguments("ARG") if "=" in a)
+    assert args["TORCH_VERSION"] == LOCK["torch"]
+    assert args["TORCHVISION_VERSION"] == LOCK["torchvision"]
+    (cpu_install,) = [run for run in runtime.arguments("RUN") if "download.pytorch.org" in run]
+    assert "--index-url https://download.pytorch.org/whl/cpu" in cpu_install
+    assert '"torch==${TORCH_VERSION}+cpu"' in cpu_install and "--no-deps" in cpu_install
+
+
+@pytest.mark.parametrize("target", IMAGES)
+def test_the_package_version_is_pyprojects(target):
+    args = dict(a.split("=", 1) for a in stages(DOCKERFILE)[target].arguments("ARG") if "=" in a)
+    assert args["SHDH_VERSION"] == PYPROJECT["project"]["version"]
+
+
+@pytest.mark.parametrize("target", IMAGES)
+def test_images_install_the_package_with_the_lock_as_constraints_only(target):
+    """`--constraint requirements.lock`: the package's own dependencies at the locked versions;
+    `--requirement` would install the whole lock, test tools included."""
+    runs = " ".join(stages(DOCKERFILE)[target].arguments("RUN"))
+    assert re.search(r"pip install [^&]*--constraint \S*requirements\.lock [^&]*shdh-\$", runs)
+    assert not re.search(r"(--requirement|-r) \S*requirements\.lock", runs)
+
+
+def test_no_test_tool_is_a_dependency_of_what_the_images_install():
+    """What `pip install shdh[pipeline,server]` pulls in: none of the dev extra's tools."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    seen, todo = set(), [("shdh", {"pipeline", "server"})]
+    while todo:
+        name, extras = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        for text in metadata.distribution(name).requires or []:
+            req = Requirement(text)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras | {""}):
+                todo.append((req.name, set(req.extras)))
+    dev = {
+        Requirement(r).name.lower() for r in PYPROJECT["project"]["optional-dependencies"]["dev"]
+    }
+    assert dev and not dev & seen, dev & seen
+    assert "psycopg2-binary" in seen and "mlflow" in seen  # the MLflow server's needs
 
 
 def test_build_context_holds_what_the_dockerfile_copies():

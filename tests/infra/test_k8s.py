@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.infra.dockerfile import final_user, instructions
+from tests.infra.dockerfile import instructions, stages
 from tests.infra.manifests import (
     K8S,
     REPO,
@@ -33,6 +33,17 @@ from tests.infra.manifests import (
 
 KUBERNETES_VERSION = "1.32"
 NAMESPACE = "shdh"
+# The namespace of each target: the stack lives where Kubeflow Pipelines runs the pipeline.
+NAMESPACES = {
+    "base": "shdh",
+    "overlays/dev": "shdh",
+    "overlays/gpu": "shdh",
+    "overlays/kubeflow": "kubeflow",
+    "overlays/profile": "kubeflow-user-example-com",
+}
+# Targets that deploy into a namespace something else owns (KFP, a Kubeflow profile).
+FOREIGN_NAMESPACE = {"overlays/kubeflow", "overlays/profile"}
+GPU_TARGETS = {"overlays/gpu", "overlays/profile"}
 SECRET_NAME = "shdh-credentials"
 SECRET_EXAMPLE = K8S / "secret.example.yaml"
 SENSITIVE = re.compile(r"PASSWORD|SECRET|KEY|TOKEN")
@@ -67,9 +78,8 @@ def project_image_containers(objects):
 def test_renders_the_whole_stack(target):
     kinds = {(obj["kind"], obj["metadata"]["name"]) for obj in render(target)}
     assert kinds >= {
-        ("Namespace", NAMESPACE),
         ("ConfigMap", "shdh-config"),
-        ("ConfigMap", "shdh-train-scheduling"),
+        ("ConfigMap", "shdh-pipeline"),
         ("ServiceAccount", "shdh-pipeline"),
         ("Role", "shdh-pipeline"),
         ("RoleBinding", "shdh-pipeline"),
@@ -101,12 +111,14 @@ def test_the_validator_rejects_an_unknown_field():
 
 
 @targets
-def test_everything_is_in_the_shdh_namespace(target):
+def test_everything_is_in_the_targets_namespace(target):
+    """The stack's own namespace is created only where the stack owns it."""
+    namespace = NAMESPACES[target]
+    created = [obj["metadata"]["name"] for obj in render(target) if obj["kind"] == "Namespace"]
+    assert created == ([] if target in FOREIGN_NAMESPACE else [namespace])
     for obj in render(target):
-        if obj["kind"] == "Namespace":
-            assert obj["metadata"]["name"] == NAMESPACE
-        else:
-            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"].get("namespace") == namespace, obj["metadata"]["name"]
 
 
 # --- credentials ------------------------------------------------------------------------------
@@ -165,7 +177,7 @@ def test_secret_example_is_in_no_kustomization():
         assert "secretGenerator" not in spec, kustomization
         for field in ("resources", "components", "patches"):
             for entry in spec.get(field, []):
-                path = entry["path"] if isinstance(entry, dict) else entry
+                path = entry.get("path", "") if isinstance(entry, dict) else entry
                 assert not path.endswith(SECRET_EXAMPLE.name), f"{kustomization}: {field}"
 
 
@@ -268,7 +280,7 @@ def test_containers_are_locked_down(target):
 
 @targets
 def test_project_image_pods_run_as_the_images_user(target):
-    uid, gid = (int(part) for part in final_user(REPO / "Dockerfile").split(":"))
+    uid, gid = (int(part) for part in stages(REPO / "Dockerfile")["runtime"].user().split(":"))
     found = project_image_containers(render(target))
     assert found
     for label, _, spec in found:
@@ -289,6 +301,18 @@ def test_images_are_pinned_and_the_project_image_is_this_version(target):
         assert name and "/" not in tag and tag != "latest", f"{label}: {image} has no fixed tag"
     for label, container, _ in project_image_containers(render(target)):
         assert container["image"].endswith(f"/shdh:{version}"), label
+
+
+def test_the_manifests_name_the_image_as_the_code_does():
+    """One name: kustomize's default for `shdh` is SHDH_IMAGE's default (components/image.py),
+    the runtime image CI pushes."""
+    from components.image import DEFAULT_IMAGE
+
+    spec = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
+    (image,) = [i for i in spec["images"] if i["name"] == "shdh"]
+    assert f"{image['newName']}:{image['newTag']}" == DEFAULT_IMAGE
+    for label, container, _ in project_image_containers(render("overlays/dev")):
+        assert container["image"] == DEFAULT_IMAGE, label
 
 
 # --- the servers and how they find each other -------------------------------------------------
@@ -379,7 +403,10 @@ def test_mlflow_answers_the_hosts_it_is_reached_by(target):
     mlflow = next(c for label, c, _ in containers(objects) if label.endswith("/mlflow"))
     allowed = env_of(mlflow)["MLFLOW_SERVER_ALLOWED_HOSTS"]["value"].split(",")
     tracking = urlsplit(find(objects, "ConfigMap", "shdh-config")["data"]["MLFLOW_TRACKING_URI"])
-    for host in (tracking.netloc, f"mlflow.{NAMESPACE}.svc.cluster.local:5000", "localhost:5000"):
+    hosts = [tracking.netloc, "localhost:5000"]
+    if NAMESPACES[target] == NAMESPACE:  # the list names the Service's full names in shdh
+        hosts.append(f"mlflow.{NAMESPACE}.svc.cluster.local:5000")
+    for host in hosts:
         assert is_allowed_host_header(allowed, host), host
     assert not is_allowed_host_header(allowed, "attacker.example:5000")
 
@@ -404,66 +431,100 @@ def test_pipeline_role_is_minimal_and_bound_to_the_pipeline_account(target):
         "name": "shdh-pipeline",
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "shdh-pipeline", "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": "shdh-pipeline", "namespace": NAMESPACES[target]}
     ]
 
 
-def scheduling(target: str) -> dict:
-    data = find(render(target), "ConfigMap", "shdh-train-scheduling")["data"]
-    assert set(data) == {"node_selector", "tolerations", "accelerator_type", "accelerator_limit"}
-    return data
+def pipeline_settings(target: str) -> dict:
+    return find(render(target), "ConfigMap", "shdh-pipeline")["data"]
 
 
 @targets
 def test_train_scheduling_values_make_a_valid_pod(target):
-    """The values are what the pipeline compiler puts on the train tasks: they must be JSON of
-    the shapes Kubernetes accepts in a pod."""
-    data = scheduling(target)
-    container = {"name": "train", "image": "shdh:test"}
-    if data["accelerator_type"]:
-        container["resources"] = {"limits": {data["accelerator_type"]: data["accelerator_limit"]}}
+    """The values the pipeline compiler puts on the train tasks must be of the shapes
+    Kubernetes accepts in a pod, with requests within limits."""
+    data = pipeline_settings(target)
+    limits = {"cpu": data["train.cpu_limit"], "memory": data["train.memory_limit"]}
+    if data["train.accelerator_type"]:
+        limits[data["train.accelerator_type"]] = data["train.accelerator_limit"]
+    requests = {"cpu": data["train.cpu_request"], "memory": data["train.memory_request"]}
+    container = {"name": "train", "image": "shdh:test",
+                 "resources": {"limits": limits, "requests": requests}}  # fmt: skip
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "train"},
         "spec": {
-            "nodeSelector": json.loads(data["node_selector"]),
-            "tolerations": json.loads(data["tolerations"]),
+            "nodeSelector": json.loads(data["train.node_selector"]),
+            "tolerations": json.loads(data["train.tolerations"]),
+            "activeDeadlineSeconds": 3600,
             "containers": [container],
         },
     }
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
-    assert int(data["accelerator_limit"]) >= 0
 
 
-def test_gpu_overlay_sends_training_to_gpu_nodes():
-    data = scheduling("overlays/gpu")
-    assert json.loads(data["node_selector"]) == {GPU_LABEL: "true"}
-    tolerations = json.loads(data["tolerations"])
+@pytest.mark.parametrize("target", sorted(GPU_TARGETS))
+def test_gpu_targets_send_training_to_gpu_nodes(target):
+    data = pipeline_settings(target)
+    assert json.loads(data["train.node_selector"]) == {GPU_LABEL: "true"}
+    tolerations = json.loads(data["train.tolerations"])
     assert {"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"} in tolerations
-    assert data["accelerator_type"] == "nvidia.com/gpu"
-    assert int(data["accelerator_limit"]) == 1
+    assert data["train.accelerator_type"] == "nvidia.com/gpu"
+    assert int(data["train.accelerator_limit"]) == 1
 
 
-@pytest.mark.parametrize("target", ["base", "overlays/dev"])
+@pytest.mark.parametrize("target", sorted(set(TARGETS) - GPU_TARGETS))
 def test_other_targets_schedule_training_anywhere_without_a_gpu(target):
-    data = scheduling(target)
-    assert json.loads(data["node_selector"]) == {}
-    assert json.loads(data["tolerations"]) == []
-    assert (data["accelerator_type"], data["accelerator_limit"]) == ("", "0")
+    data = pipeline_settings(target)
+    assert json.loads(data["train.node_selector"]) == {}
+    assert json.loads(data["train.tolerations"]) == []
+    assert (data["train.accelerator_type"], data["train.accelerator_limit"]) == ("", "0")
 
 
-def test_gpu_overlay_changes_nothing_but_the_train_scheduling():
-    def without_scheduling(target: str) -> list:
-        return [
-            obj
-            for obj in render(target)
-            if (obj["kind"], obj["metadata"]["name"]) != ("ConfigMap", "shdh-train-scheduling")
-        ]
-
-    assert without_scheduling("overlays/gpu") == without_scheduling("base")
+def without_settings(target: str) -> list:
+    return [
+        obj
+        for obj in render(target)
+        if (obj["kind"], obj["metadata"]["name"]) != ("ConfigMap", "shdh-pipeline")
+    ]
 
 
-def test_every_target_directory_is_tested():
+def test_gpu_overlay_changes_nothing_but_the_pipeline_settings():
+    assert without_settings("overlays/gpu") == without_settings("base")
+
+
+def test_the_kubeflow_overlay_is_dev_in_the_kubeflow_namespace():
+    """Standalone KFP on a single node: the dev stack and settings, moved, without Namespace."""
+
+    def moved(objects: list) -> list:
+        kept = [o for o in objects if o["kind"] != "Namespace"]
+        text = yaml.safe_dump_all(kept).replace("namespace: shdh\n", "namespace: kubeflow\n")
+        return list(yaml.safe_load_all(text))
+
+    assert render("overlays/kubeflow") == moved(render("overlays/dev"))
+
+
+def test_every_kustomization_is_rendered_by_a_tested_target():
+    """Overlays are targets; components are tested through the overlays that use them."""
     found = {str(path.parent.relative_to(K8S)) for path in Path(K8S).rglob("kustomization.yaml")}
-    assert found == set(TARGETS)
+    components = {name for name in found if name.startswith("components/")}
+    assert found - components == set(TARGETS)
+    used = set()
+    for target in TARGETS:
+        spec = yaml.safe_load((K8S / target / "kustomization.yaml").read_text())
+        used |= {
+            str((K8S / target / c).resolve().relative_to(K8S)) for c in spec.get("components", [])
+        }
+    assert components == used
+
+
+@targets
+def test_in_a_profile_namespace_the_stack_runs_without_istio_sidecars(target):
+    """The profile's AuthorizationPolicy would refuse the sidecar-less pipeline steps at the
+    servers' sidecars; elsewhere no Istio label is set."""
+    for obj in render(target):
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            labels = obj["spec"]["template"]["metadata"]["labels"]
+            expected = "false" if target == "overlays/profile" else None
+            assert labels.get("sidecar.istio.io/inject") == expected, obj["metadata"]["name"]

@@ -12,13 +12,28 @@ from pathlib import Path
 
 import pytest
 import yaml
+from components.image import DEFAULT_IMAGE
 
 from shdh.cli import main
 from shdh.stages.pipeline import pipeline_arguments, resolve_params
 from tests.conftest import REPO
+from tests.infra.manifests import rendered_text as render_overlay
 
+RESOURCE_FIELDS = {"resourceCpuRequest": "cpu_request", "resourceCpuLimit": "cpu_limit",
+                   "resourceMemoryRequest": "memory_request",
+                   "resourceMemoryLimit": "memory_limit"}  # fmt: skip
 SECRET_VALUE = "wJalrXUtnFEMI-not-a-real-secret-K7MDENG"
 ACCESS_KEY_VALUE = "AKIAIOSFODNN7EXAMPLE"
+
+
+def overlay_data(name: str) -> dict[str, str]:
+    """The ConfigMap shdh-pipeline of an overlay, as kubectl kustomize renders it."""
+    (data,) = [
+        doc["data"]
+        for doc in yaml.safe_load_all(render_overlay(f"overlays/{name}"))
+        if doc and doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "shdh-pipeline"
+    ]
+    return data
 
 
 def compile_with(tmp_path: Path, monkeypatch, *args: str) -> tuple[dict, dict, str]:
@@ -79,9 +94,9 @@ def test_the_dag_has_every_step_and_its_edges(smoke):
 def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
     spec, _, _ = smoke
     parameters = spec["root"]["inputDefinitions"]["parameters"]
-    expected = pipeline_arguments(
-        resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
-    )
+    params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+    params["train"]["device"] = "cpu"  # what the dev overlay's train nodes have
+    expected = pipeline_arguments(params)
     assert {name: p["defaultValue"] for name, p in parameters.items()} == expected
     train = json.loads(parameters["train"]["defaultValue"])
     assert train["epochs"] == 1 and isinstance(train["epochs"], int)  # ints stay ints
@@ -89,13 +104,11 @@ def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
     assert parameters["profile"]["defaultValue"] == "smoke"
 
 
-def test_training_requests_a_gpu_and_every_task_gets_config_and_secret(smoke):
-    """By default, the gpu overlay's shdh-train-scheduling: one GPU, on a GPU node."""
+def test_every_task_gets_config_secret_and_the_sizes_of_its_step(smoke):
+    """The dev overlay (the default): each task's requests and limits are its step's keys of
+    the ConfigMap shdh-pipeline, or the `default.` ones."""
     spec, platform, _ = smoke
     executors = spec["deploymentSpec"]["executors"]
-    accelerator = executors["exec-train"]["container"]["resources"]["accelerator"]
-    assert accelerator["resourceType"] == "nvidia.com/gpu" and accelerator["resourceCount"] == "1"
-    assert all("resources" not in e["container"] for n, e in executors.items() if n != "exec-train")
     assert set(platform["executors"]) == set(executors)
     for name, settings in platform["executors"].items():
         (config,) = settings["configMapAsEnv"]
@@ -107,11 +120,73 @@ def test_training_requests_a_gpu_and_every_task_gets_config_and_secret(smoke):
             "AWS_ACCESS_KEY_ID",
             "AWS_SECRET_ACCESS_KEY",
         }
-    train = platform["executors"]["exec-train"]
-    assert train["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
-    assert train["tolerations"] == [
+    data = overlay_data("dev")
+    for name, executor in executors.items():
+        step = re.sub(r"-\d+$", "", name.removeprefix("exec-"))
+        resources = executor["container"]["resources"]
+        for field, key in RESOURCE_FIELDS.items():
+            expected = data.get(f"{step}.{key}", data[f"default.{key}"])
+            assert resources[field] == expected, (name, key)
+
+
+def test_dev_trains_on_the_cpu_in_the_runtime_image(smoke):
+    """No GPU request, selector or toleration on a dev cluster, and train.device cpu, so that
+    nothing waits for a GPU that a kind or minikube node does not have."""
+    spec, platform, _ = smoke
+    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert "accelerator" not in train["resources"]
+    assert train["image"] == DEFAULT_IMAGE
+    assert not {"nodeSelector", "tolerations"} & set(platform["executors"]["exec-train"])
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    assert json.loads(defaults["train"]["defaultValue"])["device"] == "cpu"
+
+
+def test_train_tasks_retry_with_backoff_within_a_deadline_and_loops_are_capped(smoke):
+    spec, platform, _ = smoke
+    data = overlay_data("dev")
+    (train_task,) = [t for c in spec["components"].values() for n, t in c.get("dag", {}).get(
+        "tasks", {}).items() if t["componentRef"]["name"] == "comp-train"]  # fmt: skip
+    assert train_task["retryPolicy"] == {
+        "maxRetryCount": int(data["train.retries"]),
+        "backoffDuration": "60s",
+        "backoffFactor": 2.0,
+        "backoffMaxDuration": "28800s",  # dev: 8h
+    }
+    assert platform["executors"]["exec-train"]["activeDeadlineSeconds"] == "7200"  # dev: 2h
+    caps = {tuple(body): root_tasks(spec)[loop]["iteratorPolicy"]["parallelismLimit"]
+            for loop, body in loop_bodies(spec).items()}  # fmt: skip
+    assert caps == {("train",): int(data["train.parallelism"]),
+                    ("baseline",): int(data["baseline.parallelism"])}  # fmt: skip
+    others = [t for c in spec["components"].values() for n, t in c.get("dag", {}).get(
+        "tasks", {}).items() if t["componentRef"]["name"] != "comp-train"]  # fmt: skip
+    assert others and not any("retryPolicy" in t for t in others)
+
+
+def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(tmp_path, monkeypatch):
+    """One GPU, the node selector and toleration of k8s/components/gpu, the CUDA image, and
+    train.device cuda, so a node without a usable GPU fails the step instead of training on
+    the CPU while holding the GPU."""
+    spec, platform, _ = compile_with(
+        tmp_path, monkeypatch, "--profile", "smoke", "--overlay", "gpu"
+    )
+    executors = spec["deploymentSpec"]["executors"]
+    train = executors["exec-train"]["container"]
+    accelerator = train["resources"]["accelerator"]
+    assert accelerator["resourceType"] == "nvidia.com/gpu" and accelerator["resourceCount"] == "1"
+    assert train["image"] == f"{DEFAULT_IMAGE}-cuda"
+    assert {e["container"]["image"] for n, e in executors.items() if n != "exec-train"} == {
+        DEFAULT_IMAGE
+    }
+    assert all("accelerator" not in e["container"]["resources"] for e in executors.values()
+               if e is not executors["exec-train"])  # fmt: skip
+    kube = platform["executors"]["exec-train"]
+    assert kube["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
+    assert kube["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    assert json.loads(defaults["train"]["defaultValue"])["device"] == "cuda"
+    assert train["resources"]["resourceCpuLimit"] == overlay_data("gpu")["train.cpu_limit"]
 
 
 def test_no_credential_reaches_the_compiled_yaml(smoke):
@@ -126,63 +201,56 @@ def test_no_credential_reaches_the_compiled_yaml(smoke):
         assert "env" not in executor["container"]
 
 
-@pytest.mark.parametrize("how", [["--no-gpu"], ["--scheduling", "k8s/base/config.yaml"]])
-def test_cpu_training_has_no_gpu_request_selector_or_toleration(tmp_path, monkeypatch, how):
-    """--no-gpu, or the base's shdh-train-scheduling (empty values): train on any node."""
-    spec, platform, _ = compile_with(tmp_path, monkeypatch, "--profile", "smoke", *how)
-    assert "resources" not in spec["deploymentSpec"]["executors"]["exec-train"]["container"]
-    assert set(platform["executors"]["exec-train"]) == {"configMapAsEnv", "secretAsEnv"}
-
-
-def test_scheduling_comes_from_the_configmap_as_kubectl_prints_it(tmp_path, monkeypatch):
-    """`kubectl get configmap shdh-train-scheduling -o json`, with other labels and taints."""
-    configmap = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "shdh-train-scheduling", "namespace": "shdh"},
-        "data": {
-            "node_selector": json.dumps({"pool": "a100", "zone": "b"}),
-            "tolerations": json.dumps([
+def test_settings_come_from_the_configmap_as_kubectl_prints_it(tmp_path, monkeypatch):
+    """--settings: `kubectl get configmap shdh-pipeline -o json` from a cluster with other
+    labels, taints and sizes than the repository's overlays."""
+    data = {**overlay_data("gpu"), "train.accelerator_limit": "2", "train.cpu_limit": "6",
+            "train.node_selector": json.dumps({"pool": "a100", "zone": "b"}),
+            "train.tolerations": json.dumps([
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
-                 "tolerationSeconds": 60},
-            ]),
-            "accelerator_type": "nvidia.com/gpu", "accelerator_limit": "2",
-        },
-    }  # fmt: skip
-    path = tmp_path / "scheduling.json"
+                 "tolerationSeconds": 60}])}  # fmt: skip
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+                 "metadata": {"name": "shdh-pipeline", "namespace": "team"}}  # fmt: skip
+    path = tmp_path / "settings.json"
     path.write_text(json.dumps(configmap))
-    spec, platform, _ = compile_with(tmp_path, monkeypatch, "--scheduling", str(path))
+    spec, platform, _ = compile_with(tmp_path, monkeypatch, "--settings", str(path))
     resources = spec["deploymentSpec"]["executors"]["exec-train"]["container"]["resources"]
     assert resources["accelerator"]["resourceCount"] == "2"
+    assert resources["resourceCpuLimit"] == "6"
     train = platform["executors"]["exec-train"]
     assert train["nodeSelector"]["labels"] == {"pool": "a100", "zone": "b"}
     spot = {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute"}
     assert train["tolerations"][1] == {**spot, "tolerationSeconds": "60"}  # int64 as JSON text
 
 
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ({"accelerator_type": "nvidia.com/gpu", "accelerator_limit": "0"}, "accelerator_limit"),
-        ({"tolerations": "[{\"key\": \"a\", \"effect\": \"NoSchedule\", \"x\": 1}]"},
-         "data.tolerations"),
-        ({"node_selector": "{pool: a100}"}, "data.node_selector: not valid JSON"),
-        (None, "expected one ConfigMap named shdh-train-scheduling"),
-    ],
-)  # fmt: skip
-def test_a_bad_scheduling_file_is_named(tmp_path, monkeypatch, caplog, data, message):
-    path = tmp_path / "scheduling.yaml"
-    name = "shdh-train-scheduling" if data is not None else "other"
-    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                                    "metadata": {"name": name}, "data": data or {}}))  # fmt: skip
+def test_an_unknown_overlay_is_one_line_naming_the_known_ones(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(REPO)
     out = tmp_path / "never.yaml"
-    assert main(["pipeline", "compile", "--scheduling", str(path), "--out", str(out)]) == 1
-    assert str(path) in caplog.text and message in caplog.text
+    assert main(["pipeline", "compile", "--overlay", "gpux", "--out", str(out)]) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "--overlay gpux: no such overlay" in line
+    assert all(name in line for name in ("dev", "gpu", "kubeflow", "profile"))
     assert not out.exists()
-    caplog.clear()
-    assert main(["pipeline", "compile", "--scheduling", str(path), "--no-gpu"]) == 1
-    assert "not both" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overlay", "device", "fix"),
+    [
+        ("gpu", "cpu", "gives each train task a GPU"),
+        ("dev", "cuda", "gives each train task no GPU"),
+    ],
+)
+def test_a_device_that_contradicts_the_overlay_is_refused(
+    tmp_path, monkeypatch, caplog, overlay, device, fix
+):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "never.yaml"
+    argv = ["pipeline", "compile", "--overlay", overlay, "--param", f"train.device={device}"]
+    assert main([*argv, "--out", str(out)]) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"train.device is '{device}'" in line and f"overlay {overlay} {fix}" in line
+    assert not out.exists()
 
 
 def test_without_baselines_there_is_no_shallow_branch(tmp_path, monkeypatch):
@@ -216,29 +284,41 @@ def test_param_overrides_and_typos(tmp_path, monkeypatch, caplog):
 
 
 def test_image_is_chosen_at_compile_time(tmp_path):
-    """--image (or SHDH_IMAGE) names the image of every task: in a fresh process, as the
-    components read it when they are first imported."""
+    """--image (or SHDH_IMAGE) names the runtime image of every task and, with the tag's
+    -cuda suffix, the GPU image of the train tasks: in a fresh process, as the components read
+    it when they are first imported."""
     out = tmp_path / "pipeline.yaml"
     env = {k: v for k, v in os.environ.items() if k != "SHDH_IMAGE"}
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "shdh"), "pipeline", "compile", "--profile", "smoke",
-         "--image", "registry.example/team/shdh:abc123", "--out", str(out)],
+         "--overlay", "gpu", "--image", "registry.example/team/shdh:abc123", "--out", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
-    assert {e["container"]["image"] for e in executors.values()} == {
-        "registry.example/team/shdh:abc123"
-    }
+    images = {name: e["container"]["image"] for name, e in executors.items()}
+    assert images.pop("exec-train") == "registry.example/team/shdh:abc123-cuda"
+    assert set(images.values()) == {"registry.example/team/shdh:abc123"}
+
+
+@pytest.mark.parametrize("image", ["registry.example/shdh", "registry.example/shdh@sha256:ab12"])
+def test_an_image_without_a_tag_is_refused_by_name(image):
+    from components.image import split_image
+
+    with pytest.raises(ValueError, match=r"SHDH_IMAGE=.*expected REGISTRY/NAME:TAG"):
+        split_image(image)
 
 
 def test_the_local_build_has_no_cluster_settings(tmp_path):
-    """What kfp.local runs: no accelerator (it would warn it has no effect), no platform spec."""
+    """What kfp.local runs: no accelerator (it would warn it has no effect), no sizes, no
+    platform spec, and the train device as params.yaml says."""
     import pipelines
 
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
-    out = pipelines.compile_pipeline(params, tmp_path / "local.yaml", cluster=False)
+    out = pipelines.compile_pipeline(params, tmp_path / "local.yaml")
     docs = list(yaml.safe_load_all(out.read_text()))
     assert len(docs) == 1  # no `platforms` document
     executors = docs[0]["deploymentSpec"]["executors"]
     assert all("resources" not in e["container"] for e in executors.values())
+    defaults = docs[0]["root"]["inputDefinitions"]["parameters"]
+    assert json.loads(defaults["train"]["defaultValue"])["device"] == params["train"]["device"]

@@ -136,7 +136,7 @@ def test_run_local_puts_back_the_print_that_kfp_local_left_patched(monkeypatch, 
         raise RuntimeError("task failed")
 
     monkeypatch.setattr(tracking, "check_server", lambda uri: None)
-    monkeypatch.setattr(pipelines.local, "build_pipeline", lambda params, cluster: leaky_pipeline)
+    monkeypatch.setattr(pipelines.local, "build_pipeline", lambda params: leaky_pipeline)
     monkeypatch.setattr(pipelines.local, "pipeline_arguments", lambda params: {})
     real_print = builtins.print
     try:

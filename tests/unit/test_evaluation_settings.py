@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from shdh.cpu_limit import available_cpus
 from shdh.evaluation import eval_workers, write_report
 from shdh.figures import Figure
 
 
-def test_eval_workers_defaults_to_one_thread_per_core():
-    assert eval_workers(None) == max(1, os.cpu_count() or 1)
+def test_eval_workers_defaults_to_one_thread_per_usable_cpu():
+    assert eval_workers(None) == available_cpus()
     assert eval_workers(3) == 3
 
 

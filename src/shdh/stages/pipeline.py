@@ -1,8 +1,8 @@
 """shdh pipeline: the Kubeflow front door: compile the DAG, run it locally, submit it to a cluster.
 
-    shdh pipeline compile [--profile P] [--param KEY=VALUE ...] [--out FILE]
+    shdh pipeline compile [--overlay NAME] [--profile P] [--param KEY=VALUE ...] [--out FILE]
     shdh pipeline run --local [--profile smoke]
-    shdh pipeline submit --host URL [--experiment NAME] [--param KEY=VALUE ...]
+    shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
 
 The DAG (pipelines/) and its components (components/) live in the repository rather than in the
 installed package: compiling needs a checkout, the components' containers need only the package.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,9 @@ SECTIONS = ("data", "tree", "smatrix", "features", "train", "baselines", "evalua
 DEFAULT_OUT = "artifacts/pipeline.yaml"  # a build product, like the other artifacts
 DEFAULT_LOCAL_ROOT = "artifacts/kfp-local"
 DEFAULT_EXPERIMENT = "shdh"
+# Where submit finds credentials that should stay off the command line (shell history, ps).
+TOKEN_ENV = "SHDH_KFP_TOKEN"
+COOKIE_ENV = "SHDH_KFP_COOKIE"
 
 
 # --------------------------------------------------------------------------- settings
@@ -157,21 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. train.epochs=2 (repeatable)")  # fmt: skip
     for p in (compile_p, submit_p):
-        p.add_argument(
-            "--image",
-            help="the image of every task (default: $SHDH_IMAGE, else ghcr.io/shdh/shdh:VERSION)",
-        )
-        p.add_argument(
-            "--scheduling",
-            metavar="FILE",
-            help="where training runs: a file with the ConfigMap shdh-train-scheduling "
-            "(default: k8s/overlays/gpu/train-scheduling.yaml, one GPU per training task)",
-        )
-        p.add_argument(
-            "--no-gpu",
-            action="store_true",
-            help="train on any node: no GPU request, node selector or toleration",
-        )
+        add_cluster_arguments(p)
     compile_p.add_argument("--out", default=DEFAULT_OUT, help=f"output file ({DEFAULT_OUT})")
     run_p.add_argument(
         "--local",
@@ -180,55 +170,106 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run with kfp.local's SubprocessRunner, in this environment",
     )
     run_p.add_argument("--root", default=DEFAULT_LOCAL_ROOT, help="where the artifacts go")
-    submit_p.add_argument("--host", required=True, help="Kubeflow Pipelines API URL")
-    submit_p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment name")
-    submit_p.add_argument("--run-name", help="run name (default: shdh-PROFILE-TIMESTAMP)")
-    submit_p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
-    submit_p.add_argument("--service-account", help="service account of the run's pods")
+    add_submit_arguments(submit_p)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which image and which cluster settings a compiled pipeline is for."""
+    parser.add_argument(
+        "--image",
+        help="the runtime image of every task, REGISTRY/NAME:TAG; GPU train tasks run TAG-cuda "
+        "(default: $SHDH_IMAGE, else ghcr.io/shdh/shdh:VERSION)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--overlay",
+        help="take task sizes, retries and GPU scheduling from the ConfigMap shdh-pipeline of "
+        "k8s/overlays/NAME (or of a kustomization folder), rendered with kubectl kustomize; "
+        "default: dev (no GPU)",
+    )
+    where.add_argument(
+        "--settings",
+        metavar="FILE",
+        help="take them from a file with that ConfigMap (kubectl get configmap shdh-pipeline "
+        "-o yaml, or a rendered overlay)",
+    )
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", required=True, help="Kubeflow Pipelines API URL")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment name")
+    parser.add_argument("--run-name", help="run name (default: shdh-PROFILE-TIMESTAMP)")
+    parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    parser.add_argument("--service-account", help="service account of the run's pods")
+    login = parser.add_argument_group("credentials (multi-user Kubeflow; at most one)")
+    for flag, env, what in (
+        ("--token", TOKEN_ENV, "a bearer token"),
+        ("--token-file", None, "a file holding a service-account token, re-read on every request"),
+        ("--cookie", COOKIE_ENV, "a session cookie NAME=VALUE"),
+    ):
+        default = os.environ.get(env) or None if env else None
+        login.add_argument(
+            flag, default=default, help=what + (f" (default: ${env})" if env else "")
+        )
+    parser.add_argument(
+        "--skip-version-check",
+        action="store_true",
+        help="submit to a server that does not tell its version",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     params = resolve_params(args.params, args.profile, args.param)
     image = getattr(args, "image", None)
     if image:
         os.environ["SHDH_IMAGE"] = image  # read by components.image when it is first imported
     pipelines = load_pipelines_package()
-    imported = sys.modules["components.image"].IMAGE
-    if image and imported != image:
-        raise RuntimeError(f"--image {image}: the components were already imported with "
-                           f"{imported}; run in a fresh process")  # fmt: skip
-    if args.action == "compile":
-        out = pipelines.compile_pipeline(params, args.out, scheduling=train_scheduling(args))
-        print(f"pipeline written to {out}")
-    elif args.action == "run":
+    image_module = sys.modules["components.image"]
+    if image and image_module.IMAGE != image:
+        raise RuntimeError(
+            f"--image {image}: the components were already imported with "
+            f"{image_module.IMAGE}; run in a fresh process"
+        )
+    if args.action == "run":
         result = pipelines.run_local(params, args.root)
         print(result.table)
         print(f"results in {result.results_dir}\nreport in {result.report}")
-    else:
-        run_id = pipelines.submit(
-            params, host=args.host, experiment=args.experiment, run_name=args.run_name,
-            namespace=args.namespace, service_account=args.service_account,
-            scheduling=train_scheduling(args),
-        )  # fmt: skip
-        print(f"run {run_id} submitted to {args.host} (experiment '{args.experiment}')")
+        return 0
+    image_module.split_image(image_module.IMAGE)  # a malformed image fails here, by name
+    settings = cluster_settings(args)
+    log.info(
+        "cluster settings from %s: train on %s",
+        settings.source,
+        f"{settings.accelerator_type} x{settings.accelerator_limit}" if settings.gpu else "the CPU",
+    )
+    if args.action == "compile":
+        out = pipelines.compile_pipeline(params, args.out, settings=settings)
+        print(f"pipeline written to {out}")
+        return 0
+    credentials = pipelines.Credentials(args.token, args.token_file, args.cookie)
+    run_id = pipelines.submit(
+        params,
+        host=args.host,
+        settings=settings,
+        experiment=args.experiment,
+        run_name=args.run_name,
+        namespace=args.namespace,
+        service_account=args.service_account,
+        credentials=credentials,
+        check_version=not args.skip_version_check,
+    )
+    print(f"run {run_id} submitted to {args.host} (experiment '{args.experiment}')")
     return 0
 
 
-def train_scheduling(args: argparse.Namespace) -> Any:
-    """--no-gpu: anywhere; else the ConfigMap in --scheduling or the gpu overlay's file."""
+def cluster_settings(args: argparse.Namespace) -> Any:
+    """--settings FILE, else the overlay named by --overlay (dev without one)."""
     pipelines = load_pipelines_package()
-    if args.no_gpu:
-        if args.scheduling:
-            raise ConfigError("shdh pipeline: give --scheduling or --no-gpu, not both")
-        return pipelines.TrainScheduling()
-    path = (
-        Path(args.scheduling)
-        if args.scheduling
-        else project_root() / pipelines.DEFAULT_SCHEDULING_FILE
+    if args.settings:
+        return pipelines.settings_from_file(args.settings)
+    return pipelines.settings_from_overlay(
+        args.overlay or pipelines.DEFAULT_OVERLAY, project_root()
     )
-    return pipelines.load_scheduling(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

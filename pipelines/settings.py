@@ -1,0 +1,343 @@
+"""The cluster's settings for the pipeline's tasks: the ConfigMap `shdh-pipeline` of k8s/.
+
+Sizes, retries, timeouts, loop caps and GPU scheduling are part of a compiled pipeline, not of a
+running pod, so the compiler reads them, from the overlay the user names (`--overlay dev`,
+rendered with `kubectl kustomize`, the same objects `kubectl apply -k` applies) or from a file
+holding the ConfigMap (`--settings`: the overlay rendered, or `kubectl get configmap shdh-pipeline
+-o yaml` from the cluster). Keys are flat, so an overlay patches only the ones it changes:
+
+    STEP.cpu_request / .cpu_limit / .memory_request / .memory_limit   a Kubernetes quantity, for
+        STEP one of STEPS, or `default` for every step without its own
+    train.accelerator_type / .accelerator_limit   the extended resource per train task
+        (nvidia.com/gpu, 1); none ("" and 0) trains on the CPU
+    train.node_selector / .tolerations            JSON: node labels, Kubernetes Tolerations
+    train.retries / .retry_backoff / .retry_backoff_factor / .retry_backoff_max   a failed
+        (preempted, evicted) train task is retried after the backoff, which grows by the factor
+    train.timeout                                 each try's deadline (the pod's
+        activeDeadlineSeconds), a duration such as 90m or 6h
+    train.parallelism / baseline.parallelism      how many iterations of each loop run at once
+
+Every error names where the settings came from and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SETTINGS_CONFIG_MAP = "shdh-pipeline"
+OVERLAYS = Path("k8s/overlays")  # in the checkout
+DEFAULT_OVERLAY = "dev"
+# The pipeline's components, by name (the function names in components/).
+STEPS = (
+    "download",
+    "tree",
+    "smatrix",
+    "start",
+    "plan",
+    "features",
+    "train",
+    "baseline",
+    "evaluate",
+    "report",
+)
+RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+LOOPS = ("train", "baseline")
+_TRAIN_KEYS = (
+    "accelerator_type",
+    "accelerator_limit",
+    "node_selector",
+    "tolerations",
+    "retries",
+    "retry_backoff",
+    "retry_backoff_factor",
+    "retry_backoff_max",
+    "timeout",
+)
+_TOLERATION_FIELDS = {
+    "key": "key",
+    "operator": "operator",
+    "value": "value",
+    "effect": "effect",
+    "tolerationSeconds": "toleration_seconds",
+}
+_CPU = re.compile(r"([0-9]*\.)?[0-9]+m?")  # what kfp's set_cpu_* accept
+_MEMORY = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?")  # what kfp's set_memory_* accept
+_DURATION = re.compile(r"([0-9]+)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_QUANTITY = {
+    "": 1.0,
+    "m": 1e-3,
+    "K": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+
+
+class SettingsError(ValueError):
+    """The cluster settings are missing, unreadable or hold a bad value."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    retries: int
+    backoff_seconds: int
+    factor: float
+    max_backoff_seconds: int
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Everything the compiler puts on the tasks for one cluster; `source` names its origin."""
+
+    source: str
+    resources: dict[str, Resources]  # for every step of STEPS
+    retry: Retry
+    timeout_seconds: int
+    parallelism: dict[str, int]  # for every loop of LOOPS
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    accelerator_type: str = ""
+    accelerator_limit: int = 0
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.accelerator_type)
+
+    @property
+    def device(self) -> str:
+        """What the train step's `device` setting must be on these nodes."""
+        return "cuda" if self.gpu else "cpu"
+
+    def toleration_arguments(self) -> list[dict[str, Any]]:
+        """The tolerations as keyword arguments of kfp-kubernetes add_toleration."""
+        return [{_TOLERATION_FIELDS[k]: v for k, v in t.items()} for t in self.tolerations]
+
+
+# --------------------------------------------------------------------------- where they come from
+
+
+def overlay_names(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in (root / OVERLAYS).glob("*/kustomization.yaml"))
+
+
+def overlay_dir(name: str, root: Path) -> Path:
+    """An overlay of the checkout by name, or any folder with a kustomization.yaml."""
+    named = root / OVERLAYS / name
+    for candidate in (named, Path(name)):
+        if (candidate / "kustomization.yaml").is_file():
+            return candidate
+    known = ", ".join(overlay_names(root)) or "none"
+    raise SettingsError(
+        f"--overlay {name}: no such overlay; {OVERLAYS} has {known} "
+        "(or give a folder with a kustomization.yaml)"
+    )
+
+
+def settings_from_overlay(name: str, root: Path) -> ClusterSettings:
+    """Render the overlay as `kubectl apply -k` would and read its ConfigMap shdh-pipeline."""
+    folder = overlay_dir(name, root)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise SettingsError(
+            f"--overlay {name}: rendering {folder} needs kubectl on the PATH; "
+            "install it, or give --settings FILE with the ConfigMap "
+            f"{SETTINGS_CONFIG_MAP}"
+        )
+    done = subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SettingsError(f"--overlay {name}: kubectl kustomize {folder} failed: {last}")
+    return parse_settings(list(yaml.safe_load_all(done.stdout)), f"overlay {name}")
+
+
+def settings_from_file(path: str | Path) -> ClusterSettings:
+    """The ConfigMap in a YAML or JSON file: one object, a stream, or a `kind: List`."""
+    path = Path(path)
+    try:
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"{path}: cannot read the cluster settings: {exc}") from exc
+    return parse_settings(documents, str(path))
+
+
+def find_config_map(documents: list[Any], source: str) -> dict[str, str]:
+    objects: list[dict] = []
+    for doc in documents:
+        if isinstance(doc, dict):
+            objects += doc.get("items") or [] if doc.get("kind") == "List" else [doc]
+    found = [
+        o
+        for o in objects
+        if o.get("kind") == "ConfigMap"
+        and (o.get("metadata") or {}).get("name") == SETTINGS_CONFIG_MAP
+    ]
+    if len(found) != 1:
+        raise SettingsError(
+            f"{source}: expected one ConfigMap named {SETTINGS_CONFIG_MAP}, found {len(found)}"
+        )
+    data = found[0].get("data") or {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+# --------------------------------------------------------------------------- what they say
+
+
+def parse_settings(documents: list[Any], source: str) -> ClusterSettings:
+    """Validate the ConfigMap's data; every error names `source` and the key."""
+    data = find_config_map(documents, source)
+    keys = _Keys(data, source)
+    keys.refuse_unknown()
+    settings = ClusterSettings(
+        source=source,
+        resources={step: keys.resources(step) for step in STEPS},
+        retry=Retry(
+            keys.integer("train.retries", minimum=0),
+            keys.duration("train.retry_backoff"),
+            keys.number("train.retry_backoff_factor", minimum=1.0),
+            keys.duration("train.retry_backoff_max"),
+        ),
+        timeout_seconds=keys.duration("train.timeout"),
+        parallelism={loop: keys.integer(f"{loop}.parallelism", minimum=1) for loop in LOOPS},
+        node_selector=keys.json_value("train.node_selector", dict),
+        tolerations=keys.json_value("train.tolerations", list),
+        accelerator_type=data.get("train.accelerator_type", ""),
+        accelerator_limit=keys.integer("train.accelerator_limit", minimum=0),
+    )
+    keys.check_consistency(settings)
+    return settings
+
+
+class _Keys:
+    """The ConfigMap's values, read and checked one key at a time."""
+
+    def __init__(self, data: dict[str, str], source: str) -> None:
+        self.data, self.source = data, source
+
+    def fail(self, key: str, problem: str) -> SettingsError:
+        return SettingsError(
+            f"{self.source}: ConfigMap {SETTINGS_CONFIG_MAP} data.{key}: {problem}"
+        )
+
+    def refuse_unknown(self) -> None:
+        known = {f"{s}.{r}" for s in ("default", *STEPS) for r in RESOURCE_KEYS}
+        known |= {f"train.{k}" for k in _TRAIN_KEYS} | {f"{loop}.parallelism" for loop in LOOPS}
+        for key in self.data:
+            if key not in known:
+                raise self.fail(key, "not a setting (a typo?); see pipelines/settings.py")
+
+    def value(self, key: str) -> str:
+        if key not in self.data:
+            raise self.fail(key, "missing")
+        return self.data[key].strip()
+
+    def integer(self, key: str, minimum: int) -> int:
+        text = self.value(key)
+        if not re.fullmatch(r"[0-9]+", text) or int(text) < minimum:
+            raise self.fail(key, f"expected a whole number >= {minimum}, got {text!r}")
+        return int(text)
+
+    def number(self, key: str, minimum: float) -> float:
+        text = self.value(key)
+        try:
+            number = float(text)
+        except ValueError:
+            number = float("nan")
+        if not number >= minimum:
+            raise self.fail(key, f"expected a number >= {minimum}, got {text!r}")
+        return number
+
+    def duration(self, key: str) -> int:
+        match = _DURATION.fullmatch(self.value(key))
+        if match is None or int(match[1]) == 0:
+            raise self.fail(
+                key, f"expected a duration such as 90s, 30m, 6h or 1d, got {self.value(key)!r}"
+            )
+        return int(match[1]) * _SECONDS[match[2]]
+
+    def json_value(self, key: str, kind: type) -> Any:
+        text = self.value(key)
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise self.fail(key, f"not valid JSON ({exc}): {text!r}") from exc
+        if not isinstance(parsed, kind):
+            raise self.fail(key, f"expected a JSON {kind.__name__}, got {text!r}")
+        return parsed
+
+    def resources(self, step: str) -> Resources:
+        values = {}
+        for name in RESOURCE_KEYS:
+            key = f"{step}.{name}" if f"{step}.{name}" in self.data else f"default.{name}"
+            text = self.value(key)
+            pattern = _CPU if name.startswith("cpu") else _MEMORY
+            if not pattern.fullmatch(text) or quantity(text) <= 0:
+                raise self.fail(
+                    key,
+                    f"not a positive Kubernetes {name.split('_')[0]} quantity "
+                    f"(e.g. 500m, 2, 1Gi): {text!r}",
+                )
+            values[name] = text
+        for kind in ("cpu", "memory"):
+            request, limit = values[f"{kind}_request"], values[f"{kind}_limit"]
+            if quantity(request) > quantity(limit):
+                raise self.fail(f"{step}.{kind}_request", f"{request} is above the limit {limit}")
+        return Resources(**values)
+
+    def check_consistency(self, settings: ClusterSettings) -> None:
+        if any(not isinstance(v, str) for v in settings.node_selector.values()):
+            raise self.fail("train.node_selector", "label values must be strings")
+        for t in settings.tolerations:
+            if not isinstance(t, dict) or not set(t) <= set(_TOLERATION_FIELDS):
+                raise self.fail(
+                    "train.tolerations",
+                    f"each must be an object with keys among "
+                    f"{sorted(_TOLERATION_FIELDS)}, got {t!r}",
+                )
+        if bool(settings.accelerator_type) != (settings.accelerator_limit > 0):
+            raise self.fail(
+                "train.accelerator_limit",
+                f"{settings.accelerator_limit} for "
+                f"accelerator_type {settings.accelerator_type!r} (at least 1 with "
+                "a type, 0 without)",
+            )
+        if settings.retry.max_backoff_seconds < settings.timeout_seconds:
+            raise self.fail(
+                "train.retry_backoff_max",
+                "shorter than train.timeout: no retry may start that late, so a try that runs to "
+                "its deadline would never be retried",
+            )
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity ("250m", "2", "1Gi") in base units."""
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+)([a-zA-Z]*)", text)
+    if match is None or match[2] not in _QUANTITY:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(match[1]) * _QUANTITY[match[2]]

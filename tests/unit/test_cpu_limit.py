@@ -1,0 +1,71 @@
+"""The CPU limit of a container read from fake cgroup files, as the kubelet writes them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shdh.cpu_limit import available_cpus, cpu_quota
+from shdh.evaluation import eval_workers
+
+CORES = len(os.sched_getaffinity(0))
+
+
+def cgroup_v2(tmp_path, text: str):
+    (tmp_path / "cpu.max").write_text(text)
+    return tmp_path
+
+
+def cgroup_v1(tmp_path, quota: str, period: str, folder: str = "cpu,cpuacct"):
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "cpu.cfs_quota_us").write_text(quota + "\n")
+    (tmp_path / folder / "cpu.cfs_period_us").write_text(period + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("text", "quota"),
+    [("200000 100000\n", 2.0), ("250000 100000", 2.5), ("50000 100000", 0.5), ("max 100000", None)],
+)
+def test_cgroup_v2_quota(tmp_path, text, quota):
+    assert cpu_quota(cgroup_v2(tmp_path, text)) == quota
+
+
+@pytest.mark.parametrize("folder", ["cpu", "cpu,cpuacct"])
+def test_cgroup_v1_quota(tmp_path, folder):
+    assert cpu_quota(cgroup_v1(tmp_path, "150000", "100000", folder)) == 1.5
+
+
+def test_cgroup_v1_without_a_limit(tmp_path):
+    assert cpu_quota(cgroup_v1(tmp_path, "-1", "100000")) is None
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "100000 0", "-5 100000", "100000"])
+def test_unreadable_quota_means_no_limit(tmp_path, text):
+    assert cpu_quota(cgroup_v2(tmp_path, text)) is None
+    assert available_cpus(tmp_path) == CORES
+
+
+def test_no_cgroup_files_count_the_usable_cores(tmp_path):
+    assert cpu_quota(tmp_path) is None
+    assert available_cpus(tmp_path) == CORES
+
+
+def test_workers_follow_the_limit_rounded_down_and_at_least_one(tmp_path):
+    assert available_cpus(cgroup_v2(tmp_path, "100000 100000")) == 1
+    assert available_cpus(cgroup_v2(tmp_path, "50000 100000")) == 1  # half a CPU: one thread
+    assert available_cpus(cgroup_v2(tmp_path, "190000 100000")) == min(CORES, 1)
+
+
+def test_a_limit_above_the_cores_gives_the_cores(tmp_path):
+    assert available_cpus(cgroup_v2(tmp_path, f"{(CORES + 8) * 100000} 100000")) == CORES
+
+
+def test_evaluate_workers_null_follows_the_pod_limit(tmp_path, monkeypatch):
+    """evaluate.workers: null sizes the ranking threads by the cgroup limit."""
+    import shdh.cpu_limit
+
+    monkeypatch.setattr(shdh.cpu_limit, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
+    assert eval_workers(None) == 1
+    assert eval_workers(3) == 3  # an explicit count wins
