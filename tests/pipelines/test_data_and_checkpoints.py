@@ -31,6 +31,6 @@ def test_a_local_build_downloads_instead_of_pulling():
     from shdh.stages.pipeline import resolve_params
 
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
-    pipeline = pipelines.build_pipeline(params, cluster=False)
+    pipeline = pipelines.build_pipeline(params, settings=None)
     task = pipeline.pipeline_spec.root.dag.tasks["download"]
     assert task.inputs.parameters["data_version"].runtime_value.constant.string_value == ""
