@@ -16,6 +16,15 @@ run: data
 test: data
 	$(BIN)/python -m pytest
 
+## test-fast: the unit tests less the `slow` and `integration` ones, for the edit-test loop
+## (about 2 minutes on 2 busy cores; `make test` still runs everything, as CI does). Bytecode
+## is cached in the venv even where PYTHONDONTWRITEBYTECODE is set: compiling torch, mlflow and
+## the rest from source again on every run costs about half a minute of CPU.
+.PHONY: test-fast
+test-fast: setup
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
+	  $(BIN)/python -m pytest tests/unit -m "not slow and not integration"
+
 ## setup: the virtualenv with the pinned dependencies (requirements.lock) and the package
 setup: $(VENV)/.installed
 

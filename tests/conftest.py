@@ -12,6 +12,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Fixtures that start a server (a process, or an HTTP listener on a loopback port). A test that
+# uses one is an integration test wherever it lives, so `-m "not integration"` (make test-fast)
+# leaves it out without each test having to say so.
+SERVER_FIXTURES = frozenset({"s3_server", "server", "kubeflow"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(autouse=True)
 def isolated_tracking(tmp_path, monkeypatch):

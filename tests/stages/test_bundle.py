@@ -122,6 +122,7 @@ def _bundle_run(tmp_path: Path, fashion_raw: Path) -> tuple[Path, Path]:
     return params, bundle
 
 
+@pytest.mark.slow  # end to end: raw data to metrics, by two routes
 def test_codes_trained_from_a_bundle_score_as_the_pipelines_own(tmp_path, fashion_raw):
     params, bundle = _bundle_run(tmp_path, fashion_raw)
     # The GPU side, on the CPU here: only the core can be imported.

@@ -63,6 +63,7 @@ def test_every_subcommand_has_help(capsys):
 ALL_METHODS = ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h")
 
 
+@pytest.mark.slow  # end to end: raw data to metrics
 def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     """Every method and the classifier-oracle row (a train.methods entry, as in the paper
     profile's run) through the command-line steps."""
@@ -109,6 +110,7 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     assert "| shdh | 16 |" in table and "| oracle | 16 |" in table
 
 
+@pytest.mark.slow  # end to end: raw data to metrics
 def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     import mlflow
 
@@ -268,6 +270,7 @@ def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path,
     assert len(runs) == 2  # one MLflow run per method and code length
 
 
+@pytest.mark.slow  # end to end: raw data to metrics
 def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path, fashion_raw):
     params = smoke_params(
         tmp_path, fashion_raw, train={"methods": ["shdh"], "seeds": [3, 4]},

@@ -1,3 +1,8 @@
+"""SHDH and DPSH's own behaviour: the training diagnostics, SHDH's segment layouts, the saved
+network, checkpoints and resume, and how their parameters map onto the training loop's. The
+common contract (codes, seeds, save/load, pair labels, bad images) is test_hashers_contract.py's.
+"""
+
 import json
 import shutil
 from dataclasses import fields
@@ -7,12 +12,10 @@ import numpy as np
 import pytest
 
 from shdh.hashers import get_hasher_class
-from shdh.hashers.base import Hasher, NotFittedError
+from shdh.hashers.base import Hasher
 from shdh.hashers.deep import DPSH, RUN_FILE, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
 from shdh.training import CHECKPOINT_NAME, TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -57,81 +60,32 @@ def fitted() -> dict[str, Hasher]:
 
 
 @pytest.mark.parametrize("method", MODES)
-def test_shapes_codes_and_diagnostics(method: str, fitted) -> None:
+def test_training_diagnostics(method: str, fitted) -> None:
     hasher = fitted[method]
-    codes = hasher.encode(QUERIES[0])
-    assert codes.shape == (len(QUERIES[0]), 16) and codes.dtype == np.int8
-    assert set(np.unique(codes)) <= {-1, 1}
     assert [h["epoch"] for h in hasher.history_] == [1, 2, 3]
-    for entry in hasher.history_:  # the issue asks that both losses visibly train
+    for entry in hasher.history_:  # both losses must visibly train
         assert 0 <= entry["flip_fraction"] <= 1 and 0 <= entry["bit_balance"] <= 1
         assert np.isfinite(entry["e1"]) and np.isfinite(entry["e2"])
     assert hasher.history_[0]["flip_fraction"] > 0  # the codes moved
 
 
-def test_segments() -> None:
-    shdh = _fit("shdh", epochs=1)
-    assert shdh.segment_sizes() == [8, 8]
-    assert shdh.segment_weights() == pytest.approx([2 / 3, 1 / 3])
+def test_paper_layout_segments() -> None:
+    """The paper's layout gives the root a segment too, of weight u_1 = 0 (the default layout,
+    one segment per level below the root, is the contract's)."""
     paper = _fit("shdh", epochs=1, layout="paper", n_bits=17)
     assert paper.segment_sizes() == [5, 5, 7]
     assert paper.segment_weights() == pytest.approx([0.0, 2 / 3, 1 / 3])
-    assert DPSH(n_bits=16).segment_sizes() == [16] and DPSH(n_bits=16).segment_weights() == [1.0]
 
 
 @pytest.mark.parametrize("method", MODES)
-def test_better_than_random_codes(method: str, fitted) -> None:
-    hasher = fitted[method]
-    q, db = hasher.encode(QUERIES[0]), hasher.encode(TRAIN[0])
-    sizes, weights = hasher.segment_sizes(), hasher.segment_weights()
-    got, _ = evaluate(pack_codes(q), pack_codes(db), QUERIES[1], TRAIN[1], sizes, weights, n=24)
-    rng = np.random.default_rng(1)
-    rand_q, rand_db = (np.where(rng.random((n, 16)) < 0.5, -1, 1) for n in (len(q), len(db)))
-    floor, _ = evaluate(
-        pack_codes(rand_q), pack_codes(rand_db), QUERIES[1], TRAIN[1], [16], [1.0], n=24
-    )
-    assert got["ndcg@24"] > floor["ndcg@24"] + 0.1
-
-
-@pytest.mark.parametrize("method", MODES)
-def test_deterministic_under_a_seed(method: str, fitted) -> None:
-    again = _fit(method)
-    np.testing.assert_array_equal(again.encode(QUERIES[0]), fitted[method].encode(QUERIES[0]))
-    other = _fit(method, epochs=1, seed=1)
-    assert (other.encode(QUERIES[0]) != fitted[method].encode(QUERIES[0])).any()
-
-
-@pytest.mark.parametrize("method", MODES)
-def test_refuses_before_fit(method: str, tmp_path: Path) -> None:
-    hasher = get_hasher_class(method)(**TINY)
-    with pytest.raises(NotFittedError):
-        hasher.encode(QUERIES[0])
-    with pytest.raises(NotFittedError):
-        hasher.save(tmp_path / "m")
-    if method == "shdh":  # its layout depends on the tree it is fitted to
-        with pytest.raises(NotFittedError):
-            hasher.segment_sizes()
-
-
-@pytest.mark.parametrize("method", MODES)
-def test_save_load_round_trip(method: str, fitted, tmp_path: Path) -> None:
-    hasher = fitted[method]
-    hasher.save(tmp_path / "m")
-    meta = json.loads((tmp_path / "m" / "params.json").read_text())
-    assert meta["method"] == method and meta["params"] == hasher.get_params()
+def test_saved_state_holds_the_network_and_the_tree(method: str, fitted, tmp_path: Path) -> None:
+    fitted[method].save(tmp_path / "m")
     with np.load(tmp_path / "m" / "state.npz", allow_pickle=False) as arrays:
         assert "net.head.weight" in arrays.files and int(arrays["K_"]) == 3
-    for loaded in (type(hasher).load(tmp_path / "m"), Hasher.load(tmp_path / "m")):
-        assert type(loaded) is type(hasher)
-        np.testing.assert_array_equal(loaded.encode(QUERIES[0]), hasher.encode(QUERIES[0]))
-        assert loaded.segment_sizes() == hasher.segment_sizes()
-        assert loaded.segment_weights() == hasher.segment_weights()
 
 
-def test_load_into_the_wrong_method_or_bit_length(fitted, tmp_path: Path) -> None:
+def test_load_refuses_the_state_of_another_bit_length_or_width(fitted, tmp_path: Path) -> None:
     fitted["dpsh"].save(tmp_path / "dpsh")
-    with pytest.raises(ValueError, match="holds method 'dpsh', not 'shdh'"):
-        SHDH.load(tmp_path / "dpsh")
     other_bits = _fit("dpsh", epochs=1, n_bits=8)
     other_bits.save(tmp_path / "dpsh8")
     shutil.copy(tmp_path / "dpsh8" / "state.npz", tmp_path / "dpsh" / "state.npz")
@@ -209,21 +163,8 @@ def test_bad_parameters(make, message: str) -> None:
         make().fit(TRAIN[0], _pairs(make().name))
 
 
-def test_bad_inputs() -> None:
-    with pytest.raises(ValueError, match="needs 'hierarchical' pair labels, got 'label'"):
-        SHDH(**TINY).fit(TRAIN[0], _pairs("dpsh"))
-    with pytest.raises(ValueError, match="supervised method needs pair labels"):
-        DPSH(**TINY).fit(TRAIN[0])
-    with pytest.raises(ValueError, match="images must be a uint8"):
-        DPSH(**TINY).fit(TRAIN[0].astype(np.float32), _pairs("dpsh"))
+def test_bad_resume_options() -> None:
     with pytest.raises(ValueError, match="resume='always' needs work_dir"):
         DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume="always")
     with pytest.raises(ValueError, match="resume must be one of"):
         DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume=True)
-
-
-def test_encode_refuses_other_images(fitted) -> None:
-    with pytest.raises(ValueError, match=r"shape \(10, 10\) per item .* trained on \(8, 8\)"):
-        fitted["shdh"].encode(np.zeros((3, 10, 10), np.uint8))
-    with pytest.raises(ValueError, match="images must be a uint8"):
-        fitted["dpsh"].encode(np.zeros((3, 8, 8), np.float64))

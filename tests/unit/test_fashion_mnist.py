@@ -132,6 +132,7 @@ def test_fetch_raw_tries_sources_in_order(tmp_path, monkeypatch):
     assert (tmp_path / "raw" / fm.FILES["test_images"]).read_bytes() == content["test_images"]
 
 
+@pytest.mark.integration  # serves the files over HTTP on loopback
 def test_fetch_raw_from_official_urls_served_locally(tmp_path, monkeypatch):
     write_fake_raw(tmp_path / "site")
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "site"))

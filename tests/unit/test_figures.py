@@ -149,6 +149,7 @@ def _sweep_row(variant: str, seed: int, ndcg: float) -> dict:
             "ndcg_list@100": ndcg + 0.1}  # fmt: skip
 
 
+@pytest.mark.slow  # draws every figure three times
 def test_fig5_comes_from_a_saved_alpha_sweep(tmp_path):
     rows = [_sweep_row(f"shdh:alpha={a}", s, 0.7 + 0.01 * s + a / 100)
             for a in (0.25, 1, 4) for s in (0, 1, 2)]  # fmt: skip

@@ -1,4 +1,6 @@
-"""KSH and KSH+H: the hasher contract, the greedy bit-wise optimisation, and bad inputs."""
+"""KSH and KSH+H's own behaviour: the kernel anchors, what separates KSH+H from KSH, the greedy
+bit-wise optimisation, and their own bad settings. The common contract (codes, seeds, save/load,
+pair labels, bad features) is test_hashers_contract.py's."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import itertools
 import numpy as np
 import pytest
 
-from shdh.hashers import get_hasher_class
 from shdh.hashers.ksh import (
     KSH,
     KSHH,
@@ -20,73 +21,30 @@ from shdh.hashers.ksh import (
 )
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
 from tests.unit.toys import toy_tree_data, train_and_queries
 
 SMALL = {"n_bits": 8, "n_anchors": 30, "n_labelled": 150, "n_iter": 100}
 
 
-@pytest.fixture(scope="module")
-def data():
-    return train_and_queries()  # database/training, queries
+TRAIN_X, TRAIN_ANC, _, _ = train_and_queries()
+LABEL_PAIRS = PairSimilarity(TRAIN_ANC, layer_weights(3), "label")
 
 
 @pytest.fixture(scope="module")
-def label_pairs(data):
-    return PairSimilarity(data[1], layer_weights(3), "label")
+def fitted() -> KSH:
+    return KSH(seed=3, **SMALL).fit(TRAIN_X, LABEL_PAIRS)
 
 
-@pytest.fixture(scope="module")
-def fitted(data, label_pairs):
-    return KSH(seed=3, **SMALL).fit(data[0], label_pairs)
+# --- the kernel ------------------------------------------------------------------------------
 
 
-# --- the contract ---------------------------------------------------------------------------------
-
-
-def test_registry_names_and_supervision():
-    assert get_hasher_class("ksh") is KSH and get_hasher_class("ksh+h") is KSHH
-    assert (KSH.supervision, KSHH.supervision) == ("label", "hierarchical")
-
-
-def test_shapes_and_code_values(data, fitted):
-    X, _, Xq, _ = data
-    codes, q_codes = fitted.encode(X), fitted.encode(Xq)
-    assert codes.shape == (len(X), 8) and q_codes.shape == (len(Xq), 8)
-    assert codes.dtype == np.int8 and set(np.unique(codes)) == {-1, 1}
+def test_anchors_are_training_items_drawn_by_the_seed(fitted):
+    X = TRAIN_X
     assert fitted.projections_.shape == (30, 8) and fitted.anchors_.shape == (30, 16)
-
-
-def test_deterministic_under_seed(data, label_pairs, fitted):
-    again = KSH(seed=3, **SMALL).fit(data[0], label_pairs)
-    np.testing.assert_array_equal(again.projections_, fitted.projections_)
-    np.testing.assert_array_equal(again.encode(data[0]), fitted.encode(data[0]))
-    other = KSH(seed=4, **SMALL).fit(data[0], label_pairs)
+    rows = {x.tobytes() for x in X.astype(np.float64)}
+    assert all(anchor.tobytes() in rows for anchor in fitted.anchors_)
+    other = KSH(seed=4, **SMALL).fit(X, LABEL_PAIRS)
     assert not np.array_equal(other.anchors_, fitted.anchors_)
-
-
-def _acg(q_codes: np.ndarray, db_codes: np.ndarray, q_anc, db_anc) -> float:
-    sizes = [q_codes.shape[1]]
-    result, _ = evaluate(
-        pack_codes(q_codes), pack_codes(db_codes), q_anc, db_anc, sizes, [1.0], n=50,
-        wr_ns=(50,), curve_max=50,
-    )  # fmt: skip
-    return result["acg@50"]
-
-
-@pytest.mark.parametrize("cls", [KSH, KSHH])
-def test_retrieves_better_than_random_codes(data, cls):
-    X, anc, Xq, aq = data
-    model = cls(seed=0, **SMALL).fit(X, PairSimilarity(anc, layer_weights(3), cls.supervision))
-    rng = np.random.default_rng(0)
-    random_db = np.where(rng.random((len(X), 8)) < 0.5, 1, -1)
-    random_q = np.where(rng.random((len(Xq), 8)) < 0.5, 1, -1)
-    learned, chance = (
-        _acg(model.encode(Xq), model.encode(X), aq, anc),
-        _acg(random_q, random_db, aq, anc),
-    )
-    assert learned > chance + 0.5  # ACG@50 is in [0, 2] here; chance is about 0.67
 
 
 # --- KSH+H differs from KSH exactly in the similarity it is given -------------------------------
@@ -216,44 +174,21 @@ def test_each_greedy_bit_is_at_least_as_good_as_its_spectral_start():
 # --- bad inputs ----------------------------------------------------------------------------------
 
 
-def test_too_few_training_items_for_the_anchors(data, label_pairs):
-    X, anc = data[0][:20], data[1][:20]
+def test_too_few_training_items_for_the_anchors():
+    X, anc = TRAIN_X[:20], TRAIN_ANC[:20]
     with pytest.raises(ValueError, match=r"20 training items.*n_anchors=30"):
         KSH(**SMALL).fit(X, PairSimilarity(anc, layer_weights(3), "label"))
 
 
-def test_too_few_labelled_samples_for_the_anchors(data, label_pairs):
+def test_too_few_labelled_samples_for_the_anchors():
     params = {**SMALL, "n_labelled": 25}
     with pytest.raises(ValueError, match=r"25 labelled samples.*n_anchors=30"):
-        KSH(**params).fit(data[0], label_pairs)
-
-
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_features_are_refused(data, label_pairs, fitted, bad):
-    X = data[0].copy()
-    X[7, 3] = bad
-    kind = "NaN" if np.isnan(bad) else "inf"
-    with pytest.raises(ValueError, match=rf"ksh: features X contain {kind} \(first at row 7"):
-        KSH(**SMALL).fit(X, label_pairs)
-    with pytest.raises(ValueError, match=rf"contain {kind}"):
-        fitted.encode(X)
-
-
-def test_wrong_feature_dimension_at_encode(data, fitted):
-    with pytest.raises(ValueError, match="have 15 dimensions.*fitted on 16"):
-        fitted.encode(data[2][:, :15])
-
-
-def test_wrong_pair_mode_and_missing_pairs(data, label_pairs):
-    with pytest.raises(ValueError, match="'hierarchical'"):
-        KSHH(**SMALL).fit(data[0], label_pairs)
-    with pytest.raises(ValueError, match="needs pair labels"):
-        KSH(**SMALL).fit(data[0])
+        KSH(**params).fit(TRAIN_X, LABEL_PAIRS)
 
 
 @pytest.mark.parametrize(
     ("field", "value"), [("n_anchors", 0), ("n_labelled", 1.5), ("n_iter", -1), ("tol", -0.1)]
 )
-def test_bad_hyper_parameters(data, label_pairs, field, value):
+def test_bad_hyper_parameters(field, value):
     with pytest.raises(ValueError, match=field):
-        KSH(**{**SMALL, field: value}).fit(data[0], label_pairs)
+        KSH(**{**SMALL, field: value}).fit(TRAIN_X, LABEL_PAIRS)

@@ -35,6 +35,7 @@ def test_unreachable_server_fails_fast_and_names_the_uri(monkeypatch):
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow  # a fresh MLflow store: its schema migrations take seconds
 def test_run_logs_params_metrics_and_reopens_by_id(tmp_path):
     import mlflow
 
@@ -53,6 +54,7 @@ def test_run_logs_params_metrics_and_reopens_by_id(tmp_path):
     assert run.data.tags["method"] == "shdh"
 
 
+@pytest.mark.slow  # a fresh MLflow store: its schema migrations take seconds
 def test_run_ref_from_another_tracking_store_is_not_reused(tmp_path, monkeypatch):
     with tracking.run(run_name="r") as active:
         tracking.save_run_ref(tmp_path / "ref.json", active)
