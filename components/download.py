@@ -12,7 +12,8 @@ def download(data: str, seed: int, prepared: Output[Dataset]):
 
     Inputs:
         data: the `data` section of params.yaml as JSON (dataset, sources, raw_dir, verify,
-            query_fraction, max_items, and image_size, skip_bad_images, table for own data).
+            query_fraction, max_items, and for own data the readers' settings: image_size,
+            color, skip_bad_images, workers, inner_labels, name, table).
         seed: the master seed (the query/database split, the max_items subset).
     Outputs:
         prepared: the dataset folder and split written by shdh.steps.download; its metadata
@@ -31,10 +32,6 @@ def download(data: str, seed: int, prepared: Output[Dataset]):
         raw_dir = Path(cfg["raw_dir"]).relative_to(Path(cfg["raw_dir"]).anchor)
         raw = steps.fetch(Path(work) / raw_dir, dataset=cfg["dataset"], sources=cfg["sources"],
                           verify=cfg.get("verify", True))  # fmt: skip
-        steps.download(raw, prepared.path, dataset=cfg["dataset"],
-                       query_fraction=cfg["query_fraction"], max_items=cfg["max_items"],
-                       seed=seed, verify=cfg.get("verify", True),
-                       skip_bad_images=cfg.get("skip_bad_images", False),
-                       image_size=cfg.get("image_size", 32), table=cfg.get("table"))  # fmt: skip
+        steps.download(raw, prepared.path, seed=seed, **steps.download_options(cfg))
         prepared.metadata["dataset"] = cfg["dataset"]
         prepared.metadata["dvc_data_md5"] = tracking.dvc_dir_md5(Path(work) / raw_dir.parts[0])
