@@ -13,7 +13,8 @@ def download(data: str, seed: int, prepared: Output[Dataset], data_version: str 
 
     Inputs:
         data: the `data` section of params.yaml as JSON (dataset, sources, raw_dir, verify,
-            query_fraction, max_items, and image_size, skip_bad_images, table for own data).
+            query_fraction, max_items, and for own data the readers' settings: image_size,
+            color, skip_bad_images, workers, inner_labels, name, table).
         seed: the master seed (the query/database split, the max_items subset).
         data_version: data.dvc and .dvc/config of the checkout the pipeline was compiled from
             (shdh.data.dvc_pull.data_version): `dvc pull` of exactly that version from that
@@ -33,18 +34,7 @@ def download(data: str, seed: int, prepared: Output[Dataset], data_version: str 
     cfg = section_arg(data, "data")
     with tempfile.TemporaryDirectory(prefix="shdh-raw-") as work:
         raw = pull_or_fetch(data_version, work, cfg)
-        steps.download(
-            raw.path,
-            prepared.path,
-            dataset=cfg["dataset"],
-            query_fraction=cfg["query_fraction"],
-            max_items=cfg["max_items"],
-            seed=seed,
-            verify=cfg.get("verify", True),
-            skip_bad_images=cfg.get("skip_bad_images", False),
-            image_size=cfg.get("image_size", 32),
-            table=cfg.get("table"),
-        )
+        steps.download(raw.path, prepared.path, seed=seed, **steps.download_options(cfg))
         prepared.metadata.update(
             dataset=cfg["dataset"], dvc_data_md5=raw.md5, data_source=raw.source
         )

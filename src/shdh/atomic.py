@@ -1,17 +1,80 @@
 """Atomic writes: every output appears complete under its final name, or not at all.
 
 A step that dies half-way (a crash, Ctrl-C, a full disk) must never leave a truncated file that
-the next step, or DVC's cache, would take for a finished one.
+the next step, or DVC's cache, would take for a finished one. A write that fails says which
+output it was writing ("results/metrics.json: cannot write: No space left on device"), and
+check_writable lets a step find a read-only output folder before its expensive work.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# Errors of the disk rather than of an input file: they belong to the output being written.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+class WriteError(OSError):
+    """An output could not be written; the message names the output (and the setting)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
+def _is_under(name: Path, *folders: Path) -> bool:
+    return any(name == folder or folder in name.parents for folder in folders)
+
+
+@contextmanager
+def _naming(path: Path, *scratch: Path) -> Iterator[None]:
+    """Re-raise a failed write as a WriteError naming `path`, the output the caller sees, rather
+    than a hidden temporary name, or no name at all (ENOSPC from write() has none). Errors about
+    other files, such as an input that cannot be read, pass through unchanged."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as exc:
+        names = [Path(n) for n in (exc.filename, exc.filename2) if isinstance(n, str | os.PathLike)]
+        ours = any(n in (path, *path.parents) or _is_under(n, *scratch) for n in names)
+        if exc.errno not in _WRITE_ERRNOS and not ours:
+            raise
+        reason = exc.strerror or str(exc)
+        raise WriteError(f"{path}: cannot write: {reason}", exc.errno) from exc
+
+
+def check_writable(path: str | os.PathLike[str], setting: str | None = None) -> None:
+    """Fail now if `path` (a file or folder about to be written) could not be created.
+
+    The nearest existing folder above it is probed by creating a file there, so permission bits,
+    read-only mounts and quotas all answer truly, as they would hours later. `setting` (e.g.
+    "evaluate.results_dir") is named in the message.
+    """
+    path = Path(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    where = f"{setting}: " if setting else ""
+    if not folder.is_dir():
+        raise WriteError(f"{where}{folder}: not a folder, so {path} cannot be written there")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".shdh-write-check-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise WriteError(
+            f"{where}{folder}: cannot write there ({exc.strerror or exc}); make it writable or "
+            "choose another folder",
+            exc.errno,
+        ) from exc
 
 
 def _sibling(path: Path, kind: str, suffix: str = "") -> Path:
@@ -27,11 +90,12 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     '.png') keep it. The parent directory is created if needed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "tmp", suffix)
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with _naming(path, tmp):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -44,22 +108,28 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     either the old directory or the new one, never a mixture.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = _sibling(path, "tmp"), _sibling(path, "old")
-    tmp.mkdir()
+    with _naming(path, tmp, old):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
     try:
-        yield tmp
-        if path.exists():
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            if old.exists():
-                os.replace(old, path)
-            raise
+        with _naming(path, tmp, old):
+            yield tmp
+            _swap_in(tmp, path, old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, path: Path, old: Path) -> None:
+    if path.exists():
+        os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if old.exists():
+            os.replace(old, path)
+        raise
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -1,4 +1,4 @@
-"""params.yaml: loading, validation and profiles.
+"""params.yaml: reading it, and profiles (the schema that validates it: shdh.settings).
 
 Every setting lives in one params.yaml so that DVC can track each key on its own (a change to
 `train.epochs` reruns only training). A profile is a small YAML file of overrides under
@@ -35,25 +35,6 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return params
-
-
-def section(params: dict[str, Any], name: str, source: str | Path = "params.yaml") -> dict:
-    """One top-level section, with an error that names the file and the missing key."""
-    value = params.get(name)
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: missing section '{name}' (or it is not a mapping)")
-    return value
-
-
-def require(mapping: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    """Fetch a typed value so that a typo in params.yaml fails early and by name."""
-    if key not in mapping:
-        raise ConfigError(f"{where}: missing key '{key}'")
-    value = mapping[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}: key '{key}' must be {names}, got {value!r}")
-    return value
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +105,32 @@ def apply_profile(
                 node[key] = value
 
     assign(doc, overrides, str(params_file))
+    _place_results(doc, _dumped(rt, doc))
+    text = _dumped(rt, doc)
+    from shdh import settings
+    from shdh.settings.locations import check_results_location
+
+    where = f"{params_file} (with profile '{name}')"
+    check_results_location(settings.validate(yaml.safe_load(text), where).params, where)
+    atomic_write_text(params_file, text)
+    return overrides
+
+
+def _dumped(rt: Any, doc: Any) -> str:
     buffer = io.StringIO()
     rt.dump(doc, buffer)
-    atomic_write_text(params_file, buffer.getvalue())
-    return overrides
+    return buffer.getvalue()
+
+
+def _place_results(doc: Any, text: str) -> None:
+    """Point evaluate.results_dir and evaluate.report at this dataset's and profile's folder
+    unless they are already theirs (or a place of the user's own): a profile run on other data
+    must never write over the project's published results."""
+    from shdh.settings.locations import fitting_location
+
+    params = yaml.safe_load(text)
+    if not isinstance(params.get("evaluate"), dict) or not isinstance(params.get("data"), dict):
+        return  # settings.validate names what is missing
+    for key, value in fitting_location(params).items():
+        if key in doc["evaluate"] and doc["evaluate"][key] != value:
+            doc["evaluate"][key] = value

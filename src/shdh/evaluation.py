@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from shdh import tracking
-from shdh.atomic import atomic_write_text
+from shdh.atomic import atomic_write_text, check_writable
 from shdh.codes import Codes, load_codes, save_codes
 from shdh.figures import (
     CURVES_FILE,
@@ -97,9 +97,10 @@ def evaluate(
     """
     from shdh.steps import load_prepared, load_smatrix
 
+    results_dir = Path(results_dir)
+    check_outputs(results_dir, eval_params.get("report"))
     ds, split = load_prepared(prepared_dir)
     ancestors = load_smatrix(smatrix_path).ancestors
-    results_dir = Path(results_dir)
     q_idx, db_idx = split.query_idx, split.db_idx
     inputs: dict[str, np.ndarray] = {"images": ds.images}
     if features_path is not None and Path(features_path).exists():
@@ -191,6 +192,14 @@ def evaluate(
     return metrics
 
 
+def check_outputs(results_dir: str | Path, report: str | Path | None) -> None:
+    """Fail before any ranking if the results folder or the report's folder cannot be written:
+    a read-only folder is named in a second, not after the whole evaluation."""
+    check_writable(Path(results_dir) / "metrics.json", "evaluate.results_dir")
+    if report:
+        check_writable(report, "evaluate.report")
+
+
 def report_from_results(
     results_dir: str | Path, report_path: str | Path, alpha_sweep: str | Path | None = None
 ) -> list[Figure]:
@@ -199,6 +208,7 @@ def report_from_results(
     document after editing the analysis around its generated block). alpha_sweep: Fig. 5's
     runs (evaluate.alpha_sweep), drawn when the file exists."""
     results_dir = Path(results_dir)
+    check_outputs(results_dir, report_path)
     metrics_path = results_dir / "metrics.json"
     try:
         metrics = json.loads(metrics_path.read_text())
@@ -227,14 +237,20 @@ def _alpha_sweep(path: str | Path | None) -> list[dict[str, Any]] | None:
 
 def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,
                  dataset: str, n: int) -> Path:  # fmt: skip
-    """Refresh the generated tables and figures of docs/results.md (the analysis around them
-    is kept); figures are linked relative to the document."""
+    """Refresh the generated tables and figures of a report such as docs/results.md (the
+    analysis around them is kept); figures are linked relative to the document. A new report
+    is titled after the dataset and says how it is kept up to date."""
     import os
 
     path = Path(path)
     links = [(os.path.relpath(f.path, path.parent), f.caption) for f in figures]
     doc = results_doc(metrics, dataset=dataset, n=n, figures=links)
-    return update_generated_section(path, doc, title="Results")
+    intro = (
+        f"Written by `shdh evaluate` for the dataset {dataset}, from the metrics.json and "
+        "curves.npz in the folder of its results (`shdh report` redraws it from them). Each run "
+        "rewrites the part between the two markers; text you add around it is kept.\n"
+    )
+    return update_generated_section(path, doc, title=f"Results: {dataset}", intro=intro)
 
 
 def _imported_codes(

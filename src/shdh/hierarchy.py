@@ -181,7 +181,8 @@ class LabelTree:
     """A rooted label tree: node i is called names[i] and hangs under parents[i] (root: -1).
 
     Frozen and validated on construction, so every other module can trust it: one root at node 0,
-    no cycles, names without the path separator and unique within each level.
+    no cycles, names without the path separator. A node is identified by its path from the root
+    (`path`); its name is only a label, so names may repeat under different parents.
     """
 
     names: tuple[str, ...]
@@ -211,7 +212,7 @@ class LabelTree:
         if self.parents[0] != -1:
             raise TreeError(f"the root {roots[0]!r} must be node 0")
         object.__setattr__(self, "_levels", self._compute_levels())
-        self._check_unique_per_level()
+        self._check_unique_siblings()
 
     def _compute_levels(self) -> np.ndarray:
         par = np.asarray(self.parents, dtype=np.int64)
@@ -229,15 +230,17 @@ class LabelTree:
         levels.setflags(write=False)
         return levels
 
-    def _check_unique_per_level(self) -> None:
+    def _check_unique_siblings(self) -> None:
+        """Names are labels and may repeat anywhere (a `circle` under `blue` and another under
+        `purple`); only two children of one parent may not share a name, as their paths, which
+        identify nodes, would then be equal."""
         first: dict[tuple[int, str], int] = {}
         for i, name in enumerate(self.names):
-            key = (int(self._levels[i]), name)
+            key = (self.parents[i], name)
             if key in first:
                 raise TreeError(
-                    f"name {name!r} is used by two nodes at level {key[0]}: "
-                    f"{self.path(first[key])!r} and {self.path(i)!r}; names must be unique per "
-                    "level"
+                    f"node {self.path(i)!r} appears twice (nodes {first[key]} and {i}): "
+                    "children of one parent need distinct names"
                 )
             first[key] = i
 
@@ -247,7 +250,11 @@ class LabelTree:
     def from_parents(
         cls, table: Mapping[str, str | None] | Iterable[tuple[str, str | None]]
     ) -> LabelTree:
-        """Build from child -> parent names; the root maps to None. Names identify nodes."""
+        """Build from child -> parent names; the root maps to None.
+
+        Here a name identifies a node, so a name cannot repeat; a tree whose names repeat under
+        different parents is built with from_paths or from_nested, which identify nodes by path.
+        """
         pairs = table.items() if isinstance(table, Mapping) else table
         parent_of: dict[str, str | None] = {}
         for pair in pairs:
@@ -284,7 +291,7 @@ class LabelTree:
         """Build from nested dicts; a leaf maps to None, {} or [], and lists of strings are leaves.
 
         Nodes are identified by their path, so equal names under different parents are distinct
-        nodes (and are rejected only if they share a level).
+        nodes; a list naming one leaf twice is refused.
         """
         children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
 
@@ -412,6 +419,7 @@ class LabelTree:
         by_path, by_name = self._lookup
         if not isinstance(label, str):
             raise TreeError(f"label must be a string, got {label!r}")
+        label = str(label)  # a NumPy string would print as np.str_('...') in the messages
         if label in by_path:
             return by_path[label]
         ids = by_name.get(label, []) if _SEP not in label else []
@@ -522,14 +530,23 @@ class LabelTree:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "label tree") -> LabelTree:
-        """Inverse of to_dict; `source` (e.g. a file name) prefixes every error message."""
+        """Inverse of to_dict; `source` (e.g. a file name) prefixes every error message.
+
+        Besides to_dict's names/parents form, a hand-written tree may list its label paths
+        ({"format": ..., "root": "shapes", "paths": ["warm/red/circle", ...]}): nodes are then
+        numbered level by level in the order the paths first name them.
+        """
         if not isinstance(data, Mapping):
             raise TreeError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        for key in ("format", "names", "parents"):
-            if key not in data:
-                raise TreeError(f"{source}: missing field {key!r}")
+        if "format" not in data:
+            raise TreeError(f"{source}: missing field 'format'")
         if data["format"] != FORMAT:
             raise TreeError(f"{source}: field 'format' is {data['format']!r}, expected {FORMAT!r}")
+        if "paths" in data:
+            return cls._from_paths_field(data, source)
+        for key in ("names", "parents"):
+            if key not in data:
+                raise TreeError(f"{source}: missing field {key!r} (or give 'paths' instead)")
         names, parents = data["names"], data["parents"]
         if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise TreeError(f"{source}: field 'names' must be a list of strings")
@@ -539,6 +556,20 @@ class LabelTree:
             return cls(tuple(names), tuple(parents))
         except TreeError as err:
             raise TreeError(f"{source}: fields 'names'/'parents': {err}") from None
+
+    @classmethod
+    def _from_paths_field(cls, data: Mapping[str, Any], source: str) -> LabelTree:
+        if "names" in data or "parents" in data:
+            raise TreeError(f"{source}: give either 'paths' or 'names' and 'parents', not both")
+        paths, root = data["paths"], data.get("root", "root")
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            raise TreeError(f"{source}: field 'paths' must be a non-empty list of strings")
+        if not isinstance(root, str) or not root or _SEP in root:
+            raise TreeError(f"{source}: field 'root' must be a name without {_SEP!r}, got {root!r}")
+        try:
+            return cls.from_paths(paths, root=root)
+        except TreeError as err:
+            raise TreeError(f"{source}: field 'paths': {err}") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write JSON atomically (temporary file in the same folder, then rename)."""

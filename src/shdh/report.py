@@ -194,17 +194,21 @@ def _figures_section(figures: Sequence[tuple[str, str]]) -> list[str]:
     return parts
 
 
-def update_generated_section(path: str | Path, generated: str, *, title: str) -> Path:
+def update_generated_section(
+    path: str | Path, generated: str, *, title: str, intro: str = ""
+) -> Path:
     """Replace the generated block of a hand-edited document, keeping everything around it.
 
     docs/results.md mixes the tables a run writes with the analysis people write about them;
-    rewriting the whole file on every run would erase the analysis. A new file gets a title and
-    the block.
+    rewriting the whole file on every run would erase the analysis. A new file gets a title,
+    the `intro` paragraph and the block.
     """
     from shdh.atomic import atomic_write_text
 
     path = Path(path)
-    text = path.read_text() if path.is_file() else f"# {title}\n\n{BEGIN_MARK}\n{END_MARK}\n"
+    intro = f"{intro.strip()}\n\n" if intro.strip() else ""
+    fresh = f"# {title}\n\n{intro}{BEGIN_MARK}\n{END_MARK}\n"
+    text = path.read_text() if path.is_file() else fresh
     start, end = text.find(BEGIN_MARK), text.find(END_MARK)
     if start < 0 or end < start:
         raise ValueError(

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from shdh.atomic import atomic_dir
+from shdh.atomic import atomic_dir, check_writable
 from shdh.config import ConfigError
 from shdh.hierarchy import (
     LabelTree,
@@ -82,28 +83,42 @@ def _mirrors(sources, official: str, dataset: str) -> list[str]:
     return [official if source == "official" else str(source) for source in sources]
 
 
-def _convert(
-    dataset: str, raw_dir: Path, out: Path, *, verify: bool, skip_bad_images: bool,
-    image_size: int, table: dict | None,
-) -> LabelTree:  # fmt: skip
+# The folder and table readers' options, with their defaults: data settings of the same names.
+READER_DEFAULTS = {"image_size": 32, "color": True, "skip_bad_images": False, "workers": None,
+                   "inner_labels": False, "name": None}  # fmt: skip
+
+
+def download_options(data: dict[str, Any]) -> dict[str, Any]:
+    """steps.download's keyword arguments from a (validated) `data` section, so that the DVC
+    stage and the Kubeflow component pass every data setting alike."""
+    defaults = {**READER_DEFAULTS, "verify": True, "table": None}
+    return {
+        "dataset": data["dataset"],
+        "query_fraction": data["query_fraction"],
+        "max_items": data["max_items"],
+        **{key: data.get(key, default) for key, default in defaults.items()},
+    }
+
+
+def _convert(dataset: str, raw_dir: Path, out: Path, *, verify: bool,
+             reader: dict[str, Any], table: dict | None) -> LabelTree:  # fmt: skip
     """Write raw_dir's items as a dataset directory at `out`; return the label tree they carry.
 
     Folder and table datasets stream their images straight into `out` (their size is unknown
     in advance and may be large); the built-in ones are small enough to convert in memory.
+    `reader` holds the folder and table readers' options (READER_DEFAULTS).
     """
     from shdh.data.dataset import save_dataset
 
     if dataset == "folder":
         from shdh.data.folder import folder_dataset
 
-        return folder_dataset(raw_dir, out, image_size=image_size,
-                              skip_bad_images=skip_bad_images)[1]  # fmt: skip
+        return folder_dataset(raw_dir, out, **reader)[1]
     if dataset == "table":
         from shdh.data.table import table_dataset
 
         columns = {k: v for k, v in (table or {}).items() if k in ("image_column", "label_column")}
-        return table_dataset(raw_dir, out, image_size=image_size,
-                             skip_bad_images=skip_bad_images, **columns)[1]  # fmt: skip
+        return table_dataset(raw_dir, out, **reader, **columns)[1]
     if dataset == "cifar100":
         from shdh.data.cifar100 import cifar100_dataset
 
@@ -111,7 +126,7 @@ def _convert(
     elif dataset == "iaprtc12":
         from shdh.data.iaprtc12 import iaprtc12_dataset
 
-        ds, label_tree = iaprtc12_dataset(raw_dir, skip_bad_images=skip_bad_images)
+        ds, label_tree = iaprtc12_dataset(raw_dir, skip_bad_images=reader["skip_bad_images"])
     else:
         from shdh.data.dataset import fashion_mnist_h_dataset
         from shdh.hierarchy import fashion_mnist_tree
@@ -130,9 +145,8 @@ def download(
     max_items: int | None = None,
     seed: int = 0,
     verify: bool = True,
-    skip_bad_images: bool = False,
-    image_size: int = 32,
     table: dict | None = None,
+    **reader: Any,
 ) -> Path:
     """Convert the raw files to the project's format and make the paper's query/database split.
 
@@ -140,16 +154,24 @@ def download(
     `query_fraction` as queries and keeps the rest, in a seeded random order, as the database
     and training pool. `max_items` keeps a seeded random subset, for quick runs. The label tree
     the data carries (built in, or read from the data) is written beside it for the tree step.
+    `reader`: the folder and table readers' options (READER_DEFAULTS: image_size, color,
+    skip_bad_images, workers, inner_labels, name), the pipeline's data settings of those names.
     """
     _check_dataset(dataset)
+    unknown = sorted(set(reader) - set(READER_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"download: unknown reader options {unknown} (known: {list(READER_DEFAULTS)})"
+        )
+    reader = {**READER_DEFAULTS, **reader}
     from shdh.data.dataset import Dataset, load_dataset, save_dataset
     from shdh.data.splits import make_split, save_split
 
     out_dir = Path(out_dir)
+    check_writable(out_dir, "data.prepared_dir")
     with atomic_dir(out_dir) as tmp:
         label_tree = _convert(dataset, Path(raw_dir), tmp / "dataset", verify=verify,
-                              skip_bad_images=skip_bad_images, image_size=image_size,
-                              table=table)  # fmt: skip
+                              reader=reader, table=table)  # fmt: skip
         ds = load_dataset(tmp / "dataset")
         if max_items is not None and max_items < len(ds.ids):
             rng = np.random.default_rng(seed)
@@ -211,14 +233,19 @@ def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
     paths (joined by LABEL_SEP), every item gets (N, K, M) ancestor sets instead (-1 padded).
     """
     from shdh.data.dataset import LABEL_SEP, load_dataset
+    from shdh.hierarchy import TreeError
 
+    check_writable(out_dir, "tree.out_dir")
     label_tree = load_tree_source(source, prepared_dir)
     ds = load_dataset(Path(prepared_dir) / "dataset")
-    labels = list(ds.labels)
-    if any(LABEL_SEP in label for label in labels):
-        ancestors = label_tree.ancestor_sets_of_labels(labels, sep=LABEL_SEP)
-    else:
-        ancestors = label_tree.ancestors_of_labels(labels)
+    labels = [str(label) for label in ds.labels]
+    try:
+        if any(LABEL_SEP in label for label in labels):
+            ancestors = label_tree.ancestor_sets_of_labels(labels, sep=LABEL_SEP)
+        else:
+            ancestors = label_tree.ancestors_of_labels(labels)
+    except TreeError as err:
+        raise TreeError(f"tree.source {source}: the data's {err}") from None
     with atomic_dir(out_dir) as tmp:
         label_tree.save(tmp / TREE_FILE)
         np.save(tmp / ANCESTORS_FILE, ancestors)
@@ -279,6 +306,7 @@ def smatrix(
     from shdh.data.splits import load_split
     from shdh.similarity import build_smatrix
 
+    check_writable(out, "smatrix.out")
     label_tree, ancestors = load_tree(tree_dir)
     split = load_split(Path(prepared_dir) / SPLIT_FILE, n_items=len(ancestors))
     s = build_smatrix(
@@ -310,6 +338,7 @@ def features(prepared_dir: str | Path, out: str | Path, *, batch_size: int = 256
     from shdh.data.dataset import load_dataset
     from shdh.features.gist import gist_features
 
+    check_writable(out, "features.out")
     ds = load_dataset(Path(prepared_dir) / "dataset")
     values = gist_features(ds.images, batch_size=batch_size, progress=False)
     with atomic_path(out, suffix=".npy") as tmp:

@@ -7,57 +7,25 @@ one parameter. It runs the real DVC, the real `shdh` command and MLflow on SQLit
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from shdh.fitting import HASHER_DIR
 from tests.conftest import REPO
+from tests.e2e.clone import clone_repo, sh
 
 pytestmark = pytest.mark.slow
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-def sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
-
-
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
-    """A copy of the repository as git would clone it: tracked and new files, nothing ignored."""
+    """A copy of the repository as git would clone it, on the smoke profile, data fetched."""
     if not DEBIAN_DIR.is_dir():
         pytest.fail(f"{DEBIAN_DIR} is missing: run `make data` (installs dataset-fashion-mnist)")
     dest = tmp_path_factory.mktemp("clone") / "shdh"
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for name in filter(None, files):
-        src = REPO / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{dest / 'mlflow.db'}",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    }
-    sh(["git", "init", "-q"], dest, env)
-    sh(["git", "add", "-A"], dest, env)
-    sh(["git", "commit", "-q", "-m", "clone"], dest, env)
+    env = clone_repo(dest)
     sh(["shdh", "profile", "apply", "smoke"], dest, env)
     sh(["shdh", "fetch"], dest, env)
     return dest, env
@@ -80,7 +48,9 @@ def test_dvc_repro_runs_every_stage(clone):
         assert f"Running stage '{stage}'" in out
     # data.dvc matches the fetched raw files: the raw data is the same whatever the source.
     assert "data.dvc" not in sh(["dvc", "status"], dest, env)
-    metrics = json.loads((dest / "results" / "metrics.json").read_text())
+    # the smoke profile's own folder: the project's published results/ stay as they are
+    results = dest / "results" / "fashion-mnist-h" / "smoke"
+    metrics = json.loads((results / "metrics.json").read_text())
     assert set(metrics) == {
         "shdh",
         "dpsh",
@@ -94,6 +64,9 @@ def test_dvc_repro_runs_every_stage(clone):
         "random",
     }
     assert "ndcg@100" in metrics["shdh"]["16"]
+    assert "# Results: fashion-mnist-h" in (results / "report.md").read_text()
+    for published in ("results/metrics.json", "results/table.md", "docs/results.md"):
+        assert (dest / published).read_bytes() == (REPO / published).read_bytes(), published
     shown = sh(["dvc", "metrics", "show", "--json"], dest, env)
     assert "ndcg@100" in shown
     # A second repro has nothing to do.
@@ -112,24 +85,3 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
         assert f"Running stage '{cached}'" not in out
     model = dest / "artifacts" / "models" / "shdh" / "shdh-16"
     assert json.loads((model / HASHER_DIR / "params.json").read_text())["params"]["alpha"] == 0.5
-
-
-def test_every_stage_runs_on_a_generated_folder_dataset(clone):
-    """The user's own data: a folder tree with leaves at two depths, selected in params.yaml."""
-    from shdh.data.folder import make_demo_folder
-
-    dest, env = clone
-    make_demo_folder(dest / "photos", n_per_leaf=40)
-    # One deep and one shallow method: every kind of stage runs, at a third of the cost.
-    out = sh(["dvc", "exp", "run", "-S", "data.dataset=folder", "-S", "data.raw_dir=photos",
-              "-S", "data.max_items=null", "-S", "train.methods=[shdh]",
-              "-S", "baselines.methods=[ksh+h]"], dest, env)  # fmt: skip
-    for stage in ("download", "tree", "smatrix", "features", "train@shdh",
-                  "baselines", "evaluate"):  # fmt: skip
-        assert f"Running stage '{stage}'" in out
-    tree = json.loads((dest / "artifacts" / "tree" / "tree.json").read_text())
-    assert tree["names"][0] == "photos" and len(tree["names"]) == 1 + 2 + 4 + 4
-    metrics = json.loads((dest / "results" / "metrics.json").read_text())
-    assert metrics["shdh"]["16"]["ndcg@100"] > metrics["random"]["16"]["ndcg@100"]
-    results_doc = (dest / "docs" / "results.md").read_text()
-    assert "| SHDH |" in results_doc and "The paper (Table 1, CIFAR-100)" in results_doc

@@ -307,10 +307,11 @@ def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path
 
 def test_bad_seeds_are_refused_by_name(tmp_path, fashion_raw, caplog):
     params = smoke_params(tmp_path, fashion_raw, train={"seeds": [1, 1]})
-    run_steps(params, ["download"], ["tree"], ["smatrix"])
-    assert main(["train", "--method", "shdh", "--params", str(params)]) != 0
-    assert "seeds" in caplog.text and "[1, 1]" in caplog.text
-    assert not (tmp_path / "models").exists()
+    for step in (["download"], ["train", "--method", "shdh"]):  # every step checks every key
+        assert main([*step, "--params", str(params)]) != 0
+        assert "train.seeds: expected null or a non-empty list" in caplog.text
+        assert "got [1, 1]" in caplog.text
+    assert not (tmp_path / "models").exists() and not (tmp_path / "prepared").exists()
 
 
 def _net_weights(model_dir: Path) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from shdh.cli import main
+from shdh.config import deep_merge, load_params
 from shdh.evaluation import report_from_results
 from shdh.figures import (
     ALPHA_FILE,
@@ -21,6 +22,7 @@ from shdh.figures import (
 )
 from shdh.metrics import Curves
 from shdh.report import BEGIN_MARK, END_MARK
+from tests.conftest import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -135,8 +137,9 @@ def test_shdh_report_command(tmp_path, capsys, caplog):
     results = _results(tmp_path)
     params = tmp_path / "params.yaml"
     report = tmp_path / "out.md"
-    params.write_text(yaml.safe_dump({"evaluate": {"results_dir": str(results), "n": 100,
-                                                   "report": str(report)}}))  # fmt: skip
+    settings = deep_merge(load_params(REPO / "params.yaml"), {"evaluate": {
+        "results_dir": str(results), "n": 100, "report": str(report)}})  # fmt: skip
+    params.write_text(yaml.safe_dump(settings))
     assert main(["report", "--params", str(params)]) == 0
     assert "wr_vs_bits.png" in capsys.readouterr().out and "| SHDH |" in report.read_text()
     (results / "metrics.json").unlink()

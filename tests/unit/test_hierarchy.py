@@ -196,24 +196,54 @@ def test_constructor_validation() -> None:
     assert hash(tree) == hash(LabelTree(("r", "a"), (-1, 0)))
 
 
-def test_unique_names_per_level() -> None:
-    with pytest.raises(
-        TreeError, match="name 'x' is used by two nodes at level 3: 'a/x' and 'b/x'"
-    ):
-        LabelTree.from_paths(["a/x/1", "b/x/2"])
-    with pytest.raises(TreeError, match="'x'"):
-        LabelTree.from_nested({"a": {"x": None}, "b": ["x"]})
-    with pytest.raises(TreeError, match="'d'"):
+def test_names_repeat_under_different_parents_and_paths_identify_nodes() -> None:
+    tree = LabelTree.from_paths(["warm/red/circle", "warm/red/square", "cool/blue/circle"])
+    circles = [i for i, name in enumerate(tree.names) if name == "circle"]
+    assert len(circles) == 2 and all(tree.level(i) == 4 for i in circles)
+    assert {tree.path(i) for i in circles} == {"warm/red/circle", "cool/blue/circle"}
+    rows = tree.ancestors_of_labels(["warm/red/circle", "cool/blue/circle"])
+    assert rows[0, 3] != rows[1, 3] and rows[0, 1] != rows[1, 1]
+    with pytest.raises(TreeError, match="'circle' is ambiguous.*'warm/red/circle'"):
+        tree.node_id("circle")
+    assert tree.node_id("square") == tree.node_id("warm/red/square")  # unique: a name will do
+    # the same holds for nested dicts and for the names/parents form
+    nested = LabelTree.from_nested({"a": {"x": None}, "b": ["x"]})
+    assert nested.names.count("x") == 2
+    assert LabelTree.from_dict(tree.to_dict()) == tree
+    # only siblings must differ: their paths would be equal
+    with pytest.raises(TreeError, match="node 'a/d' appears twice"):
         LabelTree.from_nested({"a": ["d", "d"]})
-    # the same name on different levels is allowed, but then only its path identifies it
-    tree = LabelTree.from_paths(["a/x", "b/c/x"])
-    with pytest.raises(TreeError, match="'x' is ambiguous.*'a/x'.*'b/c/x'"):
-        tree.node_id("x")
-    assert tree.level(tree.node_id("b/c/x")) == 4
+    with pytest.raises(TreeError, match="node 'a' appears twice"):
+        LabelTree(("r", "a", "a"), (-1, 0, 0))
     # a full path wins over a name: "x" is the level-2 node's path
     tree = LabelTree.from_paths(["x/a/x"])
     assert tree.level(tree.node_id("x")) == 2
     assert tree.level(tree.node_id("x/a/x")) == 4
+
+
+def test_a_missing_label_is_shown_as_plain_text() -> None:
+    tree = LabelTree.from_paths(["warm/red/circle"])
+    labels = np.array(["warm/red/circle", "warm/yellow/triangle"])
+    with pytest.raises(TreeError) as err:
+        tree.ancestors_of_labels(labels)
+    assert "label path 'warm/yellow/triangle' is not in the tree" in str(err.value)
+    assert "np.str_" not in str(err.value)
+
+
+def test_a_tree_file_may_list_label_paths(tmp_path) -> None:
+    path = tmp_path / "tree.json"
+    path.write_text(
+        '{"format": "shdh-label-tree/1", "root": "shapes",'
+        ' "paths": ["warm/red/circle", "cool/blue/circle", "cool/blue/square"]}'
+    )
+    tree = LabelTree.load(path)
+    assert tree.names[0] == "shapes" and tree.height == 4 and len(tree.leaves) == 3
+    path.write_text('{"format": "shdh-label-tree/1", "paths": ["a//b"]}')
+    with pytest.raises(TreeError, match=f"^{path}: field 'paths': .*empty component"):
+        LabelTree.load(path)
+    path.write_text('{"format": "shdh-label-tree/1", "paths": ["a"], "names": ["r"]}')
+    with pytest.raises(TreeError, match="either 'paths' or 'names'"):
+        LabelTree.load(path)
 
 
 def test_from_nested_leaf_forms() -> None:
@@ -446,3 +476,16 @@ def test_builtin_tree_lookup() -> None:
     assert h.builtin_tree("fashion-mnist-h").height == 4
     with pytest.raises(TreeError, match="'mnist'.*fashion-mnist-h, cifar100"):
         h.builtin_tree("mnist")
+
+
+def test_the_tree_files_of_docs_own_data_load() -> None:
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "own-data.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```json\n")[1:]]
+    trees = [LabelTree.from_dict(json.loads(b), source="own-data.md") for b in blocks]
+    assert len(trees) == 2 and all(t.height == 4 for t in trees)
+    assert trees[1].names.count("circle") == 2
+    assert {trees[1].path(i) for i in trees[1].leaves} == {
+        f"{c}/{s}" for c in ("cool/blue", "warm/red") for s in ("circle", "square")
+    }

@@ -206,17 +206,22 @@ def test_inner_node_label_is_refused_unless_allowed():
         label_tree(labels, origins, source="r", root="r", inner_labels=False)
     message = str(err.value)
     assert message.startswith("r/animal/cat/b.png: label 'animal/cat' is an inner node")
-    assert "animal/cat/persian" in message and "inner_labels=True" in message
+    assert "animal/cat/persian" in message and "data.inner_labels: true" in message
     tree = label_tree(labels, origins, source="r", root="r", inner_labels=True)
     cat = tree.ancestors_of_labels(["animal/cat"])[0]
     assert cat[2] >= 0 and cat[3] == -1
 
 
+def test_label_tree_keeps_repeated_names_under_different_parents():
+    labels = ["toy/car", "vehicle/car", "vehicle/car"]
+    tree = label_tree(labels, ["a", "b", "c"], source="t.csv", root="r", inner_labels=False)
+    cars = tree.ancestors_of_labels(["toy/car", "vehicle/car"])[:, 2]
+    assert tree.names.count("car") == 2 and cars[0] != cars[1]
+
+
 def test_label_tree_error_names_the_source():
-    # LabelTree wants names unique per level: two "car" nodes at level 3
-    with pytest.raises(DataFormatError, match=r"^table\.csv: label tree: name 'car'"):
-        label_tree(["toy/car", "vehicle/car"], ["a", "b"], source="table.csv", root="r",
-                   inner_labels=False)  # fmt: skip
+    with pytest.raises(DataFormatError, match=r"^table\.csv: label tree: .*empty component"):
+        label_tree(["toy//car"], ["a"], source="table.csv", root="r", inner_labels=False)
 
 
 # ---- write_dataset_streaming ----------------------------------------------------------------

@@ -5,13 +5,14 @@
 
 This is how most people already sort hierarchical image collections, so it needs no table. Items
 are ordered by their path below the root, compared folder by folder, so the ids (0..N-1) do not
-depend on the file system's listing order. Also here: make_demo_folder, a tiny folder dataset
-for the tests and the smoke pipeline.
+depend on the file system's listing order. Also here: make_demo_folder and make_shapes_folder,
+tiny folder datasets for the tests, the smoke pipeline and docs/own-data.md.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,58 @@ def make_demo_folder(
     The images are class-dependent (see _demo_image), so a hashing method can learn the tree.
     root must not exist or be empty; the folder appears complete or not at all.
     """
+    return _write_leaf_folders(root, DEMO_LEAVES, _demo_image, n_per_leaf, seed, size)
+
+
+# Colour defines the two upper levels, the shape the leaf: every leaf name appears under each
+# colour, as in real collections (`other`, `misc`), and items of different colours share the
+# same leaf name.
+SHAPE_COLOURS = {
+    "warm": {"red": (220, 40, 40), "orange": (240, 140, 20), "yellow": (230, 220, 40)},
+    "cool": {"blue": (40, 70, 220), "green": (40, 170, 60), "purple": (140, 50, 190)},
+}
+SHAPES = ("circle", "square")
+SHAPE_LEAVES = tuple(
+    f"{family}{PATH_SEP}{colour}{PATH_SEP}{shape}"
+    for family, colours in SHAPE_COLOURS.items()
+    for colour in colours
+    for shape in SHAPES
+)
+
+
+def _shape_image(leaf: str, rng: np.random.Generator, size: int) -> np.ndarray:
+    """A shape of the leaf's colour, at a random place and size, on a grey noise background."""
+    family, colour, shape = leaf.split(PATH_SEP)
+    img = rng.integers(90, 140, size=(size, size, 3), dtype=np.uint8)
+    radius = int(rng.integers(size // 5, size // 3))
+    cy, cx = rng.integers(radius, size - radius, size=2)
+    yy, xx = np.mgrid[:size, :size]
+    if shape == "circle":
+        inside = (yy - cy) ** 2 + (xx - cx) ** 2 <= radius**2
+    else:
+        inside = (abs(yy - cy) <= radius) & (abs(xx - cx) <= radius)
+    img[inside] = SHAPE_COLOURS[family][colour]
+    return img
+
+
+def make_shapes_folder(
+    root: str | os.PathLike[str], n_per_leaf: int = 20, seed: int = 0, size: int = 16
+) -> Path:
+    """Write SHAPE_LEAVES (2 families > 6 colours > the same 2 shape names under each) with
+    n_per_leaf PNGs each under root: a folder tree whose leaf names repeat, as docs/own-data.md
+    describes. root must not exist or be empty."""
+    return _write_leaf_folders(root, SHAPE_LEAVES, _shape_image, n_per_leaf, seed, size)
+
+
+def _write_leaf_folders(
+    root: str | os.PathLike[str],
+    leaves: tuple[str, ...],
+    image: Callable[[str, np.random.Generator, int], np.ndarray],
+    n_per_leaf: int,
+    seed: int,
+    size: int,
+) -> Path:
+    """n_per_leaf PNGs `image(leaf, rng, size)` in each leaf's folder, LEAF-NAME_iii.png."""
     root = Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise FileExistsError(f"{root}: exists and is not an empty folder; choose a new one")
@@ -156,10 +209,9 @@ def make_demo_folder(
         raise ValueError(f"need n_per_leaf >= 1 and size >= 8, got {n_per_leaf} and {size}")
     rng = np.random.default_rng(seed)
     with atomic_dir(root) as tmp:
-        for leaf in DEMO_LEAVES:
+        for leaf in leaves:
             folder = tmp.joinpath(*leaf.split(PATH_SEP))
             folder.mkdir(parents=True)
             for i in range(n_per_leaf):
-                image = Image.fromarray(_demo_image(leaf, rng, size))
-                image.save(folder / f"{folder.name}_{i:03d}.png")
+                Image.fromarray(image(leaf, rng, size)).save(folder / f"{folder.name}_{i:03d}.png")
     return root

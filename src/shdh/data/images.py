@@ -257,7 +257,8 @@ def label_tree(
     items sit on an inner node. LabelTree.from_paths accepts that and such an item matches
     nothing below its own level, but in a folder tree it is far more often a stray file than a
     deliberate choice; it is refused unless `inner_labels` is set. Distinct paths are added in
-    sorted order, so node ids do not depend on the order of the items.
+    sorted order, so node ids do not depend on the order of the items. Names may repeat under
+    different parents (`blue/circle`, `purple/circle`): nodes are identified by their path.
     """
     first: dict[str, int] = {}
     for i, cell in enumerate(labels):
@@ -276,8 +277,8 @@ def label_tree(
                 raise DataFormatError(
                     f"{origins[first[path]]}: label {path!r} is an inner node of the label tree "
                     f"(other labels continue below it, e.g. {below!r}); give these items a leaf "
-                    "label, or pass inner_labels=True to keep them as items that match nothing "
-                    "below their own level"
+                    "label, or set data.inner_labels: true (inner_labels=True in Python) to "
+                    "keep them as items that match nothing below their own level"
                 )
     return tree
 

@@ -65,26 +65,13 @@ def _image_path(cell: object, base: Path, where: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def table_dataset(
-    table_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    *,
-    image_column: str = "image",
-    label_column: str = "label",
-    image_size: int | tuple[int, int] = 32,
-    color: bool = True,
-    skip_bad_images: bool = False,
-    workers: int | None = None,
-    inner_labels: bool = False,
-    name: str | None = None,
-) -> tuple[Path, LabelTree]:
-    """Convert a CSV/Parquet table into a dataset directory at out_dir; return the label tree.
+def table_items(
+    table_path: str | os.PathLike[str], image_column: str = "image", label_column: str = "label"
+) -> tuple[list[Path], list[str], list[str]]:
+    """(image paths, normalised label cells, origins for errors) of every row, all checked.
 
-    Every row is one item. All rows are checked (labels, image files present) before any image
-    is decoded, so a typo in row 50,000 fails in seconds rather than after the conversion.
-    A file that exists but cannot be decoded is an error unless skip_bad_images; a missing file
-    always is. `name` (default: the table's file name without suffix) names the dataset and the
-    tree's root. Other options as for shdh.data.folder.folder_dataset.
+    Every row is checked (labels, image files present) before any image is decoded, so a typo
+    in row 50,000 fails in seconds. Also what the pipeline hashes to notice an edited image.
     """
     table_path = Path(table_path)
     cells = read_columns(table_path, (image_column, label_column))
@@ -108,6 +95,31 @@ def table_dataset(
             f"{table_path}: row {row}: column {image_column!r}: image file {cell!r} does not "
             f"exist (looked for {path}){more}"
         )
+    return paths, labels, origins
+
+
+def table_dataset(
+    table_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    image_column: str = "image",
+    label_column: str = "label",
+    image_size: int | tuple[int, int] = 32,
+    color: bool = True,
+    skip_bad_images: bool = False,
+    workers: int | None = None,
+    inner_labels: bool = False,
+    name: str | None = None,
+) -> tuple[Path, LabelTree]:
+    """Convert a CSV/Parquet table into a dataset directory at out_dir; return the label tree.
+
+    Every row is one item (see table_items for the checks made before decoding). A file that
+    exists but cannot be decoded is an error unless skip_bad_images; a missing file always
+    is. `name` (default: the table's file name without suffix) names the dataset and the
+    tree's root. Other options as for shdh.data.folder.folder_dataset.
+    """
+    table_path = Path(table_path)
+    paths, labels, origins = table_items(table_path, image_column, label_column)
     return write_image_dataset(
         paths,
         labels,

@@ -6,6 +6,7 @@ Every module has `add_arguments(parser)`, `run(args)` and `main(argv)`, so a ste
 
 STEPS = (
     "fetch",
+    "inputs",
     "download",
     "tree",
     "smatrix",

@@ -1,4 +1,10 @@
-"""What every step command shares: the --params flag and running a step as a script."""
+"""What every step command shares: the --params flag, the checked settings and running a step
+as a script.
+
+Every step reads params.yaml through `params_section`, which validates the whole file (every
+section and key, shdh.settings) and where the results go (shdh.settings.locations) before the
+step does any work: DVC runs these same commands.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from shdh.config import load_params, section
+from shdh import settings
+from shdh.settings.locations import check_results_location
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
@@ -19,10 +26,17 @@ def add_params_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def load_settings(args: argparse.Namespace) -> settings.Settings:
+    """The params file, validated, with a results location that is this run's own."""
+    checked = settings.load(args.params)
+    check_results_location(checked.params, args.params)
+    return checked
+
+
 def params_section(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The whole params file and one of its sections."""
-    params = load_params(args.params)
-    return params, section(params, name, args.params)
+    """The whole params file and one of its sections, both validated."""
+    checked = load_settings(args)
+    return checked.params, checked.section(name)
 
 
 def run_tags(params: dict[str, Any]) -> dict[str, str]:

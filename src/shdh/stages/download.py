@@ -22,18 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, data = params_section(args, "data")
-    steps.download(
-        data["raw_dir"],
-        data["prepared_dir"],
-        dataset=data["dataset"],
-        query_fraction=data["query_fraction"],
-        max_items=data["max_items"],
-        seed=params["seed"],
-        verify=data.get("verify", True),
-        skip_bad_images=args.skip_bad_images or data.get("skip_bad_images", False),
-        image_size=data.get("image_size", 32),
-        table=data.get("table"),
-    )
+    options = steps.download_options(data)
+    options["skip_bad_images"] = args.skip_bad_images or options["skip_bad_images"]
+    steps.download(data["raw_dir"], data["prepared_dir"], seed=params["seed"], **options)
     return 0
 
 

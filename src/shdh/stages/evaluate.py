@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, ev = params_section(args, "evaluate")
+    evaluation.check_outputs(ev["results_dir"], ev.get("report"))  # before tracking and ranking
     evaluation.evaluate(
         prepared_dir=params["data"]["prepared_dir"], smatrix_path=params["smatrix"]["out"],
         models_dir=params["train"]["models_dir"], results_dir=ev["results_dir"],
@@ -32,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
         seed=params["seed"], codes_from=args.codes_from, **pipeline_context(args, params),
     )  # fmt: skip
     print((Path(ev["results_dir"]) / "table.md").read_text())
+    print(f"results in {ev['results_dir']}/ (metrics.json, table.md, plots/, codes/)")
+    if ev.get("report"):
+        print(f"report: {ev['report']}")
     return 0
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from shdh import settings
 from shdh.atomic import atomic_dir
 from shdh.config import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
 from shdh.stages.common import script_main
@@ -68,10 +69,7 @@ def resolve_params(
     for text in overrides:
         key, value = parse_override(text)
         set_setting(params, key, value, f"--param {text}")
-    missing = [name for name in ("seed", *SECTIONS) if name not in params]
-    if missing:
-        raise ConfigError(f"{params_file}: missing {missing}, which the pipeline needs")
-    return params
+    return settings.validate(params, params_file).params
 
 
 def _check_known(base: dict[str, Any], extra: dict[str, Any], where: str, prefix: str = "") -> None:
@@ -280,13 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def section_arg(text: str, name: str) -> dict[str, Any]:
-    """A params.yaml section passed as a pipeline parameter (JSON; see pipeline_arguments)."""
+    """A params.yaml section passed as a pipeline parameter (JSON; see pipeline_arguments),
+    validated as `shdh` validates params.yaml before the component does any work."""
     try:
         value = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"pipeline parameter '{name}': not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise ConfigError(f"pipeline parameter '{name}': expected a JSON object, got {text!r}")
+    settings.validate_section(name, value, f"pipeline parameter '{name}'")
     return value
 
 

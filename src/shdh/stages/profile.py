@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.config import PROFILES_DIR, apply_profile
+from shdh.config import PROFILES_DIR, apply_profile, load_params
 from shdh.stages.common import script_main
 
 HELP = "apply a profile's overrides to params.yaml (keeps comments), or list the profiles"
@@ -27,7 +27,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.name:
         raise SystemExit("shdh profile apply: give a profile name")
     apply_profile(args.name, args.params, args.profiles_dir)
-    print(f"{args.params}: applied profile '{args.name}'")
+    evaluate = load_params(args.params)["evaluate"]
+    print(f"{args.params}: applied profile '{args.name}'; results go to "
+          f"{evaluate['results_dir']} (report: {evaluate.get('report')})")  # fmt: skip
     return 0
 
 

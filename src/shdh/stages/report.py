@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from shdh import evaluation
+from shdh.settings.locations import check_results_location
 from shdh.stages.common import add_params_argument, params_section, script_main
 
 HELP = "figures (paper Fig. 3 and 4) and docs/results.md tables from the last evaluate step"
@@ -19,10 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, ev = params_section(args, "evaluate")
+    params, ev = params_section(args, "evaluate")
     report = args.report or ev.get("report")
     if not report:
         raise ValueError("params.yaml: evaluate.report is not set and no --report was given")
+    check_results_location(params, args.params, report=report)
     figures = evaluation.report_from_results(ev["results_dir"], report, ev.get("alpha_sweep"))
     for figure in figures:
         print(f"{figure.path}  {figure.caption}")

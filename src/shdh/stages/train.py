@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from shdh import fitting
+from shdh.atomic import check_writable
 from shdh.hashers import REGISTRY, get_hasher_class
 from shdh.plan import method_bits, models_root, section_seeds
 from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
@@ -66,6 +67,8 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     bits_list = args.bits or method_bits(params, method)
     if not bits_list:
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
+    check_writable(models_root(params, method) / method, "train.models_dir"
+                   if deep else "baselines.models_dir")  # fmt: skip
     context = context if context is not None else pipeline_context(args, params)
     for bits in bits_list:
         for replicate in section_seeds(section):

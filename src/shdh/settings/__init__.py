@@ -1,0 +1,67 @@
+"""Settings: params.yaml read once and every section and key checked before a step does work.
+
+Every front door goes through here: the CLI and the DVC stages (shdh.stages.common), `shdh
+profile apply`, and the Kubeflow compile step and components (shdh.stages.pipeline). A typo
+("unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?") or a value of the
+wrong kind ("train.epochs: expected an integer >= 1, got 2.5") fails at once, on one line that
+names the file and the key, instead of being ignored or failing deep inside a step.
+
+The schema is shdh.settings.sections (one typed section object per params.yaml section). The
+steps still take the plain dicts they always took: `Settings.params` is the file as read, now
+known to be valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shdh.config import ConfigError, load_params
+from shdh.settings.checks import parse_section, unknown_key
+from shdh.settings.sections import SECTIONS, ParamsSettings
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A validated params file: as plain dicts (what the steps take) and as typed sections."""
+
+    params: dict[str, Any]
+    typed: ParamsSettings
+    source: str
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.params[name]
+
+
+def validate(params: dict[str, Any], source: str | Path = "params.yaml") -> Settings:
+    """Check every section and key of a params mapping; a ConfigError names the first problem."""
+    source = str(source)
+    typed = parse_section(ParamsSettings, params, "", source)
+    _check_tree_source(typed.tree.source, source)
+    return Settings(params=params, typed=typed, source=source)
+
+
+def load(path: str | Path = "params.yaml") -> Settings:
+    """Read and validate a params file."""
+    return validate(load_params(path), path)
+
+
+def validate_section(name: str, mapping: Any, source: str) -> Any:
+    """One section on its own (a Kubeflow component gets one section as a parameter)."""
+    if name not in SECTIONS:
+        raise ConfigError(f"{source}: {unknown_key(name, list(SECTIONS), '')}")
+    typed = parse_section(SECTIONS[name], mapping, name, source)
+    if name == "tree":
+        _check_tree_source(typed.source, source)
+    return typed
+
+
+def _check_tree_source(value: str, source: str) -> None:
+    from shdh.hierarchy import BUILTIN_TREES
+
+    if value.startswith("builtin:") and value.removeprefix("builtin:") not in BUILTIN_TREES:
+        raise ConfigError(
+            f"{source}: tree.source: unknown built-in tree {value!r}; choose one of "
+            + ", ".join(f"builtin:{name}" for name in BUILTIN_TREES)
+        )

@@ -1,0 +1,217 @@
+"""The value checks of the settings schema, and the walk that applies them to a section.
+
+A check knows how to describe what it accepts ("an integer >= 1", "integers >= 1"), so every
+error reads the same way: the file, the dotted key, what was expected and the value found, on one
+line. Sections are frozen dataclasses whose fields carry their check and their meaning in the
+field metadata (see `setting`), so one walk validates every section, nested ones included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shdh.config import ConfigError
+
+REQUIRED = dataclasses.MISSING  # a setting every params file must give
+
+
+class Mismatch(Exception):
+    """A value does not pass a check; `where` is the position inside it (a list index)."""
+
+    def __init__(self, expected: str, value: Any, where: str = "") -> None:
+        super().__init__(expected)
+        self.expected, self.value, self.where = expected, value, where
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a setting accepts: `noun` ("an integer >= 1"), `nouns` for a list of them."""
+
+    noun: str
+    nouns: str
+    accepts: Callable[[Any], bool]
+
+    def __call__(self, value: Any) -> Any:
+        if not self.accepts(value):
+            raise Mismatch(self.noun, value)
+        return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def integer(minimum: int | None = None) -> Check:
+    bound = "" if minimum is None else f" >= {minimum}"
+    return Check(
+        f"an integer{bound}",
+        f"integers{bound}",
+        lambda v: _is_int(v) and (minimum is None or v >= minimum),
+    )
+
+
+def number(low: float | None = None, high: float | None = None, *, open_low: bool = False,
+           open_high: bool = False) -> Check:  # fmt: skip
+    """A finite int or float in [low, high]; open_low/open_high make an end exclusive."""
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if open_low else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if open_high else '<='} {high:g}")
+    bound = f" {' and '.join(parts)}" if parts else ""
+
+    def accepts(v: Any) -> bool:
+        if not _is_number(v):
+            return False
+        above = low is None or (v > low if open_low else v >= low)
+        return above and (high is None or (v < high if open_high else v <= high))
+
+    return Check(f"a number{bound}", f"numbers{bound}", accepts)
+
+
+BOOL = Check("true or false", "true/false values", lambda v: isinstance(v, bool))
+TEXT = Check("a non-empty text", "non-empty texts", lambda v: isinstance(v, str) and bool(v))
+
+
+def choice(*values: str) -> Check:
+    listed = ", ".join(values)
+    return Check(f"one of {listed}", f"values among {listed}", lambda v: v in values)
+
+
+def optional(check: Check) -> Check:
+    return Check(f"null or {check.noun}", f"nulls or {check.nouns}",
+                 lambda v: v is None or check.accepts(v))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ListCheck(Check):
+    """A list whose every item passes `item`; errors name the first bad item's index."""
+
+    item: Check = TEXT
+    min_len: int = 0
+    distinct: bool = False
+    nullable: bool = False
+
+    def __call__(self, value: Any) -> Any:
+        if value is None and self.nullable:
+            return value
+        if not isinstance(value, list) or len(value) < self.min_len:
+            raise Mismatch(self.noun, value)
+        for i, element in enumerate(value):
+            if not self.item.accepts(element):
+                raise Mismatch(self.item.noun, element, f"[{i}]")
+        if self.distinct and len(set(value)) != len(value):
+            raise Mismatch(f"{self.noun}, each once", value)
+        return value
+
+
+def list_of(
+    item: Check, *, min_len: int = 0, distinct: bool = False, nullable: bool = False
+) -> ListCheck:
+    noun = f"{'a non-empty list' if min_len else 'a list'} of {item.nouns}"
+    noun = f"null or {noun}" if nullable else noun
+    return ListCheck(noun, f"lists of {item.nouns}", lambda v: True, item, min_len, distinct,
+                     nullable)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SectionCheck(Check):
+    """A nested mapping validated against its own section class."""
+
+    cls: type = object
+    nullable: bool = False
+
+
+def section_of(cls: type, *, nullable: bool = False) -> SectionCheck:
+    """A nested section; nullable: `null` (or nothing after the key) stands for no settings."""
+    return SectionCheck("a mapping of settings", "mappings", lambda v: True, cls, nullable)
+
+
+def setting(check: Check, doc: str, default: Any = REQUIRED, *, key: str | None = None) -> Any:
+    """A section field: its check, its meaning (doc), and its default (REQUIRED: none). `key` is
+    the params.yaml spelling where it is not a Python name (ksh+h)."""
+    metadata = {"check": check, "doc": doc, "key": key}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def yaml_key(field: dataclasses.Field) -> str:
+    return field.metadata.get("key") or field.name
+
+
+def show(value: Any) -> str:
+    """A value as params.yaml would spell it, so the message can be compared with the file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+def _hint(expected: str, value: Any) -> str:
+    """The likely fix, where the mistake is a common one."""
+    if isinstance(value, str) and "number" in expected:
+        try:
+            float(value)  # PyYAML reads 1e-3 (no dot) as a string
+        except ValueError:
+            return ""
+        return " (YAML read it as text: write numbers like 1e-3 as 1.0e-3)"
+    if "list" in expected and not isinstance(value, list | dict) and value is not None:
+        return f" (write a list: [{show(value)}])"
+    if expected.startswith("one of ") and isinstance(value, str):
+        close = difflib.get_close_matches(value, expected[7:].split(", "), n=1, cutoff=0.6)
+        return f"; did you mean {close[0]}?" if close else ""
+    return ""
+
+
+def parse_section(cls: type, mapping: Any, where: str, source: str) -> Any:
+    """An instance of section class `cls` from `mapping`, or a ConfigError naming the source,
+    the dotted key, what was expected and the value."""
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{source}: {where}: expected a mapping of settings, got {show(mapping)}")
+    fields = {yaml_key(f): f for f in dataclasses.fields(cls) if f.init}
+    for key in mapping:
+        if key not in fields:
+            raise ConfigError(f"{source}: {unknown_key(key, list(fields), where)}")
+    values = {}
+    for key, field in fields.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in mapping:
+            if field.default is REQUIRED and field.default_factory is REQUIRED:
+                raise ConfigError(f"{source}: missing setting {dotted} ({field.metadata['doc']})")
+            continue
+        values[field.name] = check_value(field.metadata["check"], mapping[key], dotted, source)
+    return cls(**values)
+
+
+def check_value(check: Check, value: Any, dotted: str, source: str) -> Any:
+    if isinstance(check, SectionCheck):
+        if value is None and check.nullable:
+            return None
+        return parse_section(check.cls, value, dotted, source)
+    try:
+        return check(value)
+    except Mismatch as bad:
+        raise ConfigError(
+            f"{source}: {dotted}{bad.where}: expected {bad.expected}, got {show(bad.value)}"
+            f"{_hint(bad.expected, bad.value)}"
+        ) from None
+
+
+def unknown_key(key: Any, known: list[str], where: str) -> str:
+    """'unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?'"""
+    prefix = f"{where}." if where else ""
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown setting {prefix}{key}; did you mean {prefix}{close[0]}?"
+    return f"unknown setting {prefix}{key} (known here: {', '.join(known)})"

@@ -1,0 +1,31 @@
+"""shdh inputs: hash the files stages read that dvc.yaml cannot list (a tree JSON, a table's
+images, the alpha sweep), so that DVC reruns the stage that reads one when it changes."""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh.inputs import write_records
+from shdh.stages.common import add_params_argument, load_settings, script_main
+
+HELP = "record the hashes of the tree JSON, a table's images and other inputs dvc.yaml cannot list"
+DEFAULT_OUT = "artifacts/inputs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"where the records go ({DEFAULT_OUT})")
+
+
+def run(args: argparse.Namespace) -> int:
+    for stage, path in write_records(load_settings(args).params, args.out).items():
+        print(f"{path}: inputs of stage {stage}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""A user's own hierarchy through `dvc repro`, in a fresh copy of the repository.
+
+A folder tree whose leaf names repeat under every colour (2 families > 6 colours > circle and
+square), on the smoke settings with one deep and one shallow method. Then every input that
+params.yaml names is edited in turn (the folder, a tree JSON, a table and its images, the alpha
+sweep) and DVC must see the stage that reads it as changed. Throughout, the project's published
+Fashion-MNIST-H results stay byte for byte as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from shdh.config import deep_merge, load_params
+from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
+from shdh.hierarchy import LabelTree
+from tests.conftest import REPO
+from tests.e2e.clone import clone_repo, sh
+
+pytestmark = pytest.mark.slow
+PUBLISHED = ("docs/results.md", "docs/results-paper.md", "results/metrics.json",
+             "results/table.md", "results/curves.npz", "results/paper/metrics.json")  # fmt: skip
+RESULTS = Path("results/shapes/smoke")
+
+
+def set_params(dest: Path, **sections) -> None:
+    params = deep_merge(load_params(dest / "params.yaml"), sections)
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    """The clone, with shapes/ (12 leaves, 20 PNGs each) selected and the smoke profile applied
+    after it, which points the results at results/shapes/smoke."""
+    dest = tmp_path_factory.mktemp("own") / "shdh"
+    env = clone_repo(dest)
+    make_shapes_folder(dest / "shapes", n_per_leaf=20)
+    set_params(dest, data={"dataset": "folder", "raw_dir": "shapes"})
+    applied = sh(["shdh", "profile", "apply", "smoke"], dest, env)
+    assert f"results go to {RESULTS}" in applied
+    # one deep and one shallow method: every kind of stage, at a fraction of the cost
+    set_params(dest, data={"max_items": None}, train={"methods": ["shdh"]},
+               baselines={"methods": ["itq"]})  # fmt: skip
+    return dest, env
+
+
+def test_a_tree_with_repeated_leaf_names_runs_through_dvc_repro(shapes):
+    dest, env = shapes
+    out = sh(["dvc", "repro"], dest, env)
+    for stage in ("inputs", "download", "tree", "smatrix", "features", "train@shdh",
+                  "baselines", "evaluate"):  # fmt: skip
+        assert f"Running stage '{stage}'" in out, stage
+    tree = LabelTree.load(dest / "artifacts" / "tree" / "tree.json")
+    assert tree.names[0] == "shapes" and tree.names.count("circle") == 6
+    assert sorted(tree.path(leaf) for leaf in tree.leaves) == sorted(SHAPE_LEAVES)
+    metrics = json.loads((dest / RESULTS / "metrics.json").read_text())
+    assert set(metrics) == {"shdh", "itq", "random"}
+    report = dest / RESULTS / "report.md"
+    assert f"report: {RESULTS / 'report.md'}" in out
+    text = report.read_text()
+    assert text.startswith("# Results: shapes") and "| SHDH |" in text
+    assert "Fashion" not in text
+    for published in PUBLISHED:
+        assert (dest / published).read_bytes() == (REPO / published).read_bytes(), published
+
+
+def changed_stages(dest: Path, env: dict[str, str]) -> set[str]:
+    """The stages `dvc status` reports as changed once the inputs stage has recorded the files."""
+    sh(["shdh", "inputs", "--out", "artifacts/inputs"], dest, env)  # what `dvc repro` runs first
+    status = json.loads(sh(["dvc", "status", "--json"], dest, env))
+    return set(status) - {"inputs", "data.dvc"}  # inputs always runs; data/ is not fetched here
+
+
+def test_editing_each_input_reruns_the_stage_that_reads_it(shapes):
+    dest, env = shapes
+    assert changed_stages(dest, env) == set()
+    # the alpha sweep that evaluate draws
+    sweep = dest / "results" / "alpha_sweep.json"
+    sweep.write_text(sweep.read_text() + "\n")
+    assert changed_stages(dest, env) == {"evaluate"}
+    # an image of the folder tree: the download stage reads the folder
+    image = dest / "shapes" / "cool" / "blue" / "circle" / "circle_000.png"
+    Image.fromarray(np.zeros((16, 16, 3), dtype=np.uint8)).save(image)
+    assert "download" in changed_stages(dest, env)
+    assert "Running stage 'download'" in sh(["dvc", "repro", "download"], dest, env)
+    # a tree JSON file as tree.source (names repeat in it too), then an edit of that file
+    tree_file = dest / "trees" / "shapes.json"
+    tree_file.parent.mkdir()
+    LabelTree.from_paths(sorted(SHAPE_LEAVES), root="shapes").save(tree_file)
+    set_params(dest, tree={"source": "trees/shapes.json"})
+    assert "Running stage 'tree'" in sh(["dvc", "repro", "tree"], dest, env)
+    assert "tree" not in changed_stages(dest, env)
+    tree_file.write_text(json.dumps({"format": "shdh-label-tree/1", "root": "shapes",
+                                     "paths": list(reversed(SHAPE_LEAVES))}))  # fmt: skip
+    assert "tree" in changed_stages(dest, env)
+    out = sh(["dvc", "repro", "tree"], dest, env)
+    assert "Running stage 'tree'" in out and "Running stage 'download'" not in out
+    tree = LabelTree.load(dest / "artifacts" / "tree" / "tree.json")
+    assert tree.path(tree.leaves[0]) == SHAPE_LEAVES[-1]  # the edited file's node order
+
+
+def test_a_table_and_the_images_it_names_are_inputs_of_download(shapes):
+    dest, env = shapes
+    rows = ["image,label"] + [
+        f"shapes/{leaf}/{Path(leaf).name}_{i:03d}.png,{leaf}"
+        for leaf in SHAPE_LEAVES
+        for i in range(3)
+    ]
+    (dest / "shapes.csv").write_text("\n".join(rows) + "\n")
+    set_params(dest, data={"dataset": "table", "raw_dir": "shapes.csv"},
+               tree={"source": "dataset"})  # fmt: skip
+    assert "Running stage 'download'" in sh(["dvc", "repro", "download"], dest, env)
+    assert "download" not in changed_stages(dest, env)
+    image = dest / "shapes" / "warm" / "red" / "square" / "square_001.png"  # named by the table
+    Image.fromarray(np.full((16, 16, 3), 255, dtype=np.uint8)).save(image)
+    assert "download" in changed_stages(dest, env)
+    sh(["dvc", "repro", "download"], dest, env)
+    (dest / "shapes.csv").write_text("\n".join(rows[:-1]) + "\n")  # the table itself
+    assert "download" in changed_stages(dest, env)
+
+
+def test_settings_errors_stop_dvc_repro_before_any_stage_works(shapes):
+    dest, env = shapes
+    before = {p: (dest / p).read_bytes() for p in PUBLISHED}
+    set_params(dest, data={"skip_bad_imgs": True})
+    out = sh(["dvc", "repro"], dest, env, ok=False)
+    assert "unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?" in out
+    params = load_params(dest / "params.yaml")
+    del params["data"]["skip_bad_imgs"]
+    params["evaluate"]["results_dir"] = "results"  # the project's own, not this dataset's
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = sh(["dvc", "repro"], dest, env, ok=False)
+    assert "evaluate.results_dir: results holds the results of dataset fashion-mnist-h" in out
+    assert "Running stage 'download'" not in out
+    assert {p: (dest / p).read_bytes() for p in PUBLISHED} == before

@@ -1,0 +1,73 @@
+"""The inputs record: the files each stage reads beyond dvc.yaml's paths, by content hash."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+
+from shdh.config import load_params
+from shdh.data.folder import make_shapes_folder
+from shdh.inputs import hashes, stage_inputs, write_records
+from tests.conftest import REPO
+
+PARAMS = load_params(REPO / "params.yaml")
+
+
+@pytest.fixture
+def own(tmp_path, monkeypatch):
+    """Params of a table dataset with a tree file and an alpha sweep, in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    make_shapes_folder("shapes", n_per_leaf=1)
+    (tmp_path / "t.csv").write_text(
+        "image,label\nshapes/warm/red/circle/circle_000.png,warm/red/circle\n"
+        "shapes/cool/blue/square/square_000.png,cool/blue/square\n"
+    )
+    (tmp_path / "tree.json").write_text("{}")
+    (tmp_path / "sweep.json").write_text("[]")
+    params = copy.deepcopy(PARAMS)
+    params["data"].update(dataset="table", raw_dir="t.csv")
+    params["tree"]["source"] = "tree.json"
+    params["evaluate"]["alpha_sweep"] = "sweep.json"
+    return params
+
+
+def test_each_stage_lists_the_files_only_params_name(own):
+    found = {stage: [p.as_posix() for p in paths] for stage, paths in stage_inputs(own).items()}
+    assert found["download"][0].endswith("shapes/warm/red/circle/circle_000.png")
+    assert len(found["download"]) == 2
+    assert found["tree"] == ["tree.json"] and found["evaluate"] == ["sweep.json"]
+    own["tree"]["source"] = "builtin:cifar100"
+    own["evaluate"]["alpha_sweep"] = "not-there-yet.json"  # drawn only once it exists
+    own["data"]["dataset"] = "folder"  # the folder itself is a dvc.yaml dependency
+    assert stage_inputs(own) == {"download": [], "tree": [], "evaluate": []}
+    own["tree"]["source"] = "missing.json"
+    with pytest.raises(FileNotFoundError, match="^tree.source: missing.json: no such tree file"):
+        stage_inputs(own)
+
+
+def test_records_change_exactly_when_a_file_does(own, tmp_path):
+    first = {s: p.read_text() for s, p in write_records(own, "rec").items()}
+    record = json.loads(first["download"])
+    assert record["stage"] == "download" and len(record["files"]) == 2
+    assert json.loads(first["tree"])["files"] == {"tree.json": "99914b932bd37a50b983c5e7c90ae93b"}
+    again = {s: p.read_text() for s, p in write_records(own, "rec").items()}
+    assert again == first  # same content: DVC sees the stages unchanged
+    (tmp_path / "tree.json").write_text('{"x": 1}')
+    changed = {s: p.read_text() for s, p in write_records(own, "rec").items()}
+    assert [s for s in changed if changed[s] != first[s]] == ["tree"]
+
+
+def test_a_file_whose_size_and_time_are_unchanged_is_not_read_again(tmp_path):
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    cache: dict = {}
+    before = hashes([path], cache)
+    stat = path.stat()
+    path.write_bytes(b"two")  # same size; put the time back as a copy tool might
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert hashes([path], cache) == before
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert hashes([path], cache) != before
