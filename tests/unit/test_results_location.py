@@ -33,6 +33,7 @@ def test_each_location_belongs_to_one_dataset_and_profile(in_tmp):
     assert owner("results/metrics.json") == ("fashion-mnist-h", "default")
     assert owner("results/paper/plots") == ("fashion-mnist-h", "paper")
     assert owner("docs/results-paper.md") == ("fashion-mnist-h", "paper")
+    assert owner("results/gpu/fits") == owner("docs/results-gpu.md") == ("fashion-mnist-h", "gpu")
     assert owner("results/shapes/smoke/report.md") == ("shapes", "smoke")
     assert owner(in_tmp / "results" / "shapes" / "smoke") == ("shapes", "smoke")
     assert owner("elsewhere/results") is None and owner("docs/my-notes.md") is None
@@ -81,7 +82,7 @@ def test_profile_apply_moves_a_run_on_other_data_to_its_own_folder(in_tmp):
     text = (in_tmp / "params.yaml").read_text()
     text = text.replace("dataset: fashion-mnist-h", "dataset: folder")
     (in_tmp / "params.yaml").write_text(text.replace("raw_dir: data/fashion-mnist", "raw_dir: x"))
-    for profile in ("default", "paper", "smoke"):
+    for profile in ("default", "paper", "smoke", "gpu"):
         apply_profile(profile, "params.yaml", "profiles")
         evaluate = load_params("params.yaml")["evaluate"]
         assert evaluate["results_dir"] == f"results/x/{profile}"

@@ -2,7 +2,7 @@
 
 The project publishes its own Fashion-MNIST-H results, written by the profiles that own them
 (PROJECT_RESULTS: `results/` and docs/results.md for `default`, `results/paper/` and
-docs/results-paper.md for `paper`). Every other run writes to results/DATASET/PROFILE/, its
+docs/results-paper.md for `paper`, `results/gpu/` and docs/results-gpu.md for `gpu`). Every other run writes to results/DATASET/PROFILE/, its
 report beside its metrics (report.md). Writing into a location that belongs to another dataset or
 profile is refused before any work, so evaluating your own data never rewrites the project's
 tables, nor the results of your other data sets.
@@ -23,6 +23,7 @@ REPORT_NAME = "report.md"
 PROJECT_RESULTS = {
     ("fashion-mnist-h", "default"): ("results", "docs/results.md"),
     ("fashion-mnist-h", "paper"): ("results/paper", "docs/results-paper.md"),
+    ("fashion-mnist-h", "gpu"): ("results/gpu", "docs/results-gpu.md"),
 }
 OWN_DATA = ("folder", "table")
 NO_PROFILE = "custom"  # the folder of a params file that names no profile

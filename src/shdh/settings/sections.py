@@ -115,6 +115,7 @@ class LoopSettings:
     device: str = setting(TEXT, "auto, cpu or cuda[:N]", "auto")
     bf16: bool = setting(BOOL, "bf16 autocast on CUDA", True)
     num_threads: int | None = setting(optional(integer(1)), "torch CPU threads", None)
+    compile: bool = setting(BOOL, "torch.compile the network for training (GPU)", False)
 
 
 def _overrides(name: str, own: list[tuple[str, Any, Any]], doc: str) -> type:
