@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh import steps
 from shdh.fitting import training_inputs
 from shdh.hashers import get_hasher_class
 from shdh.hashers.kmh import KMH
+from shdh.steps.features import features as gist_step
 
 SHALLOW = ["itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h"]
 
@@ -47,7 +47,7 @@ def main() -> None:
     if features is None:
         features = str(Path(tempfile.mkdtemp(prefix="shdh-gist-")) / "gist.npy")
         start = time.perf_counter()
-        steps.features(args.prepared, features)
+        gist_step(args.prepared, features)
         print(f"GIST-512 of the whole dataset: {time.perf_counter() - start:.1f} s")
     all_features = np.load(features)
 

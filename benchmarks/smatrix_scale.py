@@ -13,7 +13,7 @@ The tree: a root and 6 levels below it, each node with --branching children (3: 
 729 leaves). Items take a uniformly drawn leaf, and 10% of them a node at level 4-6 instead
 (shallow leaves, so "no node" (-1) entries are exercised). The script writes what the pipeline's
 `tree` and `download` steps would (tree.json + ancestors.npy, split.npz with 10% queries) and
-times the real step function, shdh.steps.smatrix (load and check, build_smatrix with the
+times the real step function, shdh.steps.smatrix.smatrix (load and check, build_smatrix with the
 2,000-item sample, atomic save), each run in a fresh child process (this script with --child)
 whose ru_maxrss is the step's peak RSS, Python and numpy included. Blocks: rows and columns are
 random items; ours and the baseline alternate, median of 7 each, and must agree. Not a test.
@@ -71,26 +71,27 @@ def synthetic_items(tree, n_items: int, seed: int = 0) -> np.ndarray:
 
 def write_inputs(root: Path, n_items: int, branching: int) -> tuple[Path, Path]:
     """What the tree and download steps leave for the smatrix step: tree dir and prepared dir."""
-    from shdh import steps
     from shdh.data.splits import make_split, save_split
+    from shdh.steps import prepare
+    from shdh.steps import tree as tree_step
 
     tree = synthetic_tree(branching)
     tree_dir, prepared = root / "tree", root / "prepared"
     tree_dir.mkdir()
     prepared.mkdir()
-    tree.save(tree_dir / steps.TREE_FILE)
-    np.save(tree_dir / steps.ANCESTORS_FILE, synthetic_items(tree, n_items))
-    save_split(make_split(n_items, query_fraction=0.1, seed=0), prepared / steps.SPLIT_FILE)
+    tree.save(tree_dir / tree_step.TREE_FILE)
+    np.save(tree_dir / tree_step.ANCESTORS_FILE, synthetic_items(tree, n_items))
+    save_split(make_split(n_items, query_fraction=0.1, seed=0), prepared / prepare.SPLIT_FILE)
     return tree_dir, prepared
 
 
 def child(args: argparse.Namespace) -> None:
     """One run of the step in its own process: prints seconds and peak RSS as JSON."""
-    from shdh import steps
+    from shdh.steps import smatrix
 
     root = Path(args.child)
     start = time.perf_counter()
-    steps.smatrix(root / "tree", root / "smatrix.npz", prepared_dir=root / "prepared",
+    smatrix.smatrix(root / "tree", root / "smatrix.npz", prepared_dir=root / "prepared",
                   sample_size=2000, seed=0)  # fmt: skip
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux

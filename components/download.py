@@ -21,20 +21,20 @@ def download(data: str, seed: int, prepared: Output[Dataset], data_version: str 
             remote. Empty (a local run), or when the pull fails (said in the log, naming `dvc
             push`), the raw files come from the public download of data.sources instead.
     Outputs:
-        prepared: the dataset folder and split written by shdh.steps.download; its metadata
+        prepared: the dataset folder and split written by shdh.steps.prepare.prepare; its metadata
             holds `dataset`, `dvc_data_md5` (the raw files' hash as data.dvc records it) and
             `data_source` (dvc or download).
     """
     import tempfile
 
-    from shdh import steps
     from shdh.data.dvc_pull import pull_or_fetch
     from shdh.stages.pipeline import section_arg
+    from shdh.steps.prepare import prepare, prepare_options
 
     cfg = section_arg(data, "data")
     with tempfile.TemporaryDirectory(prefix="shdh-raw-") as work:
         raw = pull_or_fetch(data_version, work, cfg)
-        steps.download(raw.path, prepared.path, seed=seed, **steps.download_options(cfg))
+        prepare(raw.path, prepared.path, seed=seed, **prepare_options(cfg))
         prepared.metadata.update(
             dataset=cfg["dataset"], dvc_data_md5=raw.md5, data_source=raw.source
         )

@@ -16,8 +16,8 @@ def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
     Outputs:
         gist: the (N, 512) float32 .npy written by shdh.steps.features.
     """
-    from shdh import steps
     from shdh.stages.pipeline import section_arg
+    from shdh.steps.features import features as gist_step
 
-    steps.features(prepared.path, gist.path,
+    gist_step(prepared.path, gist.path,
                    batch_size=section_arg(settings, "features")["batch_size"])  # fmt: skip

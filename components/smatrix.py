@@ -21,9 +21,9 @@ def smatrix(
     Outputs:
         similarity: the S-matrix .npz written by shdh.steps.smatrix.
     """
-    from shdh import steps
     from shdh.stages.pipeline import section_arg
+    from shdh.steps.smatrix import smatrix as smatrix_step
 
     cfg = section_arg(settings, "smatrix")
-    steps.smatrix(labels.path, similarity.path, prepared_dir=prepared.path,
+    smatrix_step(labels.path, similarity.path, prepared_dir=prepared.path,
                   sample_size=cfg["sample_size"], seed=seed)  # fmt: skip

@@ -16,7 +16,7 @@ def tree(prepared: Input[Dataset], settings: str, labels: Output[Dataset]):
     Outputs:
         labels: tree.json and ancestors.npy, as shdh.steps.tree writes them.
     """
-    from shdh import steps
     from shdh.stages.pipeline import section_arg
+    from shdh.steps.tree import tree as tree_step
 
-    steps.tree(prepared.path, labels.path, source=section_arg(settings, "tree")["source"])
+    tree_step(prepared.path, labels.path, source=section_arg(settings, "tree")["source"])

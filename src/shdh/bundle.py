@@ -81,7 +81,8 @@ def export_bundle(
     prepared_dir: str | Path, smatrix_path: str | Path, out: str | Path, settings: dict[str, Any]
 ) -> Path:
     """The bundle of a pipeline run, from its download and smatrix outputs."""
-    from shdh.steps import load_prepared, load_smatrix  # the pipeline side: full install
+    from shdh.steps.prepare import load_prepared  # the pipeline side: full install
+    from shdh.steps.smatrix import load_smatrix
 
     ds, split = load_prepared(prepared_dir)
     s = load_smatrix(smatrix_path)

@@ -95,7 +95,8 @@ def evaluate(
     query and database items (ids and ancestors, in the split's order); its fit record (device,
     settings, history) is kept as results_dir/fits/NAME.json.
     """
-    from shdh.steps import load_prepared, load_smatrix
+    from shdh.steps.prepare import load_prepared
+    from shdh.steps.smatrix import load_smatrix
 
     results_dir = Path(results_dir)
     check_outputs(results_dir, eval_params.get("report"))

@@ -47,7 +47,8 @@ def training_inputs(
 ) -> tuple[np.ndarray, PairSimilarity]:
     """(X, pairs) for the training pool: images or GIST rows, and the S-matrix's pair labels."""
     from shdh.data.splits import training_subset
-    from shdh.steps import load_prepared, load_smatrix
+    from shdh.steps.prepare import load_prepared
+    from shdh.steps.smatrix import load_smatrix
 
     ds, split = load_prepared(prepared_dir)
     s = load_smatrix(smatrix_path)

@@ -137,7 +137,7 @@ def test_download_converts_and_hashes_the_raw_files_as_dvc_does(chain, tmp_path)
     from dvc_data.hashfile.tree import Tree
 
     from shdh.data.download import md5sum
-    from shdh.steps import load_prepared
+    from shdh.steps.prepare import load_prepared
 
     prepared = chain["prepared"]
     ds, split = load_prepared(prepared.path)
@@ -157,7 +157,8 @@ def test_download_converts_and_hashes_the_raw_files_as_dvc_does(chain, tmp_path)
 
 
 def test_tree_smatrix_and_features_write_the_library_formats(chain):
-    from shdh.steps import load_smatrix, load_tree
+    from shdh.steps.smatrix import load_smatrix
+    from shdh.steps.tree import load_tree
 
     tmp = chain["tmp"] / "artifacts"
     label_tree, ancestors = load_tree(tmp / "labels")

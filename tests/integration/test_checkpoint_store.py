@@ -156,7 +156,7 @@ def stored(server, inputs, run_id: str, name: str) -> dict | None:
 
 
 def codes(model_dir: Path, inputs) -> np.ndarray:
-    from shdh.steps import load_prepared
+    from shdh.steps.prepare import load_prepared
 
     dataset, _ = load_prepared(inputs["prepared"].path)
     return Hasher.load(model_dir / "hasher").encode(np.asarray(dataset.images))

@@ -32,7 +32,7 @@ from shdh.data.dvc_pull import (
     pull,
 )
 from shdh.stages.pipeline import pipeline_arguments
-from shdh.steps import load_prepared
+from shdh.steps.prepare import load_prepared
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings

@@ -79,14 +79,14 @@ def test_iaprtc12_gives_multi_label_ancestor_sets(tmp_path):
 
 
 def test_unknown_dataset_and_wrong_sources_are_config_errors(tmp_path):
-    from shdh import steps
+    from shdh.steps.prepare import fetch
 
     with pytest.raises(ConfigError, match="data.dataset: unknown dataset 'mnist'"):
-        steps.fetch(tmp_path, dataset="mnist")
+        fetch(tmp_path, dataset="mnist")
     with pytest.raises(ConfigError, match="'debian' ships only Fashion-MNIST"):
-        steps.fetch(tmp_path, dataset="cifar100", sources=["debian"])
+        fetch(tmp_path, dataset="cifar100", sources=["debian"])
     with pytest.raises(ConfigError, match="does not exist"):
-        steps.fetch(tmp_path / "missing", dataset="folder")
+        fetch(tmp_path / "missing", dataset="folder")
 
 
 def test_undecodable_image_fails_the_download_unless_skipped(tmp_path, caplog):

@@ -49,7 +49,7 @@ def store(trained, monkeypatch):
 
 
 def query_images(tmp: Path) -> np.ndarray:
-    from shdh.steps import load_prepared
+    from shdh.steps.prepare import load_prepared
 
     ds, split = load_prepared(tmp / "prepared")
     return np.asarray(ds.images[split.query_idx])

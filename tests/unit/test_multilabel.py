@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from shdh import similarity as sim
-from shdh import steps
 from shdh.cli import main as cli_main
 from shdh.codes import Codes, load_codes, save_codes
 from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
@@ -28,6 +27,9 @@ from shdh.losses import SHDHObjective, dpsh_loss, shdh_loss
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 from shdh.similarity import SMatrix, build_smatrix
+from shdh.steps import smatrix as smatrix_step
+from shdh.steps import tree as tree_step
+from shdh.steps.prepare import SPLIT_FILE
 from shdh.training import TrainConfig, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -604,7 +606,7 @@ def _prepared(tmp_path: Path, labels: list[str]) -> Path:
     )
     prepared = tmp_path / "prepared"
     save_dataset(ds, prepared / "dataset")
-    save_split(make_split(n, query_fraction=0.25, seed=0), prepared / steps.SPLIT_FILE)
+    save_split(make_split(n, query_fraction=0.25, seed=0), prepared / SPLIT_FILE)
     return prepared
 
 
@@ -618,11 +620,13 @@ def test_tree_and_smatrix_steps_write_sets_for_multilabel_data(tmp_path: Path) -
     labels = _random_labels(rng, TREE, 40)
     labels[0] = "tshirt"  # single labels mix with multi-labels
     prepared = _prepared(tmp_path, labels)
-    steps.tree(prepared, tmp_path / "tree", source=str(_saved(tmp_path)))
-    tree, anc = steps.load_tree(tmp_path / "tree")
+    tree_step.tree(prepared, tmp_path / "tree", source=str(_saved(tmp_path)))
+    tree, anc = tree_step.load_tree(tmp_path / "tree")
     np.testing.assert_array_equal(anc, TREE.ancestor_sets_of_labels(labels))
     assert anc.ndim == 3 and tree == TREE
-    steps.smatrix(tmp_path / "tree", tmp_path / "s.npz", prepared_dir=prepared, sample_size=12)
+    smatrix_step.smatrix(
+        tmp_path / "tree", tmp_path / "s.npz", prepared_dir=prepared, sample_size=12
+    )
     s = SMatrix.load(tmp_path / "s.npz")
     np.testing.assert_array_equal(s.ancestors, anc)
     idx = s.sample_idx
@@ -632,16 +636,16 @@ def test_tree_and_smatrix_steps_write_sets_for_multilabel_data(tmp_path: Path) -
 def test_tree_step_writes_a_matrix_for_single_labels(tmp_path: Path) -> None:
     labels = ["tshirt", "goods/bag", "clothes/bottoms", "boot"]
     prepared = _prepared(tmp_path, labels)
-    steps.tree(prepared, tmp_path / "tree", source=str(_saved(tmp_path)))
-    _, anc = steps.load_tree(tmp_path / "tree")
+    tree_step.tree(prepared, tmp_path / "tree", source=str(_saved(tmp_path)))
+    _, anc = tree_step.load_tree(tmp_path / "tree")
     np.testing.assert_array_equal(anc, TREE.ancestors_of_labels(labels))
 
 
 def test_load_tree_refuses_bad_ancestors(tmp_path: Path) -> None:
     tree_dir = tmp_path / "tree"
     tree_dir.mkdir()
-    TREE.save(tree_dir / steps.TREE_FILE)
-    path = tree_dir / steps.ANCESTORS_FILE
+    TREE.save(tree_dir / tree_step.TREE_FILE)
+    path = tree_dir / tree_step.ANCESTORS_FILE
     good = TREE.ancestor_sets_of_labels(["tshirt|bag", "boot"])
     cases = [
         (good[:, :3], r"shape \(2, 3, 2\), expected \(N, 4\) or \(N, 4, M\)"),
@@ -653,7 +657,7 @@ def test_load_tree_refuses_bad_ancestors(tmp_path: Path) -> None:
     for bad, message in cases:
         np.save(path, bad)
         with pytest.raises(ValueError, match=message) as info:
-            steps.load_tree(tree_dir)
+            tree_step.load_tree(tree_dir)
         assert str(path) in str(info.value)
     np.save(path, good)
-    assert steps.load_tree(tree_dir)[1].shape == (2, 4, 2)
+    assert tree_step.load_tree(tree_dir)[1].shape == (2, 4, 2)

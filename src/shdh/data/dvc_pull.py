@@ -185,7 +185,7 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
     The files land at work/RAW_DIR (data.raw_dir without its anchor), the folder data.dvc
     tracks being work/PATH, so that its hash is the one data.dvc records.
     """
-    from shdh import steps
+    from shdh.steps.prepare import fetch
     from shdh.tracking import dvc_dir_md5
 
     raw_dir = Path(data["raw_dir"]).relative_to(Path(data["raw_dir"]).anchor)
@@ -209,7 +209,7 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
     else:
         log.info("%s: the public download from data.sources %s", failure, sources)
     try:
-        raw = steps.fetch(
+        raw = fetch(
             work / raw_dir,
             dataset=data["dataset"],
             sources=sources,

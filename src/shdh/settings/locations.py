@@ -2,10 +2,11 @@
 
 The project publishes its own Fashion-MNIST-H results, written by the profiles that own them
 (PROJECT_RESULTS: `results/` and docs/results.md for `default`, `results/paper/` and
-docs/results-paper.md for `paper`, `results/gpu/` and docs/results-gpu.md for `gpu`). Every other run writes to results/DATASET/PROFILE/, its
-report beside its metrics (report.md). Writing into a location that belongs to another dataset or
-profile is refused before any work, so evaluating your own data never rewrites the project's
-tables, nor the results of your other data sets.
+docs/results-paper.md for `paper`, `results/gpu/` and docs/results-gpu.md for `gpu`). Every
+other run writes to results/DATASET/PROFILE/, its report beside its metrics (report.md).
+Writing into a location that belongs to another dataset or profile is refused before any work,
+so evaluating your own data never rewrites the project's tables, nor the results of your other
+data sets.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import steps
 from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.steps.prepare import prepare, prepare_options
 
 HELP = "convert the raw files to the dataset format and make the query/database split"
 
@@ -22,9 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, data = params_section(args, "data")
-    options = steps.download_options(data)
+    options = prepare_options(data)
     options["skip_bad_images"] = args.skip_bad_images or options["skip_bad_images"]
-    steps.download(data["raw_dir"], data["prepared_dir"], seed=params["seed"], **options)
+    prepare(data["raw_dir"], data["prepared_dir"], seed=params["seed"], **options)
     return 0
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import steps
 from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.steps.features import features as gist_step
 
 HELP = "compute 512-D GIST features (Oliva & Torralba) of every item"
 
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, features = params_section(args, "features")
-    steps.features(params["data"]["prepared_dir"], features["out"],
+    gist_step(params["data"]["prepared_dir"], features["out"],
                    batch_size=features["batch_size"])  # fmt: skip
     return 0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import steps
 from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.steps.prepare import fetch
 
 HELP = "fetch the raw dataset files into data.raw_dir and verify their checksums"
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _, data = params_section(args, "data")
-    out = steps.fetch(
+    out = fetch(
         data["raw_dir"],
         dataset=data["dataset"],
         sources=args.source or data["sources"],

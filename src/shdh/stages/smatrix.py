@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import steps
 from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.steps.smatrix import smatrix as smatrix_step
 
 HELP = "write the S-matrix artifact: ancestors, level weights, s by shared depth, a dense sample"
 
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, s = params_section(args, "smatrix")
-    steps.smatrix(
+    smatrix_step(
         params["tree"]["out_dir"],
         s["out"],
         prepared_dir=params["data"]["prepared_dir"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import steps
 from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.steps.tree import tree as tree_step
 
 HELP = "build the label tree and the N x K ancestor matrix"
 
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, tree = params_section(args, "tree")
-    steps.tree(params["data"]["prepared_dir"], tree["out_dir"], source=tree["source"])
+    tree_step(params["data"]["prepared_dir"], tree["out_dir"], source=tree["source"])
     return 0
 
 

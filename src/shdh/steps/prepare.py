@@ -1,12 +1,7 @@
-"""One function per pipeline step: the library calls behind DVC stages, the CLI and Kubeflow.
+"""The prepare step: bring the raw files (fetch), convert them to the project's dataset
+format and make the paper's seeded query/database split (prepare).
 
-Each step reads its inputs from paths, validates them, and writes its outputs atomically. The
-DVC stages (dvc.yaml), `shdh <step>` and the Kubeflow components are thin shells over these
-functions, so every front door runs exactly the same code.
-
-    fetch -> download -> tree -> smatrix -> features -> train@METHOD -> evaluate
-
-Training lives in shdh.fitting and scoring in shdh.evaluation; this module holds the data steps.
+    fetch -> prepare -> tree -> smatrix -> features -> fit -> score -> report
 """
 
 from __future__ import annotations
@@ -18,23 +13,14 @@ from typing import Any
 import numpy as np
 
 from shdh.atomic import atomic_dir, check_writable
-from shdh.config import ConfigError
-from shdh.hierarchy import (
-    LabelTree,
-    builtin_tree,
-)
+from shdh.errors import ConfigError
+from shdh.hierarchy import LabelTree
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("fashion-mnist-h", "cifar100", "iaprtc12", "folder", "table")
-TREE_FILE = "tree.json"
-ANCESTORS_FILE = "ancestors.npy"
 SPLIT_FILE = "split.npz"
 LABEL_TREE_FILE = "label_tree.json"  # in prepared_dir: the tree the data came with
-RESUME_MODES = ("never", "auto", "always")
-
-
-# --------------------------------------------------------------------------- data
 
 
 def fetch(
@@ -88,8 +74,8 @@ READER_DEFAULTS = {"image_size": 32, "color": True, "skip_bad_images": False, "w
                    "inner_labels": False, "name": None}  # fmt: skip
 
 
-def download_options(data: dict[str, Any]) -> dict[str, Any]:
-    """steps.download's keyword arguments from a (validated) `data` section, so that the DVC
+def prepare_options(data: dict[str, Any]) -> dict[str, Any]:
+    """prepare()'s keyword arguments from a (validated) `data` section, so that the DVC
     stage and the Kubeflow component pass every data setting alike."""
     defaults = {**READER_DEFAULTS, "verify": True, "table": None}
     return {
@@ -136,7 +122,7 @@ def _convert(dataset: str, raw_dir: Path, out: Path, *, verify: bool,
     return label_tree
 
 
-def download(
+def prepare(
     raw_dir: str | Path,
     out_dir: str | Path,
     *,
@@ -161,7 +147,7 @@ def download(
     unknown = sorted(set(reader) - set(READER_DEFAULTS))
     if unknown:
         raise TypeError(
-            f"download: unknown reader options {unknown} (known: {list(READER_DEFAULTS)})"
+            f"prepare: unknown reader options {unknown} (known: {list(READER_DEFAULTS)})"
         )
     reader = {**READER_DEFAULTS, **reader}
     from shdh.data.dataset import Dataset, load_dataset, save_dataset
@@ -201,7 +187,7 @@ def _check_dataset(dataset: str) -> None:
 
 
 def load_prepared(prepared_dir: str | Path):
-    """The dataset and split written by `download`."""
+    """The dataset and split written by `prepare`."""
     from shdh.data.dataset import load_dataset
     from shdh.data.splits import load_split
 
@@ -209,139 +195,3 @@ def load_prepared(prepared_dir: str | Path):
     ds = load_dataset(prepared_dir / "dataset")
     split = load_split(prepared_dir / SPLIT_FILE, n_items=len(ds.ids))
     return ds, split
-
-
-# --------------------------------------------------------------------------- tree, S
-
-
-def load_tree_source(source: str, prepared_dir: str | Path | None = None) -> LabelTree:
-    """ "dataset" (the tree the download step found in the data), `builtin:NAME`, or a path to
-    a tree JSON file (LabelTree.save format)."""
-    if source == "dataset":
-        if prepared_dir is None:
-            raise ConfigError("tree.source: 'dataset' needs the prepared data directory")
-        return LabelTree.load(Path(prepared_dir) / LABEL_TREE_FILE)
-    if source.startswith("builtin:"):
-        return builtin_tree(source.removeprefix("builtin:"))
-    return LabelTree.load(source)
-
-
-def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
-    """Map every item's label path(s) onto the label tree: the ancestors of every item.
-
-    Single-label data gives the (N, K) ancestor matrix. When any item carries several label
-    paths (joined by LABEL_SEP), every item gets (N, K, M) ancestor sets instead (-1 padded).
-    """
-    from shdh.data.dataset import LABEL_SEP, load_dataset
-    from shdh.hierarchy import TreeError
-
-    check_writable(out_dir, "tree.out_dir")
-    label_tree = load_tree_source(source, prepared_dir)
-    ds = load_dataset(Path(prepared_dir) / "dataset")
-    labels = [str(label) for label in ds.labels]
-    try:
-        if any(LABEL_SEP in label for label in labels):
-            ancestors = label_tree.ancestor_sets_of_labels(labels, sep=LABEL_SEP)
-        else:
-            ancestors = label_tree.ancestors_of_labels(labels)
-    except TreeError as err:
-        raise TreeError(f"tree.source {source}: the data's {err}") from None
-    with atomic_dir(out_dir) as tmp:
-        label_tree.save(tmp / TREE_FILE)
-        np.save(tmp / ANCESTORS_FILE, ancestors)
-    log.info(
-        "wrote %s: K=%d, %d nodes, %d items, ancestors %s",
-        out_dir,
-        label_tree.height,
-        label_tree.n_nodes,
-        len(ancestors),
-        ancestors.shape,
-    )
-    return Path(out_dir)
-
-
-def load_tree(tree_dir: str | Path) -> tuple[LabelTree, np.ndarray]:
-    """The tree and the ancestors written by `tree`: (N, K), or (N, K, M) sets, checked against
-    the tree (hand-edited or stale files fail here, naming the file)."""
-    tree_dir = Path(tree_dir)
-    label_tree = LabelTree.load(tree_dir / TREE_FILE)
-    path = tree_dir / ANCESTORS_FILE
-    try:
-        ancestors = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the ancestor matrix: {exc}") from exc
-    K = label_tree.height
-    if (
-        ancestors.ndim not in (2, 3)
-        or ancestors.shape[1:2] != (K,)
-        or (ancestors.ndim == 3 and ancestors.shape[2] < 1)
-    ):
-        raise ValueError(
-            f"{path}: ancestors have shape {ancestors.shape}, expected (N, {K}) or (N, {K}, M) "
-            f"with M >= 1 for the tree in {tree_dir / TREE_FILE}"
-        )
-    if not np.issubdtype(ancestors.dtype, np.integer):
-        raise ValueError(f"{path}: ancestors have dtype {ancestors.dtype}, expected integers")
-    if ancestors.size and (ancestors.min() < -1 or ancestors.max() >= label_tree.n_nodes):
-        raise ValueError(
-            f"{path}: ancestors hold ids outside -1..{label_tree.n_nodes - 1}, the node ids of "
-            f"the tree in {tree_dir / TREE_FILE}"
-        )
-    return label_tree, ancestors
-
-
-def smatrix(
-    tree_dir: str | Path,
-    out: str | Path,
-    *,
-    prepared_dir: str | Path,
-    sample_size: int = 2000,
-    seed: int = 0,
-) -> Path:
-    """The compact S artifact (Eq. 3 by shared depth) plus a dense block for a sample.
-
-    Works alike for (N, K) ancestors and multi-label (N, K, M) ancestor sets. The sample comes
-    from the database (the training pool), never from the queries.
-    """
-    from shdh.data.splits import load_split
-    from shdh.similarity import build_smatrix
-
-    check_writable(out, "smatrix.out")
-    label_tree, ancestors = load_tree(tree_dir)
-    split = load_split(Path(prepared_dir) / SPLIT_FILE, n_items=len(ancestors))
-    s = build_smatrix(
-        ancestors,
-        label_tree.layer_weights(),
-        sample_size=sample_size,
-        seed=seed,
-        pool=split.db_idx,
-    )
-    s.save(out)
-    log.info(
-        "wrote %s: N=%d, K=%d, sample %d", out, s.n_items, label_tree.height, len(s.sample_idx)
-    )
-    return Path(out)
-
-
-# --------------------------------------------------------------------------- features
-
-
-def load_smatrix(path: str | Path):
-    from shdh.similarity import SMatrix
-
-    return SMatrix.load(path)
-
-
-def features(prepared_dir: str | Path, out: str | Path, *, batch_size: int = 256) -> Path:
-    """512-D GIST of every item (train and query alike), for the shallow baselines."""
-    from shdh.atomic import atomic_path
-    from shdh.data.dataset import load_dataset
-    from shdh.features.gist import gist_features
-
-    check_writable(out, "features.out")
-    ds = load_dataset(Path(prepared_dir) / "dataset")
-    values = gist_features(ds.images, batch_size=batch_size, progress=False)
-    with atomic_path(out, suffix=".npy") as tmp:
-        np.save(tmp, values.astype(np.float32))
-    log.info("wrote %s: %s GIST features", out, values.shape)
-    return Path(out)
