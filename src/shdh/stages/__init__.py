@@ -12,6 +12,7 @@ STEPS = (
     "features",
     "train",
     "evaluate",
+    "register",
     "metrics",
     "profile",
     "results",

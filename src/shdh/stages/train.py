@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import fitting
+from shdh import fitting, parent_run
 from shdh.hashers import REGISTRY, get_hasher_class
 from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
 
@@ -67,16 +67,17 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     if not bits_list:
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
     context = context if context is not None else pipeline_context(args, params)
-    for bits in bits_list:
-        for replicate in fitting.replicate_seeds(section):
-            out = fitting.train(
-                method, bits, prepared_dir=params["data"]["prepared_dir"],
-                smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
-                section=section, features_path=None if deep else params["features"]["out"],
-                seed=params["seed"], replicate=replicate, resume=args.resume,
-                progress=not args.no_progress, **context,
-            )  # fmt: skip
-            print(f"model written to {out}")
+    with parent_run.failure_ends(context["parent_run_id"]):
+        for bits in bits_list:
+            for replicate in fitting.replicate_seeds(section):
+                out = fitting.train(
+                    method, bits, prepared_dir=params["data"]["prepared_dir"],
+                    smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
+                    section=section, features_path=None if deep else params["features"]["out"],
+                    seed=params["seed"], replicate=replicate, resume=args.resume,
+                    progress=not args.no_progress, **context,
+                )  # fmt: skip
+                print(f"model written to {out}")
     return context
 
 
