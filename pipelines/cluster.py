@@ -24,9 +24,11 @@ from typing import Any
 import yaml
 
 CONFIG_MAP = "shdh-config"
-CONFIG_KEYS = ("MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+CONFIG_KEYS = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_S3_ENDPOINT_URL",
+               "AWS_ENDPOINT_URL")  # fmt: skip
 SECRET = "shdh-credentials"
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_USERNAME",
+               "MLFLOW_TRACKING_PASSWORD")  # fmt: skip
 SCHEDULING_CONFIG_MAP = "shdh-train-scheduling"
 DEFAULT_SCHEDULING_FILE = Path("k8s/overlays/gpu/train-scheduling.yaml")  # in the checkout
 _TOLERATION_FIELDS = {"key": "key", "operator": "operator", "value": "value", "effect": "effect",
