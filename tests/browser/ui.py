@@ -80,3 +80,129 @@ def screenshot(browser: Any, path: Path) -> Path:
     assert browser.save_screenshot(str(tmp)), f"chromium could not save {path}"
     tmp.replace(path)
     return path
+
+
+# ---- MLflow 3.17's UI, as a user works it ------------------------------------------------------
+
+
+def click(browser: Any, element: Any) -> None:
+    """Click through the UI's first-visit tips, which cover parts of the page."""
+    browser.execute_script("arguments[0].click()", element)
+
+
+def by_xpath(browser: Any, xpath: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.XPATH, xpath)
+
+
+def open_model_training(browser: Any, url: str, experiment_id: str) -> None:
+    """Open the experiment and switch the sidebar from GenAI to Model training, as a new user
+    must: MLflow 3.17 opens every experiment in its GenAI view until that toggle is switched."""
+    browser.get(f"{url}/#/experiments/{experiment_id}")
+    toggle = wait_for(lambda: by_xpath(browser, "//*[normalize-space(text())='Model training']"),
+                      "the GenAI / Model training toggle", browser)  # fmt: skip
+    click(browser, toggle[0])
+    wait_for(lambda: "/runs" in browser.current_url and by_xpath(browser, "//div[@role='row']"),
+             "the runs table", browser)  # fmt: skip
+    for close in by_xpath(browser, "//button[@aria-label='Close']"):  # the assistant's panel
+        click(browser, close)
+
+
+def show_metric_column(browser: Any, metric: str) -> None:
+    """Columns -> search -> tick the metric, then close the menu."""
+    from selenium.webdriver.common.keys import Keys
+
+    click(browser, by_xpath(browser, "//button[normalize-space(.)='Columns']")[0])
+    search = wait_for(lambda: by_xpath(browser, "//input[@placeholder='Search columns']"),
+                      "the column search", browser)[0]  # fmt: skip
+    search.send_keys(metric)
+    box = (f"//div[contains(@class,'tree-treenode')][.//span[contains(@class,'tree-title')]"
+           f"[normalize-space(.)='{metric}']]//span[contains(@class,'tree-checkbox')]")  # fmt: skip
+    wait_for(lambda: by_xpath(browser, box), f"the column {metric}", browser)[0].click()
+    search.send_keys(Keys.ESCAPE)
+
+
+def expand_run(browser: Any, run_name: str) -> None:
+    """Click the + left of a parent run's name: its nested runs unfold under it."""
+    row = f"//div[@role='row'][.//a[normalize-space(.)='{run_name}']]"
+    button = wait_for(
+        lambda: by_xpath(browser, f"{row}//button[contains(@data-component-id,'runnamecell')]"),
+        f"the expander of {run_name}", browser,
+    )  # fmt: skip
+    click(browser, button[0])
+
+
+def row_text(browser: Any, run_id: str) -> str:
+    """The text of a run's row: the table draws it in pieces (pinned and scrolled columns)."""
+    parts = by_xpath(browser, f"//div[@role='row'][@row-id='{run_id}']")
+    return " | ".join(p.text.replace("\n", " | ") for p in parts if p.text)
+
+
+# In the page, at once: the comparison's grids redraw their cells as the page scrolls. Params
+# are a plain table; for metrics the key's cell is in a grid of names and the values are the
+# cells at the same offset in the grids beside it, found in the closest enclosing block that has
+# any (so the rows of another table, at the same offsets, are not taken). Rows out of a grid's
+# view are not drawn at all.
+_ROW_SCRIPT = """
+const key = arguments[0];
+const absolute = (e) => (e.getAttribute('style') || '').includes('position: absolute');
+const named = [...document.querySelectorAll('body *')].find((e) => [...e.childNodes].some(
+  (n) => n.nodeType === 3 && n.textContent.trim() === key)
+  && !e.closest('svg, .du-bois-light-select'));  // not the plots' axes and pickers
+if (!named) {  // a metric grid draws only the rows in view: scroll on, from the top again
+  document.querySelectorAll('.ReactVirtualized__Grid').forEach((g) => {
+    g.scrollTop = g.scrollTop + g.clientHeight >= g.scrollHeight ? 0 : g.scrollTop + 135;
+  });
+  return null;
+}
+const row = named.closest('tr');  // params and tags: a plain table, a row per key
+if (row) {
+  row.scrollIntoView({block: 'center'});
+  return [...row.querySelectorAll('td')].map((td) => td.innerText.trim());
+}
+let anchor = named;
+while (anchor && !absolute(anchor)) anchor = anchor.parentElement;
+if (!anchor) return null;
+anchor.scrollIntoView({block: 'center'});
+const names = anchor.parentElement;
+for (let scope = names.parentElement; scope; scope = scope.parentElement) {
+  const cells = [...scope.querySelectorAll('div')].filter((d) => absolute(d)
+    && !names.contains(d) && d.style.top === anchor.style.top
+    && !d.querySelector('div[style*="absolute"]'));
+  if (cells.length) return cells.map((d) => d.innerText.trim());
+}
+return null;
+"""
+
+
+def compare_row(browser: Any, key: str) -> list[str]:
+    """The values in the row of `key` (a metric or param) of the run comparison page: the
+    cells of its grids drawn level with the key's cell."""
+    return wait_for(lambda: browser.execute_script(_ROW_SCRIPT, key),
+                    f"the row {key} of the comparison", browser)  # fmt: skip
+
+
+def as_text_numbers(cells: list[str]) -> list[str]:
+    """The cells that hold a number."""
+    numbers = []
+    for cell in cells:
+        try:
+            float(cell)
+        except ValueError:
+            continue
+        numbers.append(cell)
+    return numbers
+
+
+def open_comparison(browser: Any, url: str, experiment_id: str, run_ids: list[str]) -> None:
+    """The comparison page of runs (what Compare opens), loaded afresh: the single-page app
+    keeps showing the previous comparison when only the address's query changes."""
+    import json
+    import urllib.parse
+
+    query = urllib.parse.urlencode({"runs": json.dumps(run_ids),
+                                    "experiments": json.dumps([experiment_id])})  # fmt: skip
+    browser.get(f"{url}/#/compare-runs?{query}")
+    browser.refresh()
+    wait_for(lambda: "Run details" in page_text(browser), "the comparison page", browser)
