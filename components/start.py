@@ -25,15 +25,21 @@ def start(
     Every tracked step finds this run by its pipeline tag; creating it here, before the
     parallel training tasks, keeps them from racing to create one each. It is also the first
     call to the tracking server, so an unreachable MLFLOW_TRACKING_URI or refused credentials
-    fail the run here, within seconds, naming the URI. The evaluate step closes the run; the
-    pipeline's exit handler (finish) marks it FAILED if a step fails.
+    fail the run here, within seconds, naming the URI. The evaluate step closes the run; a
+    tracked step that fails (training or evaluation) marks it FAILED.
 
     Inputs:
         prepared: the dataset folder from `download` (its metadata: dataset, dvc_data_md5).
         profile: the params profile the run uses (a tag).
         pipeline_run_id: the Kubeflow run id (a tag, and the parent run's key).
-        seed, data, tree, smatrix, features, train, baselines, evaluate: the pipeline's
-            settings (sections as JSON), logged as the parent run's params.
+        seed: the master seed (a param of the parent run, as are the sections below).
+        data: the `data` section of params.yaml as JSON.
+        tree: the `tree` section as JSON.
+        smatrix: the `smatrix` section as JSON.
+        features: the `features` section as JSON.
+        train: the `train` section as JSON.
+        baselines: the `baselines` section as JSON.
+        evaluate: the `evaluate` section as JSON.
     Outputs:
         Output: the MLflow run id of the parent run.
     """

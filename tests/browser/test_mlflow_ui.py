@@ -11,9 +11,6 @@ screenshots are the pictures of docs/mlflow.md.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +23,7 @@ from shdh.config import deep_merge
 from tests.browser import ui
 from tests.browser.ui import start_browser, wait_for
 from tests.conftest import REPO
-from tests.integration.conftest import free_ports
-from tests.integration.test_mlflow_server import stop_by_pid, wait_for_health
+from tests.integration.test_mlflow_server import serve
 from tests.pipelines.front_doors import (
     dvc_commands,
     dvc_params_file,
@@ -45,25 +41,8 @@ METHODS = ("shdh", "dpsh", "itq", "ksh+h")
 def server(tmp_path_factory) -> Iterator[str]:
     """`mlflow server` on SQLite with local artifacts, as `mlflow ui` serves a run's store."""
     root = tmp_path_factory.mktemp("mlflow-ui")
-    (port,) = free_ports(1)
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        str(Path(sys.executable).parent / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log_path = root / "server.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, cwd=root,
-                                   start_new_session=True)  # fmt: skip
-    try:
-        wait_for_health(url, process, log_path)
-        yield url
-    finally:
-        stop_by_pid(process)
+    with serve(root, ["--artifacts-destination", str(root / "artifacts")], {}) as running:
+        yield running["url"]
 
 
 def track_two_pipeline_runs(url: str, work: Path) -> dict[str, Any]:

@@ -105,7 +105,12 @@ def open_model_training(browser: Any, url: str, experiment_id: str) -> None:
     click(browser, toggle[0])
     wait_for(lambda: "/runs" in browser.current_url and by_xpath(browser, "//div[@role='row']"),
              "the runs table", browser)  # fmt: skip
-    for close in by_xpath(browser, "//button[@aria-label='Close']"):  # the assistant's panel
+    close_assistant(browser)
+
+
+def close_assistant(browser: Any) -> None:
+    """Close the MLflow Assistant's panel, which opens beside every page and hides a third."""
+    for close in by_xpath(browser, "//button[@aria-label='Close']"):
         click(browser, close)
 
 
@@ -147,11 +152,14 @@ def row_text(browser: Any, run_id: str) -> str:
 _ROW_SCRIPT = """
 const key = arguments[0];
 const absolute = (e) => (e.getAttribute('style') || '').includes('position: absolute');
+// The grid of values scrolls; the grid of names follows it (scrolled directly, they part).
+const scrollable = (root) => [...root.querySelectorAll('.ReactVirtualized__Grid')]
+  .filter((g) => getComputedStyle(g).overflowY !== 'hidden');
 const named = [...document.querySelectorAll('body *')].find((e) => [...e.childNodes].some(
   (n) => n.nodeType === 3 && n.textContent.trim() === key)
   && !e.closest('svg, .du-bois-light-select'));  // not the plots' axes and pickers
 if (!named) {  // a metric grid draws only the rows in view: scroll on, from the top again
-  document.querySelectorAll('.ReactVirtualized__Grid').forEach((g) => {
+  scrollable(document).forEach((g) => {
     g.scrollTop = g.scrollTop + g.clientHeight >= g.scrollHeight ? 0 : g.scrollTop + 135;
   });
   return null;
@@ -164,23 +172,43 @@ if (row) {
 let anchor = named;
 while (anchor && !absolute(anchor)) anchor = anchor.parentElement;
 if (!anchor) return null;
-anchor.scrollIntoView({block: 'center'});
 const names = anchor.parentElement;
 for (let scope = names.parentElement; scope; scope = scope.parentElement) {
   const cells = [...scope.querySelectorAll('div')].filter((d) => absolute(d)
     && !names.contains(d) && d.style.top === anchor.style.top
     && !d.querySelector('div[style*="absolute"]'));
-  if (cells.length) return cells.map((d) => d.innerText.trim());
+  if (!cells.length) continue;
+  const values = cells.map((d) => d.innerText.trim());
+  // Show the row: every grid of this table scrolled alike (names and values stay level), the
+  // table in the middle of the window.
+  const offset = Math.max(0, parseFloat(anchor.style.top) - 90);
+  scrollable(scope).forEach((g) => { g.scrollTop = offset; });
+  anchor.closest('.ReactVirtualized__Grid').scrollIntoView({block: 'center'});
+  return values;
 }
 return null;
 """
 
 
+# Scrolled from a script, the grid of names does not always catch up with the grid of values:
+# level them, so that the screenshot shows each name beside its values.
+_LEVEL_SCRIPT = """
+const grids = [...document.querySelectorAll('.ReactVirtualized__Grid')];
+const hidden = (g) => getComputedStyle(g).overflowY === 'hidden';
+const lead = grids.find((g) => !hidden(g));
+if (lead) grids.filter(hidden).forEach((g) => { g.scrollTop = lead.scrollTop; });
+"""
+
+
 def compare_row(browser: Any, key: str) -> list[str]:
     """The values in the row of `key` (a metric or param) of the run comparison page: the
-    cells of its grids drawn level with the key's cell."""
-    return wait_for(lambda: browser.execute_script(_ROW_SCRIPT, key),
-                    f"the row {key} of the comparison", browser)  # fmt: skip
+    cells of its grids drawn level with the key's cell (by their offset in the grid, which is
+    what ties a value to its name), the row then scrolled into view."""
+    values = wait_for(lambda: browser.execute_script(_ROW_SCRIPT, key),
+                      f"the row {key} of the comparison", browser)  # fmt: skip
+    time.sleep(0.5)  # the grids redraw after the scroll
+    browser.execute_script(_LEVEL_SCRIPT)
+    return values
 
 
 def as_text_numbers(cells: list[str]) -> list[str]:
@@ -206,3 +234,4 @@ def open_comparison(browser: Any, url: str, experiment_id: str, run_ids: list[st
     browser.get(f"{url}/#/compare-runs?{query}")
     browser.refresh()
     wait_for(lambda: "Run details" in page_text(browser), "the comparison page", browser)
+    close_assistant(browser)

@@ -12,6 +12,7 @@ uvicorn workers and the job runner go with it), SeaweedFS by the session fixture
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -105,25 +106,19 @@ def write_auth_config(path: Path, database_uri: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
-    root = tmp_path_factory.mktemp("mlflow-server")
+@contextlib.contextmanager
+def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
+    """`mlflow server` on a free loopback port with the SQLite store root/mlflow.db and the
+    `store` arguments (artifacts, app); stopped by its PID at the end."""
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     command = [
         str(Path(sys.executable).parent / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--app-name", "basic-auth",
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", *store,
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
-    # k8s/base/mlflow.yaml's set-up: the users' table in the server's database (here a file),
-    # the administrator from the Secret's MLflow credentials.
-    auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
-    env = {**os.environ, **s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
-           "MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_AUTH_ADMIN_USERNAME": USER,
-           "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret",
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # fmt: skip
+    # Background jobs (GenAI evaluation) are not used; off, the server starts sooner.
+    env = {**os.environ, **env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log_path = root / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -134,6 +129,22 @@ def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
         yield {"url": url, "process": process, "log": log_path}
     finally:
         stop_by_pid(process)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    # k8s/base/mlflow.yaml's set-up: the users' table in the server's database (here a file),
+    # the administrator from the Secret's MLflow credentials.
+    auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
+    env = {**s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
+           "MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_AUTH_ADMIN_USERNAME": USER,
+           "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret"}  # fmt: skip
+    store = ["--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
+             "--app-name", "basic-auth"]  # fmt: skip
+    with serve(root, store, env) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
