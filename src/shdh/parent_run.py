@@ -44,14 +44,18 @@ def find_parent(client: Any, experiment_id: str, pipeline_id: str) -> Any | None
     return found[0] if found else None
 
 
-def open_parent(pipeline_id: str, tags: dict[str, str], settings: dict[str, Any] | None) -> str:
-    """The run id of the pipeline's parent run, RUNNING: created on first use, with the
-    settings as params, or reopened (after a failed step, or for a rerun of the same settings)."""
+def open_parent(
+    pipeline_id: str, tags: dict[str, str], settings: dict[str, Any] | None, reopen: bool = True
+) -> str:
+    """The run id of the pipeline's parent run: created on first use, with the settings as
+    params, RUNNING; with `reopen`, an existing one is set RUNNING again (a rerun after a failed
+    step). Kubeflow's training tasks run side by side, so only its start step reopens: a task
+    that starts after a sibling failed must not undo the FAILED."""
     client = _configure().MlflowClient()
     experiment_id = mlflow_store.experiment_id()
     found = find_parent(client, experiment_id, pipeline_id)
     if found is not None:
-        if found.info.status != "RUNNING":
+        if reopen and found.info.status != "RUNNING":
             client.update_run(found.info.run_id, status="RUNNING")
         return found.info.run_id
     exp_name = os.environ.get(EXPERIMENT_NAME_ENV)

@@ -191,11 +191,14 @@ def pipeline_run_id(params_text: str, data_hash: str = "") -> str:
 
 
 def pipeline_context(
-    pipeline_id: str, tags: dict[str, str], settings: dict[str, Any] | None = None
+    pipeline_id: str,
+    tags: dict[str, str],
+    settings: dict[str, Any] | None = None,
+    reopen: bool = True,
 ) -> dict[str, Any]:
     """The tags and parent run id that every tracked step of one pipeline run passes on; the
-    parent run is opened (created, or reopened after a failed step) with `settings` as its
-    params.
+    parent run is opened (created with `settings` as its params, or with `reopen` set RUNNING
+    again after a failed step: shdh.parent_run.open_parent).
 
     Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
     components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
@@ -204,7 +207,8 @@ def pipeline_context(
     from shdh import parent_run
 
     tags = {**tags, PIPELINE_TAG: pipeline_id}
-    return {"tags": tags, "parent_run_id": parent_run.open_parent(pipeline_id, tags, settings)}
+    parent = parent_run.open_parent(pipeline_id, tags, settings, reopen)
+    return {"tags": tags, "parent_run_id": parent}
 
 
 def dvc_dir_md5(folder: str | Path) -> str:

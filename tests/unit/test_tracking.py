@@ -126,7 +126,10 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
         with tracking.run(run_name="shdh-16-seed0", parent_run_id=parent):
             raise RuntimeError("boom")
     assert client.get_run(parent).info.status == "FAILED"
-    # A rerun of the same pipeline run reopens the same parent, RUNNING again.
+    # A Kubeflow training task that starts after its sibling failed leaves it FAILED...
+    tracking.pipeline_context("p1", {"profile": "smoke"}, None, reopen=False)
+    assert client.get_run(parent).info.status == "FAILED"
+    # ...a rerun of the same pipeline run reopens the same parent, RUNNING again.
     again = tracking.pipeline_context("p1", {"profile": "smoke"}, settings)
     assert again["parent_run_id"] == parent
     assert client.get_run(parent).info.status == "RUNNING"

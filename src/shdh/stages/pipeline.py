@@ -287,7 +287,8 @@ def run_context(
 ) -> dict[str, Any]:  # fmt: skip
     """The MLflow tags and parent run of a Kubeflow run: the same tags as a DVC run's, with
     the dataset and raw-data hash that `download` put in the prepared artifact's metadata.
-    `settings` (the start step's) become the parent's params when it is created."""
+    The start step passes its `settings`: it creates the parent (they become its params) or
+    reopens it; every later step only finds it."""
     from shdh import tracking
 
     missing = [k for k in ("dataset", "dvc_data_md5") if k not in metadata]
@@ -297,7 +298,7 @@ def run_context(
     tags = {"dataset": str(metadata["dataset"]), "profile": profile,
             "dvc_data_md5": str(metadata["dvc_data_md5"]),
             **tracking.source_tags(KUBEFLOW_SOURCE, "JOB")}  # fmt: skip
-    return tracking.pipeline_context(pipeline_run_id, tags, settings)
+    return tracking.pipeline_context(pipeline_run_id, tags, settings, reopen=settings is not None)
 
 
 def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict[str, Any]:
