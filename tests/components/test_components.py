@@ -31,6 +31,11 @@ def component(name: str):
     return getattr(importlib.import_module(f"components.{name}"), name)
 
 
+def start_settings(args: dict) -> dict:
+    """The start component's settings inputs: the seed and every section, as the DAG passes."""
+    return {k: v for k, v in args.items() if k != "profile"}
+
+
 def artifact(kind, path: Path, metadata: dict | None = None):
     return kind(name=path.name, uri=str(path), metadata=dict(metadata or {}))
 
@@ -75,10 +80,9 @@ def chain(tmp_path_factory):
         plan = component("plan").python_func
         runs = {kind: plan(train=args["train"], baselines=args["baselines"], kind=kind)
                 for kind in ("deep", "shallow")}  # fmt: skip
-        settings = {k: v for k, v in args.items() if k != "profile"}  # seed and the sections
         parent = component("start").python_func(prepared=prepared, profile="smoke",
                                                 pipeline_run_id="kfp-run-1",
-                                                **settings)  # fmt: skip
+                                                **start_settings(args))  # fmt: skip
         models = {}
         for kind, name in (("deep", "train"), ("shallow", "baseline")):
             for run in runs[kind]:
@@ -255,14 +259,16 @@ def test_start_fails_fast_naming_an_unreachable_tracking_server(chain, monkeypat
     started = time.monotonic()
     with pytest.raises(tracking.TrackingUnavailableError, match=uri):
         component("start").python_func(prepared=chain["prepared"], profile="smoke",
-                                       pipeline_run_id="kfp-run-2")  # fmt: skip
+                                       pipeline_run_id="kfp-run-2",
+                                       **start_settings(chain["args"]))  # fmt: skip
     assert time.monotonic() - started < 30
 
 
 def test_a_prepared_artifact_without_its_metadata_is_refused(chain, tmp_path):
     bare = artifact(dsl.Dataset, Path(chain["prepared"].path))
     with pytest.raises(ValueError, match="dvc_data_md5"):
-        component("start").python_func(prepared=bare, profile="smoke", pipeline_run_id="x")
+        component("start").python_func(prepared=bare, profile="smoke", pipeline_run_id="x",
+                                       **start_settings(chain["args"]))  # fmt: skip
 
 
 def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
