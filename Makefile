@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test setup data lint clean-results
+.PHONY: run test setup data browser lint clean-results
 
 ## run: set everything up, then run the DVC pipeline on the default profile and print the table
 run: data
@@ -13,7 +13,7 @@ run: data
 	shdh results
 
 ## test: set everything up, then run the whole test suite
-test: data
+test: data browser
 	$(BIN)/python -m pytest
 
 ## test-fast: the unit tests less the `slow` and `integration` ones, for the edit-test loop
@@ -24,6 +24,15 @@ test: data
 test-fast: setup
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
 	  $(BIN)/python -m pytest tests/unit -m "not slow and not integration"
+
+## browser: Debian's chromium and chromium-driver for the MLflow UI test (tests/browser), via apt
+browser:
+	@if ! { command -v chromium && command -v chromedriver; } >/dev/null \
+	    && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q chromium chromium-driver >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
+	  || echo "apt could not install chromium chromium-driver; the MLflow UI test will fail"; \
+	fi
 
 ## setup: the virtualenv with the pinned dependencies (requirements.lock) and the package
 setup: $(VENV)/.installed
@@ -49,4 +58,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks components pipelines
 
 clean-results:
-	rm -rf artifacts results mlflow.db
+	rm -rf artifacts results mlflow.db mlflow.db-shm mlflow.db-wal mlflow.db.lock mlruns

@@ -13,7 +13,8 @@ def evaluate(
     metrics: Output[Metrics], deep_models: Input[list[Model]] | None = None,
     shallow_models: Input[list[Model]] | None = None, gist: Input[Dataset] | None = None,
 ):  # fmt: skip
-    """Score every model (shdh evaluate) and log the metrics to each model's MLflow run.
+    """Score every model (shdh evaluate), log the metrics to each model's MLflow run, write the
+    results table, scores and figures onto the pipeline's parent run and close it.
 
     Inputs:
         prepared: the dataset folder from `download` (the query/database split).
@@ -35,6 +36,7 @@ def evaluate(
     import tempfile
 
     from shdh import evaluation
+    from shdh.parent_run import end_parent, failure_ends, summarize
     from shdh.stages.pipeline import (
         gather_models,
         kfp_metrics,
@@ -45,14 +47,17 @@ def evaluate(
 
     cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
     models = [*(deep_models or []), *(shallow_models or [])]
-    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+    context = run_context(prepared.metadata, profile, pipeline_run_id)
+    with failure_ends(context["parent_run_id"]), tempfile.TemporaryDirectory() as models_dir:
         scores = evaluation.evaluate(
             prepared_dir=prepared.path, smatrix_path=similarity.path,
             models_dir=gather_models(models, models_dir), results_dir=results.path,
             runs=[(r["method"], int(r["bits"]), replicate_arg(r["replicate"]))
                   for r in [*deep_runs, *shallow_runs]],
             eval_params=cfg, features_path=gist.path if gist else None, seed=seed,
-            **run_context(prepared.metadata, profile, pipeline_run_id),
+            **context,
         )  # fmt: skip
+        summarize(context["parent_run_id"], results.path, None)  # report adds the report
+    end_parent(context["parent_run_id"])  # the pipeline's last tracked step
     for name, value in kfp_metrics(scores, cfg["n"]).items():
         metrics.log_metric(name, value)

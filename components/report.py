@@ -27,11 +27,11 @@ def report(
     from pathlib import Path
 
     from shdh import evaluation, tracking
-    from shdh.stages.pipeline import run_context, section_arg
+    from shdh.parent_run import parent_of_pipeline
+    from shdh.stages.pipeline import section_arg
 
     scores = json.loads((Path(results.path) / "metrics.json").read_text())
     evaluation.write_report(document.path, scores, [], dataset=prepared.metadata["dataset"],
                             n=section_arg(settings, "evaluate")["n"])  # fmt: skip
-    context = run_context(prepared.metadata, profile, pipeline_run_id)
-    tracking.attach_text(context["parent_run_id"], Path(document.path).read_text(),
+    tracking.attach_text(parent_of_pipeline(pipeline_run_id), Path(document.path).read_text(),
                          "report/results.md")  # fmt: skip

@@ -24,12 +24,18 @@ CONFIG_MAP = "shdh-config"
 # SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.checkpoint_store).
 CONFIG_KEYS = (
     "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
     "MLFLOW_S3_ENDPOINT_URL",
     "AWS_ENDPOINT_URL",
     "SHDH_CHECKPOINT_URL",
 )
 SECRET = "shdh-credentials"
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SECRET_KEYS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)
 
 
 def use_cluster_settings(task: Any) -> Any:

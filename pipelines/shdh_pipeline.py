@@ -3,7 +3,7 @@
     download -> tree -> smatrix -> start (MLflow parent run)
       -> ParallelFor deep runs:    train    (SHDH and DPSH at each code length; GPU on a cluster)
       -> features -> ParallelFor shallow runs: baseline (on GIST features)
-      -> evaluate (every model) -> report
+      -> evaluate (every model) -> report, register (the best encoder, by a metric, with an alias)
 
 The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
 smatrix, features, train, baselines, evaluate), their defaults the values of the params the
@@ -30,6 +30,7 @@ from components.evaluate import evaluate as evaluate_op
 from components.features import features as features_op
 from components.image import IMAGE, gpu_image
 from components.plan import plan as plan_op
+from components.register import register as register_op
 from components.report import report as report_op
 from components.smatrix import smatrix as smatrix_op
 from components.start import start as start_op
@@ -46,6 +47,7 @@ from pipelines.cluster import (
 )
 from pipelines.settings import ClusterSettings
 from shdh.data import dvc_pull
+from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 from shdh.stages.pipeline import pipeline_arguments, planned_runs, project_root
 
 PIPELINE_NAME = "shdh"
@@ -99,6 +101,9 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
         train: str = defaults["train"],
         baselines: str = defaults["baselines"],
         evaluate: str = defaults["evaluate"],
+        register_model: str = DEFAULT_MODEL_NAME,
+        register_metric: str = DEFAULT_METRIC,
+        register_alias: str = DEFAULT_ALIAS,
     ) -> Outputs:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         tracked = {"seed": seed, "profile": profile, "pipeline_run_id": run_id}
@@ -107,7 +112,10 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
         labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
         similarity = step(smatrix_op(prepared=prepared, labels=labels, settings=smatrix,
                                      seed=seed)).outputs["similarity"]  # fmt: skip
-        opened = step(start_op(prepared=prepared, profile=profile, pipeline_run_id=run_id))
+        opened = step(start_op(prepared=prepared, profile=profile, pipeline_run_id=run_id,
+                               seed=seed, data=data, tree=tree, smatrix=smatrix,
+                               features=features, train=train, baselines=baselines,
+                               evaluate=evaluate))  # fmt: skip
         inputs: dict[str, Any] = {"deep_runs": [], "shallow_runs": []}
         if deep_runs:
             planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
@@ -141,6 +149,15 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
                 pipeline_run_id=run_id,
             )
         )
+        if deep_runs:  # only the deep methods log an encoder that can be registered
+            step(
+                register_op(
+                    parent_run_id=opened.output,
+                    model_name=register_model,
+                    metric=register_metric,
+                    alias=register_alias,
+                ).after(scored)
+            )
         if settings is not None:
             for task in tasks:
                 apply_resources(use_cluster_settings(task), settings)

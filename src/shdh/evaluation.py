@@ -159,9 +159,10 @@ def evaluate(
         q, db = hasher.encode(X_q), hasher.encode(X_db)
         encode_s = time.perf_counter() - start
         codes = codes_for(q, db, hasher.segment_sizes(), hasher.segment_weights())
-        run_id = tracking.load_run_ref(mdir / RUN_REF)
+        run_id = tracking.load_run_ref(mdir / RUN_REF, parent_run_id)
         result = _score(codes, method, bits, results_dir, eval_params, run_id, tags,
-                        parent_run_id, replicate, extra={"encode_seconds": encode_s})  # fmt: skip
+                        parent_run_id, replicate, extra={"encode_seconds": encode_s},
+                        seed=fit_seed(seed, replicate))  # fmt: skip
         scored.append(result)
         timings.setdefault(method, {}).setdefault(str(bits), []).append(
             {"fit_seconds": _fit_seconds(mdir), "encode_seconds": encode_s}
@@ -174,7 +175,7 @@ def evaluate(
                 db = random_codes(len(db_idx), bits, base + 1)
                 codes = codes_for(q, db, [bits], [1.0])
                 scored.append(_score(codes, "random", bits, results_dir, eval_params, None,
-                                     tags, parent_run_id, replicate))  # fmt: skip
+                                     tags, parent_run_id, replicate, seed=base))  # fmt: skip
 
     metrics = nested_metrics(scored)
     curves = mean_curves(scored)
@@ -300,6 +301,7 @@ def _score(
     parent_run_id: str | None,
     replicate: int | None = None,
     extra: dict[str, float] | None = None,
+    seed: int = 0,
 ) -> Scored:
     """Write the codes file, score it, and log metrics, codes and plot to the method's run."""
     name = run_name(method, bits, replicate)
@@ -317,8 +319,9 @@ def _score(
     result = Scored(method, bits, metrics, curves, path, replicate)
     log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
     with tracking.run(
-        run_name=name, run_id=run_id, parent_run_id=parent_run_id,
-        params=None if run_id else {"method": method, "bits": bits},
+        run_name=tracking.child_run_name(method, bits, seed), run_id=run_id,
+        parent_run_id=parent_run_id,
+        params=None if run_id else {"method": method, "bits": bits, "seed": seed},
         tags={"method": method, "bits": str(bits), **(tags or {})},
     ):  # fmt: skip
         tracking.log_metrics({**metrics, **(extra or {})})

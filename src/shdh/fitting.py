@@ -126,7 +126,8 @@ def train(
         shared_from = _share_checkpoint(hasher, X, pairs, out_dir)
     started = {"checkpoint_from": shared_from} if shared_from else {}  # fit.json and MLflow tags
 
-    run_id = tracking.load_run_ref(out_dir / RUN_REF) if deep and resume != "never" else None
+    run_id = (tracking.load_run_ref(out_dir / RUN_REF, parent_run_id)
+              if deep and resume != "never" else None)  # fmt: skip
     logged = {
         **flatten(params),
         "method": method,
@@ -135,10 +136,9 @@ def train(
         "n_train_items": len(X),
         "segment_sizes": hasher_segments(hasher, pairs),
     }
-    run_tags = {"method": method, "bits": str(bits), "git_commit": tracking.git_commit(),
-                **started, **(tags or {})}  # fmt: skip
+    run_tags = {"method": method, "bits": str(bits), **started, **(tags or {})}
     with tracking.run(
-        run_name=name,
+        run_name=tracking.child_run_name(method, bits, seed),
         params=None if run_id else logged,
         tags=run_tags,
         run_id=run_id,

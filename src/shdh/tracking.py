@@ -1,13 +1,11 @@
-"""MLflow tracking: where runs go, the few calls the pipeline makes, and the encoders as models.
-
-The tracking URI comes from MLFLOW_TRACKING_URI when set (a team server), else a SQLite file in
-the working directory: MLflow 3.17 refuses the plain ./mlruns file store. A remote server is
-probed once with a short timeout, because MLflow's own client retries for minutes before it
-gives up, and a pipeline that hangs on a typo in a URL wastes a training slot.
+"""MLflow tracking: the few calls the pipeline makes, run names and tags, and the encoders as
+models. Where runs go (the store, the experiment, concurrent writers) is shdh.mlflow_store; the
+pipeline's parent run is shdh.parent_run; the Model Registry is shdh.registry.
 
 Both front doors (DVC and Kubeflow) put one pipeline run under one parent run, with a nested run
-per method and code length, and tag every run alike (git commit, raw-data hash, pipeline run
-id, dataset, profile) so that runs from either can be filtered and compared in one UI.
+per method, code length and seed, and tag every run alike (MLflow's source tags for the commit,
+the raw-data hash, the pipeline run id, dataset, profile) so that runs from either can be
+filtered and compared in one UI.
 """
 
 from __future__ import annotations
@@ -15,63 +13,47 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-DEFAULT_EXPERIMENT = "shdh"
-PROBE_TIMEOUT_S = 10
+from shdh.mlflow_store import (
+    DEFAULT_EXPERIMENT,
+    TrackingUnavailableError,
+    check_server,
+    configure,
+    experiment_name,
+    tracking_uri,
+)
+
+__all__ = ["DEFAULT_EXPERIMENT", "TrackingUnavailableError", "check_server", "experiment_name",
+           "tracking_uri"]  # fmt: skip
 
 log = logging.getLogger(__name__)
-
-
-class TrackingUnavailableError(RuntimeError):
-    """The tracking server does not answer; raised instead of hanging in MLflow's retries."""
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+PARENT_TAG = "mlflow.parentRunId"
+# MLflow's own tags: the UI's Source and Version columns read them.
+COMMIT_TAG = "mlflow.source.git.commit"
+SOURCE_NAME_TAG = "mlflow.source.name"
+SOURCE_TYPE_TAG = "mlflow.source.type"
+_NOT_A_KEY_CHAR = re.compile(r"[^/\w.\- :]")
 
 
 def metric_key(name: str) -> str:
-    """MLflow refuses '@' in metric names: acg@100 is logged as acg_at_100."""
-    return name.replace("@", "_at_")
+    """A metric, param or tag key MLflow accepts: '@' becomes '_at_' (acg@100 -> acg_at_100)
+    and any other refused character '_' (ksh+h -> ksh_h)."""
+    return _NOT_A_KEY_CHAR.sub("_", name.replace("@", "_at_"))
 
 
-def check_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Fail fast, naming the URI, when an http(s) tracking server cannot be reached."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    url = uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (user URI)
-            if response.status >= 500:
-                raise TrackingUnavailableError(
-                    f"MLflow tracking server {uri} answered HTTP {response.status}"
-                )
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise TrackingUnavailableError(
-            f"MLflow tracking server {uri} is unreachable ({exc}); set MLFLOW_TRACKING_URI to a "
-            f"running server or unset it to track into {DEFAULT_TRACKING_URI}"
-        ) from exc
+def child_run_name(method: str, bits: int, seed: int) -> str:
+    """A method run's name in the UI, the same for every front door: shdh-64-seed0."""
+    return f"{method}-{bits}-seed{seed}"
 
 
-def _configure(experiment: str) -> Any:
-    uri = tracking_uri()
-    check_server(uri)  # before importing mlflow, which alone takes seconds
-    import mlflow  # lazy: importing shdh must stay cheap and side-effect free
-
-    # Bound MLflow's own HTTP retries too, so a server that dies mid-run also fails quickly.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment)
-    return mlflow
+def _configure(experiment: str | None = None) -> Any:
+    return configure(experiment)
 
 
 GIT_COMMIT_ENV = "SHDH_GIT_COMMIT"
@@ -93,6 +75,12 @@ def git_commit() -> str:
         return "unknown"
 
 
+def source_tags(name: str = "shdh", kind: str = "LOCAL") -> dict[str, str]:
+    """MLflow's source tags: the commit, what ran (dvc.yaml, the Kubeflow pipeline, the shdh
+    command) and how (LOCAL, or JOB on a cluster)."""
+    return {COMMIT_TAG: git_commit(), SOURCE_NAME_TAG: name, SOURCE_TYPE_TAG: kind}
+
+
 @contextmanager
 def run(
     *,
@@ -101,24 +89,34 @@ def run(
     tags: dict[str, str] | None = None,
     run_id: str | None = None,
     parent_run_id: str | None = None,
-    experiment: str = DEFAULT_EXPERIMENT,
+    experiment: str | None = None,
 ) -> Iterator[Any]:
     """Start (or, with run_id, reopen) a run; yields the active mlflow.ActiveRun.
 
     Reopening lets the evaluate step add its metrics and artifacts to the run that trained the
     model, so one run holds the whole story of one model. A new run with parent_run_id is
-    nested under that pipeline run in the UI.
+    nested under that pipeline run in the UI, and an error inside marks that pipeline run
+    FAILED. A new run gets the source tags, which `tags` may override (the front doors name
+    themselves).
     """
     mlflow = _configure(experiment)
     kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
     if parent_run_id and not run_id:
         kwargs.update(parent_run_id=parent_run_id, nested=True)
     with mlflow.start_run(**kwargs) as active:
-        if tags:
-            mlflow.set_tags(tags)
+        merged = {**({} if run_id else source_tags()), **(tags or {})}
+        if merged:
+            mlflow.set_tags(merged)
         if params:
-            mlflow.log_params({k: _param_value(v) for k, v in params.items()})
-        yield active
+            mlflow.log_params({metric_key(k): _param_value(v) for k, v in params.items()})
+        parent = active.data.tags.get(PARENT_TAG) or parent_run_id
+        if parent is None:
+            yield active
+            return
+        from shdh.parent_run import failure_ends
+
+        with failure_ends(parent):  # a method run that fails fails its pipeline run
+            yield active
 
 
 def _param_value(value: Any) -> str:
@@ -139,20 +137,24 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
 
 
 def save_run_ref(path: str | Path, active: Any) -> None:
-    """Record which MLflow run a model belongs to, next to the model."""
+    """Record which MLflow run a model belongs to (and under which pipeline run), next to it."""
     from shdh.atomic import atomic_write_text
 
     info = active.info
     ref = {
         "run_id": info.run_id,
         "experiment_id": info.experiment_id,
+        "parent_run_id": active.data.tags.get(PARENT_TAG),
         "tracking_uri": tracking_uri(),
     }
     atomic_write_text(path, json.dumps(ref, indent=2) + "\n")
 
 
-def load_run_ref(path: str | Path) -> str | None:
-    """The run id saved by save_run_ref, or None when the model was trained untracked."""
+def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | None:
+    """The run id saved by save_run_ref, or None when the model was trained untracked, in
+    another store, or (given parent_run_id) under another pipeline run: a model that a later
+    pipeline run reuses, or retrains from its checkpoint, gets a run of its own under that
+    pipeline's parent, so each parent holds every method of its pipeline run."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -164,6 +166,10 @@ def load_run_ref(path: str | Path) -> str | None:
             ref.get("tracking_uri"),
             tracking_uri(),
         )
+        return None
+    if parent_run_id is not None and ref.get("parent_run_id") != parent_run_id:
+        log.info("%s belongs to pipeline run %s; starting a run under %s", path,
+                 ref.get("parent_run_id"), parent_run_id)  # fmt: skip
         return None
     return ref.get("run_id")
 
@@ -184,33 +190,25 @@ def pipeline_run_id(params_text: str, data_hash: str = "") -> str:
     return hashlib.sha1(f"{params_text}\n{data_hash}".encode()).hexdigest()[:16]
 
 
-def parent_run(pipeline_id: str, tags: dict[str, str], experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """The run id of the pipeline's parent run, created on first use (find-or-create by tag)."""
-    mlflow = _configure(experiment)
-    client = mlflow.MlflowClient()
-    exp = client.get_experiment_by_name(experiment)
-    # Children carry the pipeline tag too (to filter by it in the UI); the role tells them apart.
-    query = f"tags.`{PIPELINE_TAG}` = '{pipeline_id}' and tags.`{ROLE_TAG}` = 'pipeline'"
-    found = client.search_runs([exp.experiment_id], filter_string=query, max_results=1)
-    if found:
-        return found[0].info.run_id
-    run = client.create_run(
-        exp.experiment_id, run_name=f"pipeline-{pipeline_id[:8]}",
-        tags={**tags, PIPELINE_TAG: pipeline_id, ROLE_TAG: "pipeline", "git_commit": git_commit()},
-    )  # fmt: skip
-    client.set_terminated(run.info.run_id)
-    return run.info.run_id
-
-
-def pipeline_context(pipeline_id: str, tags: dict[str, str]) -> dict[str, Any]:
-    """The tags and parent run id that every tracked step of one pipeline run passes on.
+def pipeline_context(
+    pipeline_id: str,
+    tags: dict[str, str],
+    settings: dict[str, Any] | None = None,
+    reopen: bool = True,
+) -> dict[str, Any]:
+    """The tags and parent run id that every tracked step of one pipeline run passes on; the
+    parent run is opened (created with `settings` as its params, or with `reopen` set RUNNING
+    again after a failed step: shdh.parent_run.open_parent).
 
     Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
     components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
     keyword arguments of fitting.train and evaluation.evaluate.
     """
+    from shdh import parent_run
+
     tags = {**tags, PIPELINE_TAG: pipeline_id}
-    return {"tags": tags, "parent_run_id": parent_run(pipeline_id, tags)}
+    parent = parent_run.open_parent(pipeline_id, tags, settings, reopen)
+    return {"tags": tags, "parent_run_id": parent}
 
 
 def dvc_dir_md5(folder: str | Path) -> str:
@@ -327,42 +325,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def register_best_model(
-    parent_run_id: str,
-    name: str,
-    *,
-    metric: str = DEFAULT_SELECTION_METRIC,
-    experiment: str = DEFAULT_EXPERIMENT,
-) -> Any:
-    """Register the logged encoder with the highest `metric` among a pipeline run's children
-    in the Model Registry under `name`; returns the new ModelVersion.
-
-    Ties go to the run name (METHOD-BITS) in sorted order, so the choice is reproducible. Only
-    runs that logged an encoder compete: the shallow baselines have no image model.
-    """
-    mlflow = _configure(experiment)
-    client = mlflow.MlflowClient()
-    parent = client.get_run(parent_run_id)
-    children = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
-        max_results=1000,
-    )
-    candidates = [r for r in children if MODEL_URI_TAG in r.data.tags and metric in r.data.metrics]
-    if not candidates:
-        raise ValueError(
-            f"MLflow run {parent_run_id}: no child run has both a logged encoder and the metric "
-            f"'{metric}' (run the evaluate step first)"
-        )
-    best = min(candidates, key=lambda r: (-r.data.metrics[metric], r.info.run_name or ""))
-    version = mlflow.register_model(best.data.tags[MODEL_URI_TAG], name)
-    log.info("registered %s (run %s, %s=%.4f) as %s version %s", best.info.run_name,
-             best.info.run_id, metric, best.data.metrics[metric], name,
-             version.version)  # fmt: skip
-    return version
-
-
 def attach_text(run_id: str, text: str, artifact_file: str) -> None:
     """Add a text artifact to a finished run (the pipeline's parent) without reopening it."""
-    mlflow = _configure(DEFAULT_EXPERIMENT)
+    mlflow = _configure()
     mlflow.MlflowClient().log_text(run_id, text, artifact_file)

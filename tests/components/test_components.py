@@ -24,11 +24,16 @@ from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.slow
 COMPONENTS = ("download", "tree", "smatrix", "features", "plan", "start", "train", "baseline",
-              "evaluate", "report")  # fmt: skip
+              "evaluate", "report", "register")  # fmt: skip
 
 
 def component(name: str):
     return getattr(importlib.import_module(f"components.{name}"), name)
+
+
+def start_settings(args: dict) -> dict:
+    """The start component's settings inputs: the seed and every section, as the DAG passes."""
+    return {k: v for k, v in args.items() if k != "profile"}
 
 
 def artifact(kind, path: Path, metadata: dict | None = None):
@@ -76,7 +81,8 @@ def chain(tmp_path_factory):
         runs = {kind: plan(train=args["train"], baselines=args["baselines"], kind=kind)
                 for kind in ("deep", "shallow")}  # fmt: skip
         parent = component("start").python_func(prepared=prepared, profile="smoke",
-                                                pipeline_run_id="kfp-run-1")  # fmt: skip
+                                                pipeline_run_id="kfp-run-1",
+                                                **start_settings(args))  # fmt: skip
         models = {}
         for kind, name in (("deep", "train"), ("shallow", "baseline")):
             for run in runs[kind]:
@@ -102,8 +108,12 @@ def chain(tmp_path_factory):
         component("report").python_func(prepared=prepared, results=results,
                                         settings=args["evaluate"], profile="smoke",
                                         pipeline_run_id="kfp-run-1", document=document)  # fmt: skip
+        registered = component("register").python_func(
+            parent_run_id=parent, model_name="shdh-encoder", metric="ndcg_at_100", alias="champion"
+        )
     out.update(prepared=prepared, runs=runs, parent=parent, models=models, metrics=metrics,
-               results=Path(results.path), document=Path(document.path), mirror=mirror)  # fmt: skip
+               results=Path(results.path), document=Path(document.path), mirror=mirror,
+               registered=registered)  # fmt: skip
     return out
 
 
@@ -208,7 +218,11 @@ def test_evaluate_and_report_score_every_model_and_track_it(chain, client):
     children = client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{chain['parent']}'"
     )
-    assert {c.info.run_name for c in children} == {"shdh-16", "itq-16", "kmh-16", "random-16"}
+    names = {f"{m}-16-seed0" for m in ("shdh", "itq", "kmh", "random")}
+    assert {c.info.run_name for c in children} == names
+    assert parent.info.status == "FINISHED"  # closed by evaluate, the story on it
+    assert "| shdh | 16 |" in parent.data.tags["mlflow.note.content"]
+    assert parent.data.params["train.methods"] == '["shdh"]'
     assert [a.path for a in client.list_artifacts(chain["parent"], "report")] == [
         "report/results.md"
     ]
@@ -246,14 +260,16 @@ def test_start_fails_fast_naming_an_unreachable_tracking_server(chain, monkeypat
     started = time.monotonic()
     with pytest.raises(tracking.TrackingUnavailableError, match=uri):
         component("start").python_func(prepared=chain["prepared"], profile="smoke",
-                                       pipeline_run_id="kfp-run-2")  # fmt: skip
+                                       pipeline_run_id="kfp-run-2",
+                                       **start_settings(chain["args"]))  # fmt: skip
     assert time.monotonic() - started < 30
 
 
 def test_a_prepared_artifact_without_its_metadata_is_refused(chain, tmp_path):
     bare = artifact(dsl.Dataset, Path(chain["prepared"].path))
     with pytest.raises(ValueError, match="dvc_data_md5"):
-        component("start").python_func(prepared=bare, profile="smoke", pipeline_run_id="x")
+        component("start").python_func(prepared=bare, profile="smoke", pipeline_run_id="x",
+                                       **start_settings(chain["args"]))  # fmt: skip
 
 
 def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
@@ -264,3 +280,11 @@ def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
         component("tree").python_func(prepared=chain["prepared"], settings="{source: dataset",
                                       labels=labels)  # fmt: skip
     assert not Path(labels.path).exists()
+
+
+def test_register_puts_the_best_encoder_under_its_alias(chain, client):
+    assert chain["registered"] == "models:/shdh-encoder@champion"
+    version = client.get_model_version_by_alias("shdh-encoder", "champion")
+    shdh = client.get_run(version.run_id)
+    assert shdh.info.run_name == "shdh-16-seed0"  # the only run with an encoder
+    assert shdh.data.tags["mlflow.parentRunId"] == chain["parent"]

@@ -85,3 +85,40 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
         assert f"Running stage '{cached}'" not in out
     model = dest / "artifacts" / "models" / "shdh" / "shdh-16"
     assert json.loads((model / HASHER_DIR / "params.json").read_text())["params"]["alpha"] == 0.5
+
+
+def test_queued_experiments_track_into_the_repositorys_own_store(clone):
+    """Two experiments queued and run two at a time: their stages run in DVC's temporary
+    copies (.dvc/tmp/exps), which DVC deletes, yet both pipeline runs, each with a run per
+    method, land in the repository's default store, mlflow.db, written concurrently."""
+    import time
+
+    import mlflow
+
+    dest, env = clone
+    env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}  # the default store
+    sh(["dvc", "repro"], dest, env)  # the baseline: the queued runs retrain SHDH only
+    names = {"alpha-quarter": "0.25", "alpha-three-quarters": "0.75"}
+    for name, alpha in names.items():
+        sh(["dvc", "exp", "run", "--queue", "-n", name, "-S", f"train.shdh.alpha={alpha}"],
+           dest, env)  # fmt: skip
+    start = time.monotonic()
+    out = sh(["dvc", "exp", "run", "--run-all", "-j", "2"], dest, env)
+    print(f"two queued smoke experiments, -j 2: {time.monotonic() - start:.0f} s")
+    assert "Running stage 'train@shdh'" in out and "Failed" not in out
+    assert not list((dest / ".dvc" / "tmp").rglob("mlflow.db"))
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{dest / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("shdh")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = {r.data.tags.get("dvc.exp_name"): r for r in runs
+               if r.data.tags.get("shdh.role") == "pipeline"}  # fmt: skip
+    assert set(names) <= set(parents)
+    metrics = json.loads((dest / "results" / "metrics.json").read_text())
+    expected = {f"{method}-16-seed0" for method in metrics}  # every method and the floor
+    for name, alpha in names.items():
+        parent = parents[name]
+        assert parent.info.status == "FINISHED" and parent.info.run_name == name
+        assert parent.data.params["train.shdh.alpha"] == alpha
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert {c.info.run_name for c in children} == expected
+        assert all("ndcg_at_100" in c.data.metrics for c in children)

@@ -1,5 +1,7 @@
-"""A real `mlflow server` (SQLite backend store, artifacts in a SeaweedFS S3 bucket) on loopback,
-the smoke pipeline tracked into it, and everything read back through its REST API.
+"""A real `mlflow server` (SQLite backend store, artifacts in a SeaweedFS S3 bucket, basic
+authentication as in k8s/) on loopback, the smoke pipeline tracked into it with the client's
+credentials, the best encoder registered and loaded back by its alias, and everything read back
+through its REST API.
 
 The pipeline is the DVC front door run through the library (the dvc.yaml commands in this
 process); the client has no S3 credentials, so its artifacts reach the bucket only through the
@@ -9,6 +11,8 @@ uvicorn workers and the job runner go with it), SeaweedFS by the session fixture
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import signal
@@ -24,21 +28,31 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shdh import registry, tracking
 from tests.conftest import REPO
 from tests.integration.conftest import S3Server, free_ports
 from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 300.0  # the server takes 10-15 s alone, minutes on a busy machine
 STOP_TIMEOUT_S = 20.0
 ARTIFACT_PREFIX = "mlflow-artifacts"
 METHODS = ("shdh", "itq")  # a deep and a shallow method: every kind of run and artifact
-SMOKE_RUNS = {f"{m}-16" for m in (*METHODS, "random")}
+SMOKE_RUNS = {f"{m}-16-seed0" for m in (*METHODS, "random")}
+USER, PASSWORD = "shdh-admin", "shdh-test-password-0123"
+AUTH = {"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
+
+
+def authorised(request: urllib.request.Request) -> urllib.request.Request:
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    return request
 
 
 def get_json(url: str, **query: str) -> dict:
     full = f"{url}?{urllib.parse.urlencode(query)}" if query else url
-    with urllib.request.urlopen(full, timeout=30) as response:  # noqa: S310 (loopback)
+    request = authorised(urllib.request.Request(full))
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (loopback)
         return json.loads(response.read())
 
 
@@ -46,7 +60,7 @@ def post_json(url: str, body: dict) -> dict:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(authorised(request), timeout=30) as response:  # noqa: S310
         return json.loads(response.read())
 
 
@@ -78,18 +92,33 @@ def wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> None
                        f"{log_path.read_text()[-4000:]}")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
-    root = tmp_path_factory.mktemp("mlflow-server")
+def write_auth_config(path: Path, database_uri: str) -> Path:
+    """The auth app's INI file, written by the script of k8s/base/mlflow.yaml's init container
+    (run here as it runs there, with the database URI in the environment)."""
+    manifest = yaml.safe_load_all((REPO / "k8s" / "base" / "mlflow.yaml").read_text())
+    deployment = next(d for d in manifest if d["kind"] == "Deployment")
+    (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
+               if c["name"] == "write-auth-config"]  # fmt: skip
+    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": database_uri,
+           "MLFLOW_AUTH_CONFIG_PATH": str(path)}  # fmt: skip
+    assert init["command"] == ["python", "-c"]
+    subprocess.run([sys.executable, "-c", init["args"][0]], env=env, check=True, timeout=60)
+    return path
+
+
+@contextlib.contextmanager
+def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
+    """`mlflow server` on a free loopback port with the SQLite store root/mlflow.db and the
+    `store` arguments (artifacts, app); stopped by its PID at the end."""
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     command = [
         str(Path(sys.executable).parent / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", *store,
         "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
-    env = {**os.environ, **s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint}
+    # Background jobs (GenAI evaluation) are not used; off, the server starts sooner.
+    env = {**os.environ, **env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log_path = root / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -103,17 +132,35 @@ def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
 
 
 @pytest.fixture(scope="module")
+def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    # k8s/base/mlflow.yaml's set-up: the users' table in the server's database (here a file),
+    # the administrator from the Secret's MLflow credentials.
+    auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
+    env = {**s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
+           "MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_AUTH_ADMIN_USERNAME": USER,
+           "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret"}  # fmt: skip
+    store = ["--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
+             "--app-name", "basic-auth"]  # fmt: skip
+    with serve(root, store, env) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def smoke_run(mlflow_server, tmp_path_factory) -> dict:
     """The smoke pipeline tracked into the server, by a client without S3 credentials."""
     work = tmp_path_factory.mktemp("smoke")
     params = smoke_settings(METHODS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
+        for name, value in AUTH.items():
+            mp.setenv(name, value)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
             mp.delenv(name, raising=False)
         mp.chdir(REPO)  # data.dvc and the git commit, as a user runs it
         run_dvc_stages(dvc_params_file(params, work), params)
-    return {"results": work / "results"}
+    return {"results": work / "results", "work": work}
 
 
 def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server, smoke_run):
@@ -135,7 +182,7 @@ def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server
 
     # Metrics: what evaluate wrote to metrics.json, logged on the model's own run.
     scores = json.loads((smoke_run["results"] / "metrics.json").read_text())
-    shdh = children["shdh-16"]
+    shdh = children["shdh-16-seed0"]
     metrics = {m["key"]: m["value"] for m in shdh["data"]["metrics"]}
     assert metrics["ndcg_at_100"] == pytest.approx(scores["shdh"]["16"]["ndcg@100"], abs=1e-6)
     history = get_json(f"{api}/metrics/get-history", run_id=shdh["info"]["run_id"],
@@ -148,7 +195,7 @@ def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server
     url = (f"{mlflow_server['url']}/get-artifact?"
            + urllib.parse.urlencode({"path": "codes/shdh-16.npz",
                                      "run_uuid": shdh["info"]["run_id"]}))  # fmt: skip
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(authorised(urllib.request.Request(url)), timeout=30) as response:
         downloaded = response.read()
     assert downloaded == (smoke_run["results"] / "codes" / "shdh-16.npz").read_bytes()
     # The encoder was logged as a model: its MLmodel reaches the client through the REST API.
@@ -169,6 +216,71 @@ def test_artifacts_live_in_the_s3_bucket(mlflow_server, smoke_run, s3_server):
     assert any(k.endswith("/codes/shdh-16.npz") for k in keys)
     assert any(k.endswith("/checkpoint/checkpoint.pt") for k in keys)
     assert sum(k.endswith("/MLmodel") for k in keys) == 1  # the SHDH encoder
+
+
+def test_the_parent_run_tells_the_story_of_the_pipeline_run(mlflow_server, smoke_run):
+    api = f"{mlflow_server['url']}/api/2.0/mlflow"
+    experiment = get_json(f"{api}/experiments/get-by-name", experiment_name="shdh")["experiment"]
+    kind = {t["key"]: t["value"] for t in experiment["tags"]}["mlflow.experimentKind"]
+    assert kind == "custom_model_development"
+    search = {"experiment_ids": [experiment["experiment_id"]],
+              "filter": "tags.`shdh.role` = 'pipeline'"}  # fmt: skip
+    (parent,) = post_json(f"{api}/runs/search", search)["runs"]
+    assert parent["info"]["status"] == "FINISHED"
+    tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}
+    assert "| shdh | 16 |" in tags["mlflow.note.content"]
+    assert tags["mlflow.source.name"] == "dvc.yaml" and tags["mlflow.source.type"] == "LOCAL"
+    assert len(tags["mlflow.source.git.commit"]) == 40
+    params = {p["key"]: p["value"] for p in parent["data"]["params"]}
+    assert params["profile"] == "smoke" and params["train.epochs"] == "1"
+    scores = json.loads((smoke_run["results"] / "metrics.json").read_text())
+    metrics = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
+    assert metrics["ndcg_at_100/shdh-16"] == pytest.approx(scores["shdh"]["16"]["ndcg@100"])
+    listed = get_json(f"{api}/artifacts/list", run_id=parent["info"]["run_id"], path="report")
+    assert [f["path"] for f in listed["files"]] == ["report/results.md"]
+
+
+def test_requests_without_or_with_wrong_credentials_are_refused(mlflow_server, monkeypatch):
+    url = f"{mlflow_server['url']}/api/2.0/mlflow/experiments/get-by-name?experiment_name=shdh"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=30)  # noqa: S310 (loopback)
+    assert refused.value.code == 401
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", USER)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "wrong")
+    with pytest.raises(tracking.TrackingUnavailableError, match="MLFLOW_TRACKING_PASSWORD"):
+        tracking.check_server(mlflow_server["url"])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+    tracking.check_server(mlflow_server["url"])  # the right ones pass
+
+
+def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
+    mlflow_server, smoke_run, monkeypatch, capsys
+):
+    """`shdh register` through the server's API and artifact proxy, with the credentials; the
+    model loaded by its alias encodes the database images to the codes evaluate wrote."""
+    import numpy as np
+
+    from shdh.cli import main
+    from shdh.codes import load_codes
+    from shdh.steps import load_prepared
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
+    for name, value in AUTH.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(REPO)
+    params = str(smoke_run["work"] / "params.yaml")
+    assert main(["register", "--params", params, "--name", "shdh-smoke", "--alias", "best"]) == 0
+    printed = capsys.readouterr().out
+    assert "as shdh-smoke version 1, alias @best" in printed  # one deep method: SHDH wins
+    assert "registered shdh-16-seed0 (ndcg_at_100 = " in printed
+    assert "loaded models:/shdh-smoke@best:" in printed
+    model = registry.load_by_alias("shdh-smoke", "best")
+    ds, split = load_prepared(smoke_run["work"] / "artifacts" / "prepared")
+    codes = load_codes(smoke_run["results"] / "codes" / "shdh-16.npz")
+    predicted = model.predict(np.asarray(ds.images[split.db_idx[:50]]))
+    np.testing.assert_array_equal(np.asarray(predicted), codes.db_codes[:50])
 
 
 def test_the_server_stops_by_its_pid(mlflow_server):

@@ -97,7 +97,12 @@ def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
     params["train"]["device"] = "cpu"  # what the dev overlay's train nodes have
     expected = pipeline_arguments(params)
-    assert {name: p["defaultValue"] for name, p in parameters.items()} == expected
+    registry = {
+        "register_model": "shdh-encoder",
+        "register_metric": "ndcg_at_100",
+        "register_alias": "champion",
+    }  # the register step's, not params.yaml's
+    assert {name: p["defaultValue"] for name, p in parameters.items()} == {**expected, **registry}
     train = json.loads(parameters["train"]["defaultValue"])
     assert train["epochs"] == 1 and isinstance(train["epochs"], int)  # ints stay ints
     assert json.loads(parameters["data"]["defaultValue"])["max_items"] == 600
@@ -114,11 +119,14 @@ def test_every_task_gets_config_secret_and_the_sizes_of_its_step(smoke):
         (config,) = settings["configMapAsEnv"]
         (secret,) = settings["secretAsEnv"]
         assert config["configMapName"] == "shdh-config", name
-        assert {k["envVar"] for k in config["keyToEnv"]} >= {"MLFLOW_TRACKING_URI"}
+        assert {k["envVar"] for k in config["keyToEnv"]} >= {"MLFLOW_TRACKING_URI",
+                                                             "MLFLOW_EXPERIMENT_NAME"}  # fmt: skip
         assert secret["secretName"] == "shdh-credentials", name
         assert {k["secretKey"] for k in secret["keyToEnv"]} == {
             "AWS_ACCESS_KEY_ID",
             "AWS_SECRET_ACCESS_KEY",
+            "MLFLOW_TRACKING_USERNAME",  # the MLflow server's basic authentication
+            "MLFLOW_TRACKING_PASSWORD",
         }
     data = overlay_data("dev")
     for name, executor in executors.items():

@@ -91,20 +91,25 @@ def test_a_kubeflow_run_is_one_parent_with_a_nested_run_per_method(runs, client)
         [exp.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{kfp_parent.info.run_id}'",
     )
-    assert {c.info.run_name for c in children} == {f"{m}-16" for m in SMOKE_METHODS} | {"random-16"}
+    names = {f"{m}-16-seed0" for m in SMOKE_METHODS} | {"random-16-seed0"}
+    assert {c.info.run_name for c in children} == names
     for run in (kfp_parent, *children):
         tags = run.data.tags
         assert tags["dataset"] == "fashion-mnist-h" and tags["profile"] == "smoke"
         assert tags[tracking.PIPELINE_TAG] == kfp_parent.data.tags[tracking.PIPELINE_TAG]
         # The raw files, hashed by the download component as DVC hashes data/: data.dvc's md5.
         assert tags["dvc_data_md5"] == dvc_md5 == dvc_parent.data.tags["dvc_data_md5"]
-    # The commit the components ran from: a commit of this repository, on every run.
-    commit = kfp_parent.data.tags["git_commit"]
+    # The commit the components ran from: a commit of this repository, on every run, in
+    # MLflow's own source tags; the parent is closed by evaluate.
+    assert kfp_parent.info.status == "FINISHED"
+    assert kfp_parent.data.tags["mlflow.source.type"] == "JOB"
+    assert kfp_parent.data.params["train.epochs"] == "1"
+    commit = kfp_parent.data.tags["mlflow.source.git.commit"]
     found = subprocess.run(["git", "cat-file", "-t", commit], cwd=REPO, capture_output=True)
     assert found.stdout.strip() == b"commit"
     for run in children:
-        if run.info.run_name != "random-16":
-            assert run.data.tags["git_commit"] == commit
+        if run.info.run_name != "random-16-seed0":
+            assert run.data.tags["mlflow.source.git.commit"] == commit
             assert "ndcg_at_100" in run.data.metrics and "fit_seconds" in run.data.metrics
     deep = [c for c in children if c.data.tags.get("method") in ("shdh", "dpsh")]
     assert len(deep) == 2 and all(tracking.MODEL_URI_TAG in c.data.tags for c in deep)

@@ -12,7 +12,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from shdh import tracking
+from shdh import registry, tracking
 from shdh.codes import load_codes
 from tests.stages.test_steps import run_steps, smoke_params
 
@@ -37,8 +37,8 @@ def trained(tmp_path_factory):
         run_steps(params, ["train", "--method", "shdh", "--bits", "16", "--no-progress"])
         run_steps(params, ["evaluate"])
     ref = tmp / "models" / "shdh" / "shdh-16" / "mlflow_run.json"
-    run_id = json.loads(ref.read_text())["run_id"]
-    return {"tmp": tmp, "uri": uri, "run_id": run_id}
+    ref = json.loads(ref.read_text())
+    return {"tmp": tmp, "uri": uri, "run_id": ref["run_id"], "parent_id": ref["parent_run_id"]}
 
 
 @pytest.fixture
@@ -92,8 +92,9 @@ def test_mlflow_models_predict_returns_the_pipeline_codes(store, tmp_path):
     np.testing.assert_array_equal(predicted.astype(np.uint8), expected)
 
 
-def test_register_best_model_picks_the_highest_metric_then_the_name(store):
-    """Three children of one pipeline run: two tie on NDCG, the name breaks the tie."""
+def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias(store):
+    """Three children of one pipeline run: two tie on NDCG, the name breaks the tie; the alias
+    then loads the winner, and a second registration moves the alias to the new version."""
     hasher_dir = store["tmp"] / "models" / "shdh" / "shdh-16" / "hasher"
     example = query_images(store["tmp"])[:2]
     with tracking.run(run_name="pipeline-x") as parent:
@@ -102,19 +103,27 @@ def test_register_best_model_picks_the_highest_metric_then_the_name(store):
     for name, ndcg in (("shdh-32", 0.7), ("dpsh-16", 0.9), ("shdh-16", 0.9)):
         with tracking.run(run_name=name, parent_run_id=parent_id) as child:
             tracking.log_encoder(hasher_dir, example)
-            tracking.log_metrics({"ndcg@100": ndcg})
+            tracking.log_metrics({"ndcg@100": ndcg, "wr@100": 1 - ndcg})
             children[name] = child.info.run_id
     with tracking.run(run_name="itq-16", parent_run_id=parent_id):
         tracking.log_metrics({"ndcg@100": 1.0})  # no encoder: a shallow baseline cannot win
-    version = tracking.register_best_model(parent_id, "shdh-encoder")
-    assert version.name == "shdh-encoder" and str(version.version) == "1"
-    assert version.run_id == children["dpsh-16"]
+    done = registry.register_best(parent_id, "shdh-encoder", alias="champion")
+    assert (done.name, done.version, done.run_id) == ("shdh-encoder", "1", children["dpsh-16"])
+    assert done.metric == "ndcg_at_100" and done.value == pytest.approx(0.9)
     client = mlflow.MlflowClient()
-    assert str(client.get_registered_model("shdh-encoder").latest_versions[0].version) == "1"
+    assert str(client.get_model_version_by_alias("shdh-encoder", "champion").version) == "1"
+    model = registry.load_by_alias("shdh-encoder", "champion")
+    assert registry.check_loaded(model) == (2, 2)  # 16 bits pack into 2 bytes
+    # Another metric picks another run; the alias follows the newest registration.
+    again = registry.register_best(parent_id, "shdh-encoder", metric="wr@100", alias="champion")
+    assert again.run_id == children["shdh-32"] and again.version == "2"
+    assert str(client.get_model_version_by_alias("shdh-encoder", "champion").version) == "2"
 
 
-def test_register_best_model_without_candidates_names_the_run(store):
+def test_register_best_without_candidates_names_the_run_and_the_metrics(store):
     with tracking.run(run_name="empty") as parent:
         parent_id = parent.info.run_id
     with pytest.raises(ValueError, match=parent_id):
-        tracking.register_best_model(parent_id, "nothing")
+        registry.register_best(parent_id, "nothing")
+    with pytest.raises(ValueError, match="ndcg_at_100"):  # what the real run does have
+        registry.register_best(store["parent_id"], "nothing", metric="map@100")

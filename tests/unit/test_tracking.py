@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +14,8 @@ from shdh import tracking
 
 def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert tracking.tracking_uri() == "sqlite:///mlflow.db"
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    assert tracking.tracking_uri() == f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
     assert tracking.tracking_uri() == "http://mlflow.example:5000"
 
@@ -61,3 +64,147 @@ def test_run_ref_from_another_tracking_store_is_not_reused(tmp_path, monkeypatch
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")
     assert tracking.load_run_ref(tmp_path / "ref.json") is None
     assert tracking.load_run_ref(tmp_path / "missing.json") is None
+
+
+def test_default_store_is_in_the_repository_a_dvc_temp_workspace_came_from(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    repo = tmp_path / "repo"
+    temp = repo / ".dvc" / "tmp" / "exps" / "tmpab12cd"
+    temp.mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    assert tracking.tracking_uri() == f"sqlite:///{repo / 'mlflow.db'}"
+    # A queued experiment's stage: DVC_ROOT names the original repository.
+    monkeypatch.chdir(temp)
+    monkeypatch.setenv("DVC_ROOT", str(repo))
+    assert tracking.tracking_uri() == f"sqlite:///{repo / 'mlflow.db'}"
+    # Without DVC_ROOT, a folder inside DVC's temporary workspaces still maps back.
+    monkeypatch.delenv("DVC_ROOT")
+    assert tracking.tracking_uri() == f"sqlite:///{repo / 'mlflow.db'}"
+    # A relative SQLite URI is anchored there too; an absolute one and a server are kept.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///runs/team.db")
+    assert tracking.tracking_uri() == f"sqlite:///{repo / 'runs' / 'team.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'a.db'}")
+    assert tracking.tracking_uri() == f"sqlite:///{tmp_path / 'a.db'}"
+
+
+def test_metric_keys_and_run_names_sort_and_read_alike_across_methods():
+    assert tracking.metric_key("ksh+h") == "ksh_h"  # MLflow refuses '+' in a key
+    assert tracking.child_run_name("ksh+h", 16, 0) == "ksh+h-16-seed0"
+
+
+def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
+    tmp_path, monkeypatch
+):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "shdh-mine")
+    with tracking.run(run_name="r", tags={"method": "shdh"}) as active:
+        tracking.log_artifact(tracking.__file__)
+    experiment = mlflow.MlflowClient().get_experiment(active.info.experiment_id)
+    assert experiment.name == "shdh-mine"
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment.artifact_location == (tmp_path / "mlruns").as_uri()
+    run = mlflow.MlflowClient().get_run(active.info.run_id)
+    assert run.data.tags["mlflow.source.git.commit"] == tracking.git_commit()
+    assert run.data.tags["mlflow.source.type"] == "LOCAL"
+    assert (tmp_path / "mlruns").is_dir()
+
+
+def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(tmp_path):
+    import mlflow
+
+    from shdh import parent_run
+
+    settings = {"train": {"epochs": 1, "bits": [16]}, "baselines": {"ksh+h": {"n_anchors": 5}}}
+    context = tracking.pipeline_context("p1", {"profile": "smoke"}, settings)
+    parent = context["parent_run_id"]
+    client = mlflow.MlflowClient()
+    opened = client.get_run(parent)
+    assert opened.info.status == "RUNNING"
+    assert opened.data.params == {"train.epochs": "1", "train.bits": "[16]",
+                                  "baselines.ksh_h.n_anchors": "5"}  # fmt: skip
+    with pytest.raises(RuntimeError, match="boom"):
+        with tracking.run(run_name="shdh-16-seed0", parent_run_id=parent):
+            raise RuntimeError("boom")
+    assert client.get_run(parent).info.status == "FAILED"
+    # A Kubeflow training task that starts after its sibling failed leaves it FAILED...
+    tracking.pipeline_context("p1", {"profile": "smoke"}, None, reopen=False)
+    assert client.get_run(parent).info.status == "FAILED"
+    # ...a rerun of the same pipeline run reopens the same parent, RUNNING again.
+    again = tracking.pipeline_context("p1", {"profile": "smoke"}, settings)
+    assert again["parent_run_id"] == parent
+    assert client.get_run(parent).info.status == "RUNNING"
+    results = tmp_path / "results"
+    (results / "plots").mkdir(parents=True)
+    (results / "table.md").write_text(
+        "| method | bits | NDCG@100 |\n|---|---:|---:|\n| shdh | 16 | 0.5 |\n"
+    )
+    (results / "metrics.json").write_text('{"ksh+h": {"16": {"ndcg@100": 0.25, "seeds": 2}}}')
+    (results / "plots" / "wr_at_n-16.png").write_bytes(b"png")
+    (tmp_path / "results.md").write_text("# Results\n")
+    parent_run.summarize(parent, results, tmp_path / "results.md")
+    parent_run.end_parent(parent)
+    done = client.get_run(parent)
+    assert done.info.status == "FINISHED"
+    assert "| shdh | 16 | 0.5 |" in done.data.tags["mlflow.note.content"]
+    assert done.data.metrics == {"ndcg_at_100/ksh_h-16": 0.25, "seeds/ksh_h-16": 2.0}
+    listed = {a.path for d in ("figures", "report", "results")
+              for a in client.list_artifacts(parent, d)}  # fmt: skip
+    assert listed == {"figures/wr_at_n-16.png", "report/results.md", "results/table.md",
+                      "results/metrics.json"}  # fmt: skip
+
+
+def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
+    first = tracking.pipeline_context("p1", {}, None)["parent_run_id"]
+    second = tracking.pipeline_context("p2", {}, None)["parent_run_id"]
+    with tracking.run(run_name="shdh-16-seed0", parent_run_id=first) as active:
+        tracking.save_run_ref(tmp_path / "ref.json", active)
+    assert tracking.load_run_ref(tmp_path / "ref.json", first) == active.info.run_id
+    assert tracking.load_run_ref(tmp_path / "ref.json", second) is None
+
+
+WRITER = """
+import sys
+from shdh import tracking
+name, n_runs, n_metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+parent = tracking.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
+for r in range(n_runs):
+    with tracking.run(run_name=f"{name}-{r}", parent_run_id=parent, params={"r": r}):
+        for step in range(n_metrics):
+            tracking.log_metrics({"loss": step}, step=step)
+"""
+
+
+def test_concurrent_writers_from_temp_workspaces_lose_nothing(tmp_path, monkeypatch):
+    """Two queued experiments (`-j 2`) writing at once into a fresh store, each from a DVC temporary
+    workspace: one store in the original repository, every run and metric in it."""
+    import subprocess
+    import sys
+
+    import mlflow
+
+    repo = tmp_path / "repo"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    writers = []
+    for i in range(2):
+        temp = repo / ".dvc" / "tmp" / "exps" / f"tmp{i}"
+        temp.mkdir(parents=True)
+        writers.append(subprocess.Popen(
+            [sys.executable, "-c", WRITER, f"exp{i}", "3", "20"], cwd=temp,
+            env={**env, "DVC_ROOT": str(repo)}, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for writer in writers:
+        _, err = writer.communicate(timeout=600)
+        assert writer.returncode == 0, err[-3000:]
+    assert not list(repo.glob(".dvc/tmp/exps/*/mlflow.db"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'mlflow.db'}")
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{repo / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("shdh")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get(tracking.ROLE_TAG) == "pipeline"]
+    children = [r for r in runs if tracking.PARENT_TAG in r.data.tags]
+    assert len(parents) == 2 and len(children) == 6
+    for child in children:
+        history = client.get_metric_history(child.info.run_id, "loss")
+        assert [m.step for m in history] == list(range(20))

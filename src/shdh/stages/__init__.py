@@ -14,6 +14,7 @@ STEPS = (
     "train",
     "bundle",
     "evaluate",
+    "register",
     "metrics",
     "profile",
     "results",

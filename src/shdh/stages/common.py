@@ -58,13 +58,23 @@ def data_hash(dvc_file: str | Path = "data.dvc") -> str:
         return "unknown"
 
 
-def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
-    """Tags and the parent MLflow run shared by every step of one pipeline run."""
+DVC_SOURCE = "dvc.yaml"  # the source name of DVC's runs in the UI
+
+
+def dvc_pipeline_id(params_file: str | Path) -> str:
+    """The pipeline run id of the DVC stages run with params_file (and data.dvc's data)."""
     from shdh import tracking
 
-    tags = run_tags(params)
-    pipeline_id = tracking.pipeline_run_id(Path(args.params).read_text(), tags["dvc_data_md5"])
-    return tracking.pipeline_context(pipeline_id, tags)
+    return tracking.pipeline_run_id(Path(params_file).read_text(), data_hash())
+
+
+def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    """Tags and the parent MLflow run shared by every step of one pipeline run; the first
+    tracked stage opens the parent with the settings as its params."""
+    from shdh import tracking
+
+    tags = {**run_tags(params), **tracking.source_tags(DVC_SOURCE, "LOCAL")}
+    return tracking.pipeline_context(dvc_pipeline_id(args.params), tags, params)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -319,9 +319,17 @@ def replicate_arg(value: int) -> int | None:
     return None if int(value) == NO_REPLICATE else int(value)
 
 
-def run_context(metadata: dict[str, Any], profile: str, pipeline_run_id: str) -> dict[str, Any]:
+KUBEFLOW_SOURCE = "kubeflow-pipelines:shdh"  # the source name of Kubeflow's runs in the UI
+
+
+def run_context(
+    metadata: dict[str, Any], profile: str, pipeline_run_id: str,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The MLflow tags and parent run of a Kubeflow run: the same tags as a DVC run's, with
-    the dataset and raw-data hash that `download` put in the prepared artifact's metadata."""
+    the dataset and raw-data hash that `download` put in the prepared artifact's metadata.
+    The start step passes its `settings`: it creates the parent (they become its params) or
+    reopens it; every later step only finds it."""
     from shdh import tracking
 
     missing = [k for k in ("dataset", "dvc_data_md5") if k not in metadata]
@@ -329,8 +337,15 @@ def run_context(metadata: dict[str, Any], profile: str, pipeline_run_id: str) ->
         raise ValueError(f"the prepared dataset artifact's metadata lacks {missing} (written by "
                          "the download component)")  # fmt: skip
     tags = {"dataset": str(metadata["dataset"]), "profile": profile,
-            "dvc_data_md5": str(metadata["dvc_data_md5"])}  # fmt: skip
-    return tracking.pipeline_context(pipeline_run_id, tags)
+            "dvc_data_md5": str(metadata["dvc_data_md5"]),
+            **tracking.source_tags(KUBEFLOW_SOURCE, "JOB")}  # fmt: skip
+    return tracking.pipeline_context(pipeline_run_id, tags, settings, reopen=settings is not None)
+
+
+def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict[str, Any]:
+    """The pipeline's parameters as one settings dict, the layout of params.yaml."""
+    return {"profile": profile, "seed": seed,
+            **{name: section_arg(text, name) for name, text in sections.items()}}  # fmt: skip
 
 
 def save_model(model_dir: str | Path, model: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import fitting
+from shdh import fitting, parent_run
 from shdh.atomic import check_writable
 from shdh.hashers import REGISTRY, get_hasher_class
 from shdh.plan import method_bits, models_root, section_seeds
@@ -70,16 +70,17 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     check_writable(models_root(params, method) / method, "train.models_dir"
                    if deep else "baselines.models_dir")  # fmt: skip
     context = context if context is not None else pipeline_context(args, params)
-    for bits in bits_list:
-        for replicate in section_seeds(section):
-            out = fitting.train(
-                method, bits, prepared_dir=params["data"]["prepared_dir"],
-                smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
-                section=section, features_path=None if deep else params["features"]["out"],
-                seed=params["seed"], replicate=replicate, resume=args.resume,
-                progress=not args.no_progress, **context,
-            )  # fmt: skip
-            print(f"model written to {out}")
+    with parent_run.failure_ends(context["parent_run_id"]):
+        for bits in bits_list:
+            for replicate in section_seeds(section):
+                out = fitting.train(
+                    method, bits, prepared_dir=params["data"]["prepared_dir"],
+                    smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
+                    section=section, features_path=None if deep else params["features"]["out"],
+                    seed=params["seed"], replicate=replicate, resume=args.resume,
+                    progress=not args.no_progress, **context,
+                )  # fmt: skip
+                print(f"model written to {out}")
     return context
 
 

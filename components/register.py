@@ -1,0 +1,25 @@
+"""register: the best encoder of the run into the MLflow Model Registry, under an alias."""
+
+from kfp import dsl
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def register(parent_run_id: str, model_name: str, metric: str, alias: str) -> str:
+    """Register the encoder of the method run with the highest `metric` under this pipeline
+    run (shdh register), point `alias` at the new version, and load it back by that alias.
+
+    Inputs:
+        parent_run_id: the pipeline's MLflow parent run (from `start`).
+        model_name: the registered model's name.
+        metric: the metric that picks the best run (highest wins), e.g. ndcg_at_100.
+        alias: the alias given to the new version, e.g. champion.
+    Outputs:
+        Output: the model URI by alias, models:/NAME@ALIAS.
+    """
+    from shdh import registry
+
+    done = registry.register_best(parent_run_id, model_name, metric=metric, alias=alias)
+    registry.check_loaded(registry.load_by_alias(done.name, done.alias))
+    return done.uri

@@ -1,0 +1,180 @@
+"""The pipeline's parent MLflow run: the row a user sees first, and what it tells.
+
+It lasts as long as the pipeline. The first tracked step opens it (DVC: the first train stage;
+Kubeflow: the start step), every method run nests under it, and the evaluate step writes the
+story onto it and closes it: the results table as its description (the run note the UI
+shows), every method's scores as metrics named METRIC/METHOD-BITS (one chart section per
+metric, the methods side by side), the report and the figures as artifacts. Its params are the
+pipeline's settings, flattened (train.epochs, baselines.ksh.n_anchors), so two pipeline runs
+compare setting by setting. A step that fails marks it FAILED; reopened by a rerun of the same
+pipeline run, it is RUNNING again until evaluate closes it.
+
+The DVC stages are separate processes, so the parent is found again by its pipeline tag in
+each of them rather than passed along.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shdh import mlflow_store
+from shdh.config import flatten
+from shdh.tracking import PIPELINE_TAG, ROLE_TAG, _configure, _param_value, metric_key
+
+NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
+NOTE_LIMIT = 8000  # MLflow's limit on a tag value
+EXPERIMENT_NAME_ENV = "DVC_EXP_NAME"  # the name DVC gives a queued or temporary experiment
+RESULT_FILES = ("table.md", "metrics.json", "metrics_by_seed.json", "timings.json")
+
+log = logging.getLogger(__name__)
+
+
+def find_parent(client: Any, experiment_id: str, pipeline_id: str) -> Any | None:
+    """The parent run of pipeline run `pipeline_id`, or None. Children carry the pipeline tag
+    too (to filter by it in the UI); the role tag tells the parent apart."""
+    query = f"tags.`{PIPELINE_TAG}` = '{pipeline_id}' and tags.`{ROLE_TAG}` = 'pipeline'"
+    found = client.search_runs([experiment_id], filter_string=query, max_results=1)
+    return found[0] if found else None
+
+
+def open_parent(
+    pipeline_id: str, tags: dict[str, str], settings: dict[str, Any] | None, reopen: bool = True
+) -> str:
+    """The run id of the pipeline's parent run: created on first use, with the settings as
+    params, RUNNING; with `reopen`, an existing one is set RUNNING again (a rerun after a failed
+    step). Kubeflow's training tasks run side by side, so only its start step reopens: a task
+    that starts after a sibling failed must not undo the FAILED."""
+    client = _configure().MlflowClient()
+    experiment_id = mlflow_store.experiment_id()
+    found = find_parent(client, experiment_id, pipeline_id)
+    if found is not None:
+        if reopen and found.info.status != "RUNNING":
+            client.update_run(found.info.run_id, status="RUNNING")
+        return found.info.run_id
+    exp_name = os.environ.get(EXPERIMENT_NAME_ENV)
+    run = client.create_run(
+        experiment_id,
+        run_name=exp_name or f"pipeline-{pipeline_id[:8]}",
+        tags={
+            **tags,
+            PIPELINE_TAG: pipeline_id,
+            ROLE_TAG: "pipeline",
+            **({"dvc.exp_name": exp_name} if exp_name else {}),
+        },
+    )
+    if settings:
+        log_settings(client, run.info.run_id, settings)
+    return run.info.run_id
+
+
+def log_settings(client: Any, run_id: str, settings: dict[str, Any]) -> None:
+    """The settings as params, flattened to section.key (MLflow refuses '+': ksh+h -> ksh_h)."""
+    from mlflow.entities import Param
+
+    params = [Param(metric_key(k), _param_value(v)) for k, v in sorted(flatten(settings).items())]
+    client.log_batch(run_id, params=params)
+
+
+def summarize(parent_run_id: str, results_dir: str | Path, report: str | Path | None) -> None:
+    """Write the evaluation onto the parent: the results table as its description, the scores
+    as METRIC/METHOD-BITS metrics, the result files, figures and report as artifacts."""
+    from mlflow.entities import Metric
+
+    client = _configure().MlflowClient()
+    results_dir = Path(results_dir)
+    table = (results_dir / "table.md").read_text()
+    client.set_tag(parent_run_id, NOTE_TAG, description(table))
+    scores = json.loads((results_dir / "metrics.json").read_text())
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, value, now, 0) for key, value in sorted(score_metrics(scores).items())]
+    client.log_batch(parent_run_id, metrics=metrics)
+    for name in RESULT_FILES:
+        if (results_dir / name).is_file():
+            client.log_artifact(parent_run_id, str(results_dir / name), "results")
+    for figure in sorted((results_dir / "plots").glob("*.png")):
+        client.log_artifact(parent_run_id, str(figure), "figures")
+    if report is not None and Path(report).is_file():
+        client.log_artifact(parent_run_id, str(report), "report")
+
+
+def description(table: str) -> str:
+    """The parent's note: the results table, and where the rest is."""
+    text = (
+        "## Results of this pipeline run\n\n"
+        f"{table.strip()}\n\n"
+        "Each method run below this one holds its own metrics, per-epoch training curves, codes "
+        "and model. Artifacts: report/ (the results document), figures/, results/.\n"
+    )
+    if len(text) > NOTE_LIMIT:
+        cut = "\n\n(table cut here: results/table.md holds all of it)\n"
+        text = text[: NOTE_LIMIT - len(cut)] + cut
+    return text
+
+
+def score_metrics(scores: dict[str, Any]) -> dict[str, float]:
+    """metrics.json's {method: {bits: {metric: value}}} as METRIC/METHOD-BITS keys, so the
+    column picker and the charts group one metric of every method together."""
+    return {
+        f"{metric_key(name)}/{metric_key(method)}-{bits}": float(value)
+        for method, by_bits in scores.items()
+        for bits, row in by_bits.items()
+        for name, value in row.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+def parent_of_pipeline(pipeline_id: str) -> str:
+    """The parent run id of a pipeline run (by its pipeline id), or an error naming it."""
+    client = _configure().MlflowClient()
+    found = find_parent(client, mlflow_store.experiment_id(), pipeline_id)
+    if found is None:
+        raise ValueError(
+            f"no MLflow pipeline run {pipeline_id} in experiment "
+            f"'{mlflow_store.experiment_name()}' at {mlflow_store.tracking_uri()}: "
+            "run the pipeline first, or give the parent run's id"
+        )
+    return found.info.run_id
+
+
+def end_parent(parent_run_id: str, status: str = "FINISHED") -> None:
+    """Close the parent run with `status` (FINISHED, FAILED or KILLED)."""
+    _configure().MlflowClient().set_terminated(parent_run_id, status)
+
+
+def end_pipeline(pipeline_id: str, status: str) -> str | None:
+    """Close the parent of pipeline run `pipeline_id` when it exists (a run that failed before
+    its first tracked step has none); returns its run id."""
+    client = _configure().MlflowClient()
+    found = find_parent(client, mlflow_store.experiment_id(), pipeline_id)
+    if found is None:
+        return None
+    if found.info.status == "RUNNING" or status != "FINISHED":
+        end_parent(found.info.run_id, status)
+    return found.info.run_id
+
+
+@contextlib.contextmanager
+def failure_ends(parent_run_id: str) -> Iterator[None]:
+    """Mark the parent FAILED (KILLED on Ctrl-C) if the step inside fails, and re-raise."""
+    try:
+        yield
+    except Exception:
+        _end_quietly(parent_run_id, "FAILED")
+        raise
+    except BaseException:
+        _end_quietly(parent_run_id, "KILLED")
+        raise
+
+
+def _end_quietly(parent_run_id: str, status: str) -> None:
+    try:
+        end_parent(parent_run_id, status)
+    except Exception as exc:  # the step's own error is the one to report
+        log.warning("could not mark MLflow run %s %s: %s", parent_run_id, status, exc)

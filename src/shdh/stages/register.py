@@ -1,0 +1,62 @@
+"""shdh register: the best encoder of a pipeline run into the Model Registry, under an alias.
+
+    shdh register                       # the pipeline run of params.yaml (after dvc repro)
+    shdh register --run-id PARENT_ID    # any pipeline run, e.g. a Kubeflow one
+    shdh register --metric wr_at_1000 --name my-encoder --alias staging
+
+The model is then loaded back by its alias (models:/NAME@ALIAS) and encodes its own input
+example, so a registered version is known to load where shdh is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh import parent_run, registry
+from shdh.stages.common import add_params_argument, dvc_pipeline_id, script_main
+
+HELP = "register the best encoder of a pipeline run in the MLflow Model Registry, with an alias"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument(
+        "--run-id",
+        help="the pipeline's parent run (default: the pipeline run "
+        "of --params, as dvc repro tracked it)",
+    )
+    parser.add_argument(
+        "--metric",
+        default=registry.DEFAULT_METRIC,
+        help=f"the highest wins (default: {registry.DEFAULT_METRIC})",
+    )
+    parser.add_argument(
+        "--name",
+        default=registry.DEFAULT_MODEL_NAME,
+        help=f"registered model name (default: {registry.DEFAULT_MODEL_NAME})",
+    )
+    parser.add_argument(
+        "--alias",
+        default=registry.DEFAULT_ALIAS,
+        help=f"alias set on the new version (default: {registry.DEFAULT_ALIAS})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    parent = args.run_id or parent_run.parent_of_pipeline(dvc_pipeline_id(args.params))
+    done = registry.register_best(parent, args.name, metric=args.metric, alias=args.alias)
+    print(
+        f"registered {done.run_name} ({done.metric} = {done.value:.4f}) as {done.name} "
+        f"version {done.version}, alias @{done.alias}"
+    )
+    n, width = registry.check_loaded(registry.load_by_alias(done.name, done.alias))
+    print(f"loaded {done.uri}: {n} example images -> {width}-byte codes")
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Comparing runs in the MLflow UI, as users do, in a real browser.
+
+A real `mlflow server` on SQLite, two smoke pipeline runs tracked into it (the dvc.yaml commands,
+then `train.epochs: 2` with only training and evaluation rerun, as `dvc exp run -S
+train.epochs=2` does), and MLflow's own web UI opened in Debian's headless Chromium. The test
+asserts what a user sees: the runs table with the pipeline runs, one expanded into a run per
+method with its NDCG@100, and the comparison views of two methods and of two pipeline runs. Its
+screenshots are the pictures of docs/mlflow.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shdh.config import deep_merge
+from tests.browser import ui
+from tests.browser.ui import start_browser, wait_for
+from tests.conftest import REPO
+from tests.integration.test_mlflow_server import serve
+from tests.pipelines.front_doors import (
+    dvc_commands,
+    dvc_params_file,
+    run_dvc_stages,
+    smoke_settings,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SCREENSHOTS = REPO / "docs" / "images"
+# Both deep methods and a plain and a +H shallow one: every kind of run, at half the smoke cost.
+METHODS = ("shdh", "dpsh", "itq", "ksh+h")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """`mlflow server` on SQLite with local artifacts, as `mlflow ui` serves a run's store."""
+    root = tmp_path_factory.mktemp("mlflow-ui")
+    with serve(root, ["--artifacts-destination", str(root / "artifacts")], {}) as running:
+        yield running["url"]
+
+
+def track_two_pipeline_runs(url: str, work: Path) -> dict[str, Any]:
+    """The smoke pipeline, then the same with two epochs (training and evaluation only, the
+    rest cached as DVC would); returns both params files and the first run's scores."""
+    params = smoke_settings(METHODS)
+    first = dvc_params_file(params, work)
+    second = work / "params-epochs2.yaml"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", url)
+        mp.chdir(REPO)  # data.dvc and the git commit, as a user runs it
+        run_dvc_stages(first, params)
+        scores = json.loads((work / "results" / "metrics.json").read_text())
+        changed = deep_merge(yaml.safe_load(first.read_text()), {"train": {"epochs": 2}})
+        second.write_text(yaml.safe_dump(changed, sort_keys=False))
+        from shdh.cli import main
+
+        rerun = [c for c in dvc_commands(changed) if c.startswith(("shdh train --method",
+                                                                   "shdh evaluate"))]  # fmt: skip
+        for command in rerun:
+            assert main([*command.split()[1:], "--params", str(second)]) == 0, command
+    return {"first": first, "second": second, "scores": scores, "params": params}
+
+
+@pytest.fixture(scope="module")
+def tracked(server, tmp_path_factory) -> dict[str, Any]:
+    import mlflow
+
+    start = time.monotonic()
+    runs = track_two_pipeline_runs(server, tmp_path_factory.mktemp("smoke"))
+    print(f"two smoke pipeline runs tracked in {time.monotonic() - start:.0f} s")
+    client = mlflow.MlflowClient(tracking_uri=server)
+    experiment = client.get_experiment_by_name("shdh")
+    found = client.search_runs([experiment.experiment_id], max_results=200)
+    parents = sorted((r for r in found if r.data.tags.get("shdh.role") == "pipeline"),
+                     key=lambda r: r.info.start_time)  # fmt: skip
+    children = {p.info.run_id: {r.info.run_name: r for r in found
+                                if r.data.tags.get("mlflow.parentRunId") == p.info.run_id}
+                for p in parents}  # fmt: skip
+    return {**runs, "experiment": experiment, "parents": parents, "children": children}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = start_browser()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def close_to(shown: str, value: float) -> bool:
+    """The UI rounds a metric to about three decimals in comparisons, prints it whole in tables."""
+    return abs(float(shown) - value) <= 6e-4 + 5e-4 * abs(value)
+
+
+def test_the_runs_table_shows_each_pipeline_run_and_unfolds_into_its_methods(
+    server, tracked, browser
+):
+    experiment = tracked["experiment"]
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    first, second = tracked["parents"]
+    children = tracked["children"][first.info.run_id]
+    assert set(children) == {f"{m}-16-seed0" for m in (*METHODS, "random")}
+    assert set(tracked["children"][second.info.run_id]) == set(children)
+    ui.open_model_training(browser, server, experiment.experiment_id)
+    for parent in (first, second):
+        wait_for(lambda p=parent: p.info.run_name in ui.row_text(browser, p.info.run_id),
+                 f"the pipeline run {parent.info.run_name}", browser)  # fmt: skip
+    ui.show_metric_column(browser, "ndcg_at_100")
+    ui.expand_run(browser, first.info.run_name)
+    for name, run in children.items():
+        ndcg = run.data.metrics["ndcg_at_100"]
+
+        def shown(run=run, name=name, ndcg=ndcg) -> bool:
+            cells = ui.row_text(browser, run.info.run_id).split(" | ")
+            return name in cells and any(close_to(v, ndcg) for v in ui.as_text_numbers(cells))
+
+        wait_for(shown, f"the method run {name} with NDCG@100 {ndcg:.4f}", browser)
+    ui.screenshot(browser, SCREENSHOTS / "mlflow-runs.png")
+
+
+def test_comparing_two_methods_shows_both_metrics(server, tracked, browser):
+    first = tracked["parents"][0]
+    children = tracked["children"][first.info.run_id]
+    pair = [children["shdh-16-seed0"], children["dpsh-16-seed0"]]
+    ui.open_comparison(browser, server, first.info.experiment_id, [r.info.run_id for r in pair])
+    assert ui.compare_row(browser, "method") == ["shdh", "dpsh"]
+    for metric in ("acg_at_100", "ndcg_at_100"):
+        shown = ui.compare_row(browser, metric)
+        assert len(shown) == 2, (metric, shown)
+        for text, run in zip(shown, pair, strict=True):
+            assert close_to(text, run.data.metrics[metric]), (metric, text, run.info.run_name)
+    ui.screenshot(browser, SCREENSHOTS / "mlflow-compare-methods.png")
+
+
+def test_comparing_two_pipeline_runs_shows_each_method_beside_itself(server, tracked, browser):
+    first, second = tracked["parents"]
+    ui.open_comparison(browser, server, first.info.experiment_id,
+                       [first.info.run_id, second.info.run_id])  # fmt: skip
+    assert ui.compare_row(browser, "train.epochs") == ["1", "2"]
+    for method in ("dpsh", "shdh"):
+        key = f"ndcg_at_100/{method}-16"
+        shown = ui.compare_row(browser, key)
+        assert len(shown) == 2, (key, shown)
+        for text, parent in zip(shown, (first, second), strict=True):
+            assert close_to(text, parent.data.metrics[key]), (key, text, parent.info.run_name)
+    ui.screenshot(browser, SCREENSHOTS / "mlflow-compare-pipelines.png")
