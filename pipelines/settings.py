@@ -47,6 +47,7 @@ STEPS = (
     "baseline",
     "evaluate",
     "report",
+    "register",
 )
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 LOOPS = ("train", "baseline")
