@@ -53,6 +53,12 @@ data: setup
 	fi
 	shdh fetch
 
+## dvc-deps: regenerate each DVC stage's code dependencies in dvc.yaml from the imports of the
+## command it runs (tests/dvc_code_deps.py); tests/unit/test_dvc_deps.py fails until this is run
+.PHONY: dvc-deps
+dvc-deps: setup
+	$(BIN)/python -m tests.dvc_code_deps dvc.yaml
+
 lint: setup
 	$(BIN)/ruff check src tests benchmarks components pipelines
 	$(BIN)/ruff format --check src tests benchmarks components pipelines

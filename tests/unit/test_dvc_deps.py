@@ -1,0 +1,153 @@
+"""Every DVC stage depends on exactly the code its command runs, so `dvc repro` never serves a
+result that older code made: dvc.yaml's code entries are generated from the import graph
+(tests/dvc_code_deps.py, `make dvc-deps`) and checked here against the current imports."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests import dvc_code_deps
+from tests.conftest import REPO
+
+PACKAGES = dvc_code_deps.import_graph.PACKAGES
+
+
+def differences(dvc_yaml, **layout) -> list[str]:
+    declared = dvc_code_deps.declared_code_deps(dvc_yaml, layout.get("packages", PACKAGES))
+    computed = dvc_code_deps.stage_code_deps(dvc_yaml, **layout)
+    found = []
+    for stage, paths in computed.items():
+        missing = sorted(set(paths) - set(declared[stage]))
+        extra = sorted(set(declared[stage]) - set(paths))
+        if missing:
+            found.append(f"stage {stage}: code it runs, not in dvc.yaml: {', '.join(missing)}")
+        if extra:
+            found.append(f"stage {stage}: in dvc.yaml, not generated: {', '.join(extra)}")
+    return found
+
+
+def test_every_stage_depends_on_the_code_it_runs():
+    found = differences(REPO / "dvc.yaml")
+    assert not found, (
+        "dvc.yaml's code dependencies are out of date; run `make dvc-deps` and commit dvc.yaml:\n  "
+        + "\n  ".join(found)
+    )
+
+
+def test_dvc_ignores_bytecode_inside_folder_dependencies():
+    """A folder dependency covers its __pycache__: without this, the .pyc files that running a
+    stage writes (different for each Python version) would mark the stage changed."""
+    code = dvc_code_deps.stage_code_deps(REPO / "dvc.yaml")
+    folders = sorted({p for paths in code.values() for p in paths if (REPO / p).is_dir()})
+    ignored = (REPO / ".dvcignore").read_text().split()
+    assert not folders or "__pycache__/" in ignored, f"{folders} would hash their __pycache__"
+
+
+TOY = {
+    "toy/__init__.py": "",
+    "toy/core.py": "def fit():\n    return 1\n",
+    "toy/extra.py": "",
+    "toy/io/__init__.py": "",
+    "toy/io/read.py": "",
+    "toy/commands/__init__.py": "",
+    "toy/commands/prepare.py": "import toy.io.read\n",
+    "toy/commands/train.py": "def run():\n    from toy import core\n",
+}
+TOY_DVC_YAML = """\
+stages:
+  # the stage that reads the raw files
+  prepare:
+    cmd: toy prepare --out data/prepared
+    deps:
+      - data/raw   # the raw files
+      - src/toy/old.py
+    outs:
+      - data/prepared
+  train:
+    foreach: ${methods}
+    do:
+      cmd: toy train --method ${item} && echo --method toy
+      deps:
+        - data/prepared
+        - src/toy/core.py
+        # one folder per method
+      outs:
+        - models/${item}
+  check:
+    cmd: toy prepare --check
+    always_changed: true
+  summary:
+    cmd: toy train --summary
+    outs:
+      - summary.md
+"""
+TOY_LAYOUT = {"packages": (("src", "toy"),), "commands": {"toy": ("toy.commands.{}",)}}
+
+
+@pytest.fixture
+def toy(tmp_path):
+    for name, text in TOY.items():
+        path = tmp_path / "src" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "dvc.yaml").write_text(TOY_DVC_YAML)
+    return tmp_path
+
+
+def test_a_new_import_fails_the_check_until_the_deps_are_regenerated(toy):
+    dvc_yaml = toy / "dvc.yaml"
+    assert differences(dvc_yaml, **TOY_LAYOUT)  # the hand-written entry is stale
+    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
+    assert differences(dvc_yaml, **TOY_LAYOUT) == []
+    common = ["src/toy/__init__.py", "src/toy/commands/__init__.py"]
+    assert dvc_code_deps.declared_code_deps(dvc_yaml, TOY_LAYOUT["packages"]) == {
+        "prepare": [*common, "src/toy/commands/prepare.py", "src/toy/io"],  # all of io: a folder
+        "train": [*common, "src/toy/commands/train.py", "src/toy/core.py"],
+        "check": [],  # runs on every repro anyway
+        "summary": [*common, "src/toy/commands/train.py", "src/toy/core.py"],
+    }
+
+    core = toy / "src/toy/core.py"
+    core.write_text(core.read_text() + "\n\ndef more():\n    import toy.extra\n")
+    assert differences(dvc_yaml, **TOY_LAYOUT) == [
+        f"stage {stage}: code it runs, not in dvc.yaml: src/toy/extra.py"
+        for stage in ("train", "summary")
+    ]
+    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
+    assert differences(dvc_yaml, **TOY_LAYOUT) == []
+
+
+def test_the_writer_keeps_everything_but_the_code_entries(toy):
+    dvc_yaml = toy / "dvc.yaml"
+    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
+    written = dvc_yaml.read_text()
+    header = f"# {dvc_code_deps.HEADER}"
+    assert written.startswith("stages:\n  # the stage that reads the raw files\n  prepare:\n")
+    assert textwrap.dedent(f"""\
+        deps:
+          - data/raw   # the raw files
+          {header}
+          - src/toy/__init__.py
+          - src/toy/commands/__init__.py
+          - src/toy/commands/prepare.py
+          - src/toy/io
+        outs:
+          - data/prepared
+        """) in textwrap.dedent(written.split("  prepare:\n")[1].split("  train:")[0])
+    assert (
+        "        - data/prepared\n        " + header + "\n        - src/toy/__init__.py" in written
+    )
+    # a stage with no deps gets them right after its cmd
+    assert "    cmd: toy train --summary\n    deps:\n      " + header + "\n" in written
+    assert written.count(header) == 3 and "old.py" not in written
+    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
+    assert dvc_yaml.read_text() == written  # regenerating changes nothing
+
+
+def test_a_command_with_no_module_is_named(toy):
+    dvc_yaml = toy / "dvc.yaml"
+    dvc_yaml.write_text("stages:\n  fit:\n    cmd: toy fti --fast\n")
+    with pytest.raises(ValueError, match=r"stages\.fit\.cmd: `toy fti` names no command module"):
+        dvc_code_deps.stage_code_deps(dvc_yaml, **TOY_LAYOUT)
