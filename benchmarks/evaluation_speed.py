@@ -7,7 +7,7 @@ in at most 30 seconds, with peak memory at most 4 GB.
     python benchmarks/evaluation_speed.py [--n-query 7000] [--n-db 63000] [--bits 64]
         [--codes clustered|random] [--repeats 3] [--quick]
 
-This is what the pipeline's evaluate step does per method and code length (evaluation._score
+This is what the pipeline's evaluate step does per method and code length (shdh.steps.score._score
 calls metrics.evaluate with params.yaml's settings: n 100, wr_ns 100/1000/5000, curve_max
 5000, one ranking thread per core). Data: Fashion-MNIST-H's tree (K = 4), leaf classes drawn
 uniformly, 64-bit codes in the SHDH layout (3 weighted segments). "clustered" codes (default)
@@ -69,8 +69,8 @@ def make_data(n_query: int, n_db: int, bits: int, codes: str, seed: int = 0) -> 
 
 def child(args: argparse.Namespace) -> None:
     """The measured part, in its own process: prints one JSON line with times and memory."""
-    from shdh.evaluation import eval_workers
     from shdh.metrics import evaluate
+    from shdh.steps.score import eval_workers
 
     data = make_data(args.n_query, args.n_db, args.bits, args.codes)
     radius = None if args.radius_queries <= 0 else args.radius_queries

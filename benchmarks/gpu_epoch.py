@@ -129,7 +129,7 @@ def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) 
             anc,
             np.arange(len(images)),
             Path(tmp),
-            progress=False,
+            progress=None,
             on_epoch=on_epoch,
             loss_fn=SHDHObjective().for_layout(**layout(config.n_bits)),
             **layout(config.n_bits),

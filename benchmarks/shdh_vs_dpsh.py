@@ -28,7 +28,9 @@ from pathlib import Path
 
 import yaml
 
-from shdh import evaluation, fitting
+from shdh.plan import fit_plan
+from shdh.steps.fit import fit
+from shdh.steps.score import score
 
 COLUMNS = ("ndcg_list@100", "ndcg@100", "acg@100", "wr@1000", "wr@5000")
 
@@ -87,17 +89,16 @@ def main() -> None:
             models = work / f"{variant.replace(':', '_')}-{seed}" / "models"
             section = train_section(params, method, overrides, args.n_train)
             start = time.perf_counter()
-            mdir = fitting.train(method, args.bits, prepared_dir=params["data"]["prepared_dir"],
-                                 smatrix_path=params["smatrix"]["out"], models_dir=models,
-                                 section=section, seed=seed, progress=False)  # fmt: skip
+            plan = fit_plan(section, method, args.bits, None, seed=seed, models_root=models)
+            mdir = fit(plan, prepared_dir=params["data"]["prepared_dir"],
+                       smatrix_path=params["smatrix"]["out"], progress=False)
             seconds = time.perf_counter() - start
             ev = {**params["evaluate"], "report": None, "random_floor": False}
-            metrics = evaluation.evaluate(
-                prepared_dir=params["data"]["prepared_dir"],
-                smatrix_path=args.eval_smatrix or params["smatrix"]["out"], models_dir=models,
-                results_dir=models.parent / "results",
-                runs=[(method, args.bits)], eval_params=ev, seed=params["seed"],
-            )[method][str(args.bits)]  # fmt: skip
+            metrics = score(
+                [plan], prepared_dir=params["data"]["prepared_dir"],
+                smatrix_path=args.eval_smatrix or params["smatrix"]["out"],
+                results_dir=models.parent / "results", eval_params=ev,
+            )[method][str(args.bits)]
             last = json.loads((mdir / "history.json").read_text())[-1]
             row = {"variant": variant, "seed": seed, "bits": args.bits,
                    **{c: metrics[c] for c in COLUMNS},

@@ -12,7 +12,7 @@ Targets (2 cores):
 The tree: a root and 6 levels below it, each node with --branching children (3: 1,093 nodes,
 729 leaves). Items take a uniformly drawn leaf, and 10% of them a node at level 4-6 instead
 (shallow leaves, so "no node" (-1) entries are exercised). The script writes what the pipeline's
-`tree` and `download` steps would (tree.json + ancestors.npy, split.npz with 10% queries) and
+`tree` and `prepare` steps would (tree.json + ancestors.npy, split.npz with 10% queries) and
 times the real step function, shdh.steps.smatrix.smatrix (load and check, build_smatrix with the
 2,000-item sample, atomic save), each run in a fresh child process (this script with --child)
 whose ru_maxrss is the step's peak RSS, Python and numpy included. Blocks: rows and columns are

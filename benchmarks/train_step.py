@@ -188,7 +188,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
                 config(args, epochs=1), mapped, anc, np.arange(args.n_train), Path(tmp) / "run",
                 segment_sizes=hierarchy.segment_sizes(args.bits, K),
                 segment_levels=hierarchy.segment_levels(K),
-                layer_weights=hierarchy.layer_weights(K).tolist(), progress=False,
+                layer_weights=hierarchy.layer_weights(K).tolist(), progress=None,
                 loss_fn=shdh_objective(args.bits),
             )  # fmt: skip
         finally:

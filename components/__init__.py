@@ -1,11 +1,11 @@
 """Kubeflow components: one containerised Python component per pipeline step.
 
 Every component runs in the project image (components.image.IMAGE) and its body is a few lines
-that call the same shdh library function as the matching DVC stage (shdh.stages.*), so both
+that call the same shdh library function as the matching DVC stage (shdh.commands.*), so both
 front doors run the same code. Settings arrive as the params.yaml section of the step, passed
-as a JSON string (see shdh.stages.pipeline.pipeline_arguments for why not a dict).
+as a JSON string (see shdh.kubeflow.pipeline_arguments for why not a dict).
 
-    download -> tree -> smatrix -> start -> plan -> train@METHOD-BITS (deep)
+    prepare -> tree -> smatrix -> start -> plan -> train@METHOD-BITS (deep)
                       features ------------------> baseline@METHOD-BITS (shallow)
                                                    -> evaluate -> report
 """

@@ -9,18 +9,18 @@ from components.image import IMAGE
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def baseline(
     prepared: Input[Dataset], similarity: Input[Dataset], gist: Input[Dataset], method: str,
-    bits: int, replicate: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    bits: int, own_seed: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
     model: Output[Model],
 ):  # fmt: skip
     """Fit a shallow hashing method (shdh train --method METHOD --bits BITS).
 
     Inputs:
-        prepared: the dataset folder from `download`.
+        prepared: the dataset folder from `prepare`.
         similarity: the S-matrix from `smatrix` (the pair labels).
         gist: the GIST features from `features`.
         method: a shallow method of shdh.hashers (itq, kmh, ksh, ksh+h, lfh, cosdish, ...).
         bits: the code length L.
-        replicate: the fit's own seed (one of baselines.seeds), or -1 for the master seed.
+        own_seed: the fit's own seed (one of baselines.seeds), or -1 for the master seed.
         settings: the `baselines` section of params.yaml as JSON.
         seed: the master seed.
         profile: the params profile (an MLflow tag).
@@ -30,13 +30,15 @@ def baseline(
     """
     import tempfile
 
-    from shdh import fitting
-    from shdh.stages.pipeline import replicate_arg, run_context, save_model, section_arg
+    from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
+    from shdh.plan import fit_plan
+    from shdh.steps.fit import fit
 
+    section = section_arg(settings, "baselines")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+        plan = fit_plan(section, method, bits, own_seed_arg(own_seed), seed=seed,
+                        models_root=models_dir)
         context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fitting.train(method, bits, prepared_dir=prepared.path,
-                            smatrix_path=similarity.path, models_dir=models_dir,
-                            section=section_arg(settings, "baselines"), features_path=gist.path,
-                            seed=seed, replicate=replicate_arg(replicate), **context)  # fmt: skip
+        out = fit(plan, prepared_dir=prepared.path, smatrix_path=similarity.path,
+                  features_path=gist.path, **context)
         save_model(out, model)

@@ -17,10 +17,10 @@ def evaluate(
     results table, scores and figures onto the pipeline's parent run and close it.
 
     Inputs:
-        prepared: the dataset folder from `download` (the query/database split).
+        prepared: the dataset folder from `prepare` (the query/database split).
         similarity: the S-matrix from `smatrix` (the ancestors that define relevance).
-        deep_runs: the deep {method, bits, replicate} runs, from `plan`, in scoring order.
-        shallow_runs: the shallow {method, bits, replicate} runs, from `plan` (empty without
+        deep_runs: the deep {method, bits, own_seed} fits, from `plan`, in scoring order.
+        shallow_runs: the shallow {method, bits, own_seed} fits, from `plan` (empty without
             baselines).
         settings: the `evaluate` section of params.yaml as JSON (n, wr_ns, curve_max, ...).
         seed: the master seed (the random-codes floor).
@@ -35,28 +35,25 @@ def evaluate(
     """
     import tempfile
 
-    from shdh import evaluation
-    from shdh.parent_run import end_parent, failure_ends, summarize
-    from shdh.stages.pipeline import (
-        gather_models,
-        kfp_metrics,
-        replicate_arg,
-        run_context,
-        section_arg,
-    )
+    from shdh.kubeflow import gather_models, kfp_metrics, own_seed_arg, run_context, section_arg
+    from shdh.parent_run import summarize
+    from shdh.plan import fit_plan
+    from shdh.steps.score import score
+    from shdh.tracking import end_parent, failure_ends
 
     cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
     models = [*(deep_models or []), *(shallow_models or [])]
     context = run_context(prepared.metadata, profile, pipeline_run_id)
     with failure_ends(context["parent_run_id"]), tempfile.TemporaryDirectory() as models_dir:
-        scores = evaluation.evaluate(
-            prepared_dir=prepared.path, smatrix_path=similarity.path,
-            models_dir=gather_models(models, models_dir), results_dir=results.path,
-            runs=[(r["method"], int(r["bits"]), replicate_arg(r["replicate"]))
-                  for r in [*deep_runs, *shallow_runs]],
-            eval_params=cfg, features_path=gist.path if gist else None, seed=seed,
-            **context,
-        )  # fmt: skip
+        root = gather_models(models, models_dir)
+        fits = [
+            fit_plan(None, r["method"], int(r["bits"]), own_seed_arg(r["own_seed"]), seed=seed,
+                     models_root=root)
+            for r in [*deep_runs, *shallow_runs]
+        ]  # fmt: skip
+        scores = score(fits, prepared_dir=prepared.path, smatrix_path=similarity.path,
+                       results_dir=results.path, eval_params=cfg,
+                       features_path=gist.path if gist else None, **context)  # fmt: skip
         summarize(context["parent_run_id"], results.path, None)  # report adds the report
     end_parent(context["parent_run_id"])  # the pipeline's last tracked step
     for name, value in kfp_metrics(scores, cfg["n"]).items():

@@ -11,12 +11,12 @@ def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
     """Compute GIST features (shdh features).
 
     Inputs:
-        prepared: the dataset folder from `download`.
+        prepared: the dataset folder from `prepare`.
         settings: the `features` section of params.yaml as JSON (batch_size).
     Outputs:
         gist: the (N, 512) float32 .npy written by shdh.steps.features.
     """
-    from shdh.stages.pipeline import section_arg
+    from shdh.kubeflow import section_arg
     from shdh.steps.features import features as gist_step
 
     gist_step(prepared.path, gist.path,

@@ -17,9 +17,9 @@ def plan(train: str, baselines: str, kind: str) -> list:
         baselines: the `baselines` section as JSON (methods, bits: the shallow runs).
         kind: "deep" (image methods) or "shallow" (GIST methods).
     Outputs:
-        Output: a list of {"method": str, "bits": int, "replicate": int} (replicate: the fit's
+        Output: a list of {"method": str, "bits": int, "own_seed": int} (own_seed: the fit's
             seed from a `seeds` list, or -1 for the master seed).
     """
-    from shdh.stages.pipeline import planned_runs, section_arg
+    from shdh.kubeflow import branch_runs, section_arg
 
-    return planned_runs(section_arg(train, "train"), section_arg(baselines, "baselines"), kind)
+    return branch_runs(section_arg(train, "train"), section_arg(baselines, "baselines"), kind)

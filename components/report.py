@@ -15,7 +15,7 @@ def report(
     attach it to the pipeline's MLflow parent run as report/results.md.
 
     Inputs:
-        prepared: the dataset folder from `download` (its metadata names the dataset).
+        prepared: the dataset folder from `prepare` (its metadata names the dataset).
         results: the folder from `evaluate` (metrics.json).
         settings: the `evaluate` section of params.yaml as JSON (n).
         profile: the params profile (an MLflow tag).
@@ -26,12 +26,13 @@ def report(
     import json
     from pathlib import Path
 
-    from shdh import evaluation, tracking
+    from shdh import tracking
+    from shdh.kubeflow import section_arg
     from shdh.parent_run import parent_of_pipeline
-    from shdh.stages.pipeline import section_arg
+    from shdh.report import write_report
 
     scores = json.loads((Path(results.path) / "metrics.json").read_text())
-    evaluation.write_report(document.path, scores, [], dataset=prepared.metadata["dataset"],
+    write_report(document.path, scores, [], dataset=prepared.metadata["dataset"],
                             n=section_arg(settings, "evaluate")["n"])  # fmt: skip
     tracking.attach_text(parent_of_pipeline(pipeline_run_id), Path(document.path).read_text(),
                          "report/results.md")  # fmt: skip

@@ -14,14 +14,14 @@ def smatrix(
     """Write the S-matrix artifact (shdh smatrix; paper Eq. 1-3 by shared depth).
 
     Inputs:
-        prepared: the dataset folder from `download` (its split picks the dense sample).
+        prepared: the dataset folder from `prepare` (its split picks the dense sample).
         labels: the tree and ancestors from `tree`.
         settings: the `smatrix` section of params.yaml as JSON (sample_size).
         seed: the master seed (the dense sample).
     Outputs:
         similarity: the S-matrix .npz written by shdh.steps.smatrix.
     """
-    from shdh.stages.pipeline import section_arg
+    from shdh.kubeflow import section_arg
     from shdh.steps.smatrix import smatrix as smatrix_step
 
     cfg = section_arg(settings, "smatrix")

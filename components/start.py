@@ -29,7 +29,7 @@ def start(
     tracked step that fails (training or evaluation) marks it FAILED.
 
     Inputs:
-        prepared: the dataset folder from `download` (its metadata: dataset, dvc_data_md5).
+        prepared: the dataset folder from `prepare` (its metadata: dataset, dvc_data_md5).
         profile: the params profile the run uses (a tag).
         pipeline_run_id: the Kubeflow run id (a tag, and the parent run's key).
         seed: the master seed (a param of the parent run, as are the sections below).
@@ -43,7 +43,7 @@ def start(
     Outputs:
         Output: the MLflow run id of the parent run.
     """
-    from shdh.stages.pipeline import pipeline_settings, run_context
+    from shdh.kubeflow import pipeline_settings, run_context
 
     sections = {
         "data": data,

@@ -9,17 +9,17 @@ from components.image import IMAGE
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def train(
     prepared: Input[Dataset], similarity: Input[Dataset], method: str, bits: int,
-    replicate: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    own_seed: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
     model: Output[Model],
 ):  # fmt: skip
     """Train a deep hashing network (shdh train --method METHOD --bits BITS).
 
     Inputs:
-        prepared: the dataset folder from `download`.
+        prepared: the dataset folder from `prepare`.
         similarity: the S-matrix from `smatrix` (the pair labels).
         method: a deep method of shdh.hashers (shdh, dpsh).
         bits: the code length L.
-        replicate: the fit's own seed (one of train.seeds), or -1 for the master seed.
+        own_seed: the fit's own seed (one of train.seeds), or -1 for the master seed.
         settings: the `train` section of params.yaml as JSON.
         seed: the master seed (initialisation, shuffles).
         profile: the params profile (an MLflow tag).
@@ -35,16 +35,18 @@ def train(
     """
     import tempfile
 
-    from shdh import checkpoint_store, fitting
-    from shdh.stages.pipeline import replicate_arg, run_context, save_model, section_arg
+    from shdh import checkpoint_store
+    from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
+    from shdh.plan import fit_plan
+    from shdh.steps.fit import fit
 
-    fit = checkpoint_store.fit_key(method, bits, fitting.fit_seed(seed, replicate_arg(replicate)))
-    checkpoints = checkpoint_store.from_env(pipeline_run_id, fit)
+    section = section_arg(settings, "train")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+        plan = fit_plan(section, method, bits, own_seed_arg(own_seed), seed=seed,
+                        models_root=models_dir)
+        key = checkpoint_store.fit_key(method, bits, plan.seed)
+        checkpoints = checkpoint_store.from_env(pipeline_run_id, key)
         context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fitting.train(method, bits, prepared_dir=prepared.path,
-                            smatrix_path=similarity.path, models_dir=models_dir,
-                            section=section_arg(settings, "train"), seed=seed,
-                            replicate=replicate_arg(replicate), progress=False, resume="auto",
-                            checkpoints=checkpoints, **context)  # fmt: skip
+        out = fit(plan, prepared_dir=prepared.path, smatrix_path=similarity.path, progress=False,
+                  resume="auto", checkpoints=checkpoints, **context)
         save_model(out, model)

@@ -11,12 +11,12 @@ def tree(prepared: Input[Dataset], settings: str, labels: Output[Dataset]):
     """Build the label tree and the ancestor matrix (shdh tree).
 
     Inputs:
-        prepared: the dataset folder from `download`.
+        prepared: the dataset folder from `prepare`.
         settings: the `tree` section of params.yaml as JSON (source: builtin:NAME or a file).
     Outputs:
         labels: tree.json and ancestors.npy, as shdh.steps.tree writes them.
     """
-    from shdh.stages.pipeline import section_arg
+    from shdh.kubeflow import section_arg
     from shdh.steps.tree import tree as tree_step
 
     tree_step(prepared.path, labels.path, source=section_arg(settings, "tree")["source"])

@@ -1,6 +1,6 @@
 """The Kubeflow pipeline: the DAG, its cluster settings, and how it is compiled, run and submitted.
 
-`shdh pipeline compile|run|submit` (shdh.stages.pipeline) imports this package from the checkout.
+`shdh pipeline compile|run|submit` (shdh.commands.pipeline) imports this package from the checkout.
 """
 
 from pipelines.kfp_api import MIN_BACKEND, Credentials

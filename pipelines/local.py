@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.shdh_pipeline import build_pipeline
-from shdh.stages.pipeline import pipeline_arguments
+from shdh.kubeflow import pipeline_arguments
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ OVERLAYS = Path("k8s/overlays")  # in the checkout
 DEFAULT_OVERLAY = "dev"
 # The pipeline's components, by name (the function names in components/).
 STEPS = (
-    "download",
+    "prepare",
     "tree",
     "smatrix",
     "start",

@@ -1,15 +1,15 @@
 """The SHDH pipeline as a Kubeflow DAG, the same steps as dvc.yaml:
 
-    download -> tree -> smatrix -> start (MLflow parent run)
+    prepare -> tree -> smatrix -> start (MLflow parent run)
       -> ParallelFor deep runs:    train    (SHDH and DPSH at each code length; GPU on a cluster)
       -> features -> ParallelFor shallow runs: baseline (on GIST features)
       -> evaluate (every model) -> report, register (the best encoder, by a metric, with an alias)
 
 The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
 smatrix, features, train, baselines, evaluate), their defaults the values of the params the
-pipeline is built from (params.yaml plus a profile: shdh.stages.pipeline.resolve_params).
+pipeline is built from (params.yaml plus a profile: shdh.kubeflow.resolve_params).
 
-The raw data's version is fixed when the pipeline is built for a cluster: the download step
+The raw data's version is fixed when the pipeline is built for a cluster: the prepare step
 gets the checkout's data.dvc and .dvc/config and pulls that version from the DVC remote
 (shdh.data.dvc_pull; docs/cluster-data.md), so a new data version is a new pipeline version.
 
@@ -25,11 +25,11 @@ from typing import Any, NamedTuple
 
 # The components under other names: the pipeline's parameters take the sections' names.
 from components.baseline import baseline as baseline_op
-from components.download import download as download_op
 from components.evaluate import evaluate as evaluate_op
 from components.features import features as features_op
 from components.image import IMAGE, gpu_image
 from components.plan import plan as plan_op
+from components.prepare import prepare as prepare_op
 from components.register import register as register_op
 from components.report import report as report_op
 from components.smatrix import smatrix as smatrix_op
@@ -47,8 +47,8 @@ from pipelines.cluster import (
 )
 from pipelines.settings import ClusterSettings
 from shdh.data import dvc_pull
+from shdh.kubeflow import branch_runs, pipeline_arguments, project_root
 from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
-from shdh.stages.pipeline import pipeline_arguments, planned_runs, project_root
 
 PIPELINE_NAME = "shdh"
 DESCRIPTION = (
@@ -77,8 +77,8 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
     # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
     # A local run downloads instead: its store is not the cluster's.
     data_version = dvc_pull.data_version(project_root()) if settings is not None else ""
-    deep_runs = planned_runs(params["train"], params["baselines"], "deep")
-    shallow_runs = planned_runs(params["train"], params["baselines"], "shallow")
+    deep_runs = branch_runs(params["train"], params["baselines"], "deep")
+    shallow_runs = branch_runs(params["train"], params["baselines"], "shallow")
     if not deep_runs and not shallow_runs:
         raise ValueError("params: train and baselines list no (method, bits) to run")
     tasks: list[Any] = []
@@ -107,7 +107,7 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
     ) -> Outputs:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         tracked = {"seed": seed, "profile": profile, "pipeline_run_id": run_id}
-        fetched = download_op(data=data, seed=seed, data_version=data_version)
+        fetched = prepare_op(data=data, seed=seed, data_version=data_version)
         prepared = step(fetched).outputs["prepared"]
         labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
         similarity = step(smatrix_op(prepared=prepared, labels=labels, settings=smatrix,
@@ -121,7 +121,7 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
             planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
             with dsl.ParallelFor(planned.output, parallelism=cap("train")) as item:
                 fit = train_op(prepared=prepared, similarity=similarity, method=item.method,
-                               bits=item.bits, replicate=item.replicate, settings=train,
+                               bits=item.bits, own_seed=item.own_seed, settings=train,
                                **tracked)  # fmt: skip
                 step(fit.after(opened))
                 if settings is not None:
@@ -133,7 +133,7 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
             with dsl.ParallelFor(planned.output, parallelism=cap("baseline")) as item:
                 fit = baseline_op(prepared=prepared, similarity=similarity, gist=gist,
                                   method=item.method, bits=item.bits,
-                                  replicate=item.replicate, settings=baselines,
+                                  own_seed=item.own_seed, settings=baselines,
                                   **tracked)  # fmt: skip
                 step(fit.after(opened))
             inputs.update(shallow_runs=planned.output, gist=gist,

@@ -25,7 +25,7 @@ from pipelines.cluster import train_device
 from pipelines.kfp_api import Credentials, check_server, dotted
 from pipelines.settings import ClusterSettings
 from pipelines.shdh_pipeline import DESCRIPTION, PIPELINE_NAME, compile_pipeline
-from shdh.stages.pipeline import pipeline_arguments
+from shdh.kubeflow import pipeline_arguments
 
 log = logging.getLogger(__name__)
 

@@ -33,19 +33,18 @@ import numpy as np
 import torch
 
 from shdh.atomic import atomic_path, atomic_write_text
-from shdh.codes import Codes, save_codes
+from shdh.codes import CODES_DIR, FITS_DIR, Codes, save_codes
 from shdh.data.splits import Split, training_subset
 from shdh.devices import resolve_device
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
 from shdh.plan import fit_seed, is_deep, method_params, run_name, section_seeds
+from shdh.progress import bars
 from shdh.retrieval import pack_codes
 
 log = logging.getLogger(__name__)
 
-CODES_DIR = "codes"  # inside a bundle's output folder: METHOD-BITS[-seedS].npz
-FITS_DIR = "fits"  # inside it too: METHOD-BITS[-seedS].json, each fit's record
 MANIFEST = "bundle.json"  # what the folder was trained from, and where
 _RUNTIME = ("device", "num_threads", "compile")  # settings that change speed, not codes
 
@@ -271,7 +270,7 @@ class _Fit:
             b.images[train_idx],
             pairs,
             resume="auto",
-            progress=progress,
+            progress=bars(progress),
             on_epoch=_epoch_log(self.name),
         )
         fit_seconds = time.perf_counter() - start

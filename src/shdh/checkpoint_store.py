@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.atomic import atomic_path
-from shdh.fitting import RUN_REF, WORK_DIR
+from shdh.steps.fit import RUN_REF, WORK_DIR
 
 log = logging.getLogger(__name__)
 

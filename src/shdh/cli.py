@@ -1,4 +1,4 @@
-"""`shdh STEP ...`: the command line for people; each step is a module under shdh.stages."""
+"""`shdh STEP ...`: the command line for people; each step is a module under shdh.commands."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 
 from shdh import __version__
-from shdh.stages import STEPS
-from shdh.stages.common import setup_logging
+from shdh.commands import STEPS
+from shdh.commands.common import setup_logging
 
 log = logging.getLogger("shdh")
 
@@ -22,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shdh {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="step", required=True, metavar="STEP")
-    for step in (*STEPS, "pipeline"):  # pipeline: the Kubeflow front door (stages/pipeline.py)
-        module = importlib.import_module(f"shdh.stages.{step}")
+    for step in (*STEPS, "pipeline"):  # pipeline: the Kubeflow front door (commands/pipeline.py)
+        module = importlib.import_module(f"shdh.commands.{step}")
         p = sub.add_parser(step, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(run=module.run)

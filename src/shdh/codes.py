@@ -28,6 +28,11 @@ from shdh.atomic import atomic_path
 from shdh.metrics import evaluate
 from shdh.retrieval import integer_weights
 
+# A folder of codes files, as the score step writes them and a bundle's trainer returns them:
+# CODES_DIR/NAME.npz, each beside its fit record FITS_DIR/NAME.json (shdh.bundle).
+CODES_DIR = "codes"
+FITS_DIR = "fits"
+
 KEYS = (
     "query_codes",
     "db_codes",

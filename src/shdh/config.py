@@ -1,4 +1,5 @@
-"""params.yaml: reading it, and profiles (the schema that validates it: shdh.settings).
+"""Profiles: applying profiles/NAME.yaml to params.yaml (reading and checking params.yaml:
+shdh.settings).
 
 Every setting lives in one params.yaml so that DVC can track each key on its own (a change to
 `train.epochs` reruns only training). A profile is a small YAML file of overrides under
@@ -17,24 +18,9 @@ import yaml
 
 from shdh.atomic import atomic_write_text
 from shdh.errors import ConfigError
+from shdh.settings import load_params
 
 PROFILES_DIR = Path("profiles")
-
-
-def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read params.yaml as plain dicts; the file must be a mapping."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: params file not found") from exc
-    try:
-        params = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(params, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return params
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -54,18 +40,6 @@ def profile_path(name: str, profiles_dir: str | Path = PROFILES_DIR) -> Path:
         known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
         raise ConfigError(f"unknown profile '{name}': no {path} (known: {', '.join(known)})")
     return path
-
-
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'train': {'epochs': 3}} -> {'train.epochs': 3}: the form DVC and MLflow use for params."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def apply_profile(

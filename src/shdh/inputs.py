@@ -23,7 +23,7 @@ from shdh.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-STAGES = ("download", "tree", "evaluate")  # one record each: OUT_DIR/STAGE.json
+STAGES = ("prepare", "tree", "evaluate")  # one record each: OUT_DIR/STAGE.json
 STAT_CACHE = ".stat-cache.json"  # (size, mtime) -> md5 of files hashed before; not a DVC output
 
 
@@ -34,7 +34,7 @@ def stage_inputs(params: Mapping[str, Any]) -> dict[str, list[Path]]:
     data, found = params["data"], {stage: [] for stage in STAGES}
     if data["dataset"] == "table":
         columns = data.get("table") or {}
-        found["download"] = table_items(
+        found["prepare"] = table_items(
             data["raw_dir"],
             columns.get("image_column", "image"),
             columns.get("label_column", "label"),

@@ -15,18 +15,23 @@ each of them rather than passed along.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from shdh import mlflow_store
-from shdh.config import flatten
-from shdh.tracking import PIPELINE_TAG, ROLE_TAG, _configure, _param_value, metric_key
+from shdh.tracking import (
+    PIPELINE_TAG,
+    ROLE_TAG,
+    _configure,
+    _param_value,
+    end_parent,
+    flatten,
+    metric_key,
+)
 
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
 NOTE_LIMIT = 8000  # MLflow's limit on a tag value
@@ -143,11 +148,6 @@ def parent_of_pipeline(pipeline_id: str) -> str:
     return found.info.run_id
 
 
-def end_parent(parent_run_id: str, status: str = "FINISHED") -> None:
-    """Close the parent run with `status` (FINISHED, FAILED or KILLED)."""
-    _configure().MlflowClient().set_terminated(parent_run_id, status)
-
-
 def end_pipeline(pipeline_id: str, status: str) -> str | None:
     """Close the parent of pipeline run `pipeline_id` when it exists (a run that failed before
     its first tracked step has none); returns its run id."""
@@ -160,21 +160,20 @@ def end_pipeline(pipeline_id: str, status: str) -> str | None:
     return found.info.run_id
 
 
-@contextlib.contextmanager
-def failure_ends(parent_run_id: str) -> Iterator[None]:
-    """Mark the parent FAILED (KILLED on Ctrl-C) if the step inside fails, and re-raise."""
-    try:
-        yield
-    except Exception:
-        _end_quietly(parent_run_id, "FAILED")
-        raise
-    except BaseException:
-        _end_quietly(parent_run_id, "KILLED")
-        raise
+def pipeline_context(
+    pipeline_id: str,
+    tags: dict[str, str],
+    settings: dict[str, Any] | None = None,
+    reopen: bool = True,
+) -> dict[str, Any]:
+    """The tags and parent run id that every tracked step of one pipeline run passes on; the
+    parent run is opened (created with `settings` as its params, or with `reopen` set RUNNING
+    again after a failed step: open_parent).
 
-
-def _end_quietly(parent_run_id: str, status: str) -> None:
-    try:
-        end_parent(parent_run_id, status)
-    except Exception as exc:  # the step's own error is the one to report
-        log.warning("could not mark MLflow run %s %s: %s", parent_run_id, status, exc)
+    Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
+    components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
+    keyword arguments of shdh.steps.fit.fit and shdh.steps.score.score.
+    """
+    tags = {**tags, PIPELINE_TAG: pipeline_id}
+    parent = open_parent(pipeline_id, tags, settings, reopen)
+    return {"tags": tags, "parent_run_id": parent}

@@ -1,9 +1,9 @@
 """The run plan: which fits a params file asks for, what each is called and where it lives.
 
-Every front door (the DVC stages, the CLI, the Kubeflow DAG) and the offsite trainer
-(shdh.bundle) read the plan from here, so that a fit is named, seeded and stored the same way
-whoever runs it. Pure functions of the params dict: no I/O and nothing beyond the standard
-library and the hasher registry, so a bare GPU machine can plan its fits.
+Every front door (the DVC stages through the CLI, the Kubeflow components, the offsite trainer
+shdh.bundle) reads the plan from here and hands the library steps the `Fit`s it makes, so that
+a fit is named, seeded and stored the same way whoever runs it. Pure functions of the settings:
+no I/O, and nothing a bare GPU machine lacks.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
+from shdh.steps.fit import Fit
 
 # Keys of the `train` section that configure the pipeline rather than a method.
 PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
@@ -128,3 +129,44 @@ def planned_runs(params: dict[str, Any]) -> list[tuple[str, int, int | None]]:
             for s in section_seeds(baselines)
         ]
     return runs
+
+
+def fit_plan(
+    section: dict[str, Any] | None,
+    method: str,
+    bits: int,
+    own_seed: int | None,
+    *,
+    seed: int,
+    models_root: str | Path,
+) -> Fit:
+    """The fit of `method` at `bits` with `own_seed` (None: the master seed `seed`), from its
+    section of the settings (train for deep methods, baselines for shallow ones), stored under
+    models_root/METHOD/METHOD-BITS[-seedS]. Without a section, the fit as the score step sees
+    it: where its model is and what it is called (no hyper-parameters)."""
+    return Fit(
+        method=method,
+        bits=int(bits),
+        seed=fit_seed(seed, own_seed),
+        own_seed=own_seed,
+        name=run_name(method, bits, own_seed),
+        out_dir=model_dir(models_root, method, bits, own_seed),
+        params=method_params(section, method) if section is not None else {},
+        n_train=section.get("n_train") if section is not None else None,
+    )
+
+
+def planned_fits(
+    params: dict[str, Any], models_roots: dict[str, str | Path] | None = None
+) -> list[Fit]:
+    """Every fit the settings ask for, deep ones first (planned_runs' order). models_roots
+    replaces the folders of the deep ("train") or shallow ("baselines") model folders, e.g. a
+    Kubeflow step's gathered artifacts."""
+    roots = models_roots or {}
+    fits = []
+    for method, bits, own_seed in planned_runs(params):
+        section = "train" if is_deep(method) else "baselines"
+        root = roots.get(section) or models_root(params, method)
+        fits.append(fit_plan(params[section], method, bits, own_seed, seed=params["seed"],
+                             models_root=root))  # fmt: skip
+    return fits

@@ -1,10 +1,24 @@
-"""Tables of the results and docs/results.md's generated block (the figures: shdh.figures)."""
+"""The report step: the results tables, and a report such as docs/results.md (its generated
+block of tables and figures; the figures themselves: shdh.figures)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from shdh.atomic import check_writable
+from shdh.figures import (
+    CURVES_FILE,
+    DISPLAY,
+    PLOTS_DIR,
+    Figure,
+    load_alpha_sweep,
+    load_curves,
+    ordered_methods,
+    write_figures,
+)
 
 TABLE_COLUMNS = ("acg", "dcg", "ndcg", "ndcg_list", "wr")
 
@@ -32,11 +46,6 @@ def results_table(metrics: dict[str, Any], n: int = 100) -> str:
 
 # ---- docs/results.md: our numbers in the layout of the paper's Table 1 ----------------------
 
-# The paper's row order (Table 1), then anything else we ran, then the random floor.
-PAPER_ORDER = ("kmh", "itq", "cosdish+h", "ksh+h", "dpsh", "cosdish", "lfh", "ksh", "shdh")
-DISPLAY = {"kmh": "KMH", "itq": "ITQ", "ksh": "KSH", "ksh+h": "KSH+H", "lfh": "LFH",
-           "cosdish": "COSDISH", "cosdish+h": "COSDISH+H", "dpsh": "DPSH", "shdh": "SHDH",
-           "oracle": "classifier oracle (bound)", "random": "random codes (floor)"}  # fmt: skip
 # Paper Table 1 columns; NDCG is the paper's variant (ideal order of the retrieved list).
 _TABLE1_METRICS = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG", "ndcg_list", 4))
 BEGIN_MARK = "<!-- shdh evaluate: generated tables begin -->"
@@ -64,11 +73,6 @@ def seeds_line(metrics: dict[str, Any]) -> str:
         return ""
     return (f"Each cell: mean ± sample standard deviation over {'/'.join(map(str, counts))} "
             "seeds (metrics_by_seed.json has every fit).\n")  # fmt: skip
-
-
-def ordered_methods(methods) -> list[str]:
-    rank = {m: i for i, m in enumerate(PAPER_ORDER)}
-    return sorted(methods, key=lambda m: (m == "random", rank.get(m, len(rank)), m))
 
 
 def _table1(rows: dict[str, dict[int, dict[str, float | None]]], bits: list[int], n: int,
@@ -217,3 +221,64 @@ def update_generated_section(
         )
     atomic_write_text(path, text[:start] + generated + text[end + len(END_MARK) + 1 :])
     return path
+
+
+def report_from_results(
+    results_dir: str | Path, report_path: str | Path, alpha_sweep_path: str | Path | None = None
+) -> list[Figure]:
+    """`shdh report`: the figures and docs/results.md's tables from a finished evaluation's
+    metrics.json and curves.npz, with no ranking again (to restyle a figure, or to refresh the
+    document after editing the analysis around its generated block). alpha_sweep: Fig. 5's
+    runs (evaluate.alpha_sweep), drawn when the file exists."""
+    results_dir = Path(results_dir)
+    check_outputs(results_dir, report_path)
+    metrics_path = results_dir / "metrics.json"
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{metrics_path}: cannot read the metrics ({err}); run `shdh evaluate`"
+        ) from err
+    curves, dataset, n = load_curves(results_dir / CURVES_FILE)
+    unscored = sorted({f"{m}-{b}" for m, b in curves} - {f"{m}-{b}" for m in metrics
+                                                          for b in metrics[m]})  # fmt: skip
+    if unscored:
+        raise ValueError(f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
+                         f"{results_dir / CURVES_FILE} has: the two files are from different "
+                         "runs; rerun `shdh evaluate`")  # fmt: skip
+    figures = write_figures(curves, results_dir / PLOTS_DIR, alpha_sweep(alpha_sweep_path))
+    write_report(report_path, metrics, figures, dataset=dataset, n=n)
+    return figures
+
+
+def alpha_sweep(path: str | Path | None) -> list[dict[str, Any]] | None:
+    """Fig. 5's runs, when a sweep was saved at evaluate.alpha_sweep. One path that every
+    profile can point to, because the sweep is a separate benchmark run
+    (benchmarks/shdh_vs_dpsh.py --out), not a product of the pipeline's own fits."""
+    return load_alpha_sweep(path) if path is not None and Path(path).is_file() else None
+
+
+def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,
+                 dataset: str, n: int) -> Path:  # fmt: skip
+    """Refresh the generated tables and figures of a report such as docs/results.md (the
+    analysis around them is kept); figures are linked relative to the document. A new report
+    is titled after the dataset and says how it is kept up to date."""
+    import os
+
+    path = Path(path)
+    links = [(os.path.relpath(f.path, path.parent), f.caption) for f in figures]
+    doc = results_doc(metrics, dataset=dataset, n=n, figures=links)
+    intro = (
+        f"Written by `shdh evaluate` for the dataset {dataset}, from the metrics.json and "
+        "curves.npz in the folder of its results (`shdh report` redraws it from them). Each run "
+        "rewrites the part between the two markers; text you add around it is kept.\n"
+    )
+    return update_generated_section(path, doc, title=f"Results: {dataset}", intro=intro)
+
+
+def check_outputs(results_dir: str | Path, report: str | Path | None) -> None:
+    """Fail before any ranking if the results folder or the report's folder cannot be written:
+    a read-only folder is named in a second, not after the whole evaluation."""
+    check_writable(Path(results_dir) / "metrics.json", "evaluate.results_dir")
+    if report:
+        check_writable(report, "evaluate.report")

@@ -10,6 +10,7 @@ filtered and compared in one UI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -113,8 +114,6 @@ def run(
         if parent is None:
             yield active
             return
-        from shdh.parent_run import failure_ends
-
         with failure_ends(parent):  # a method run that fails fails its pipeline run
             yield active
 
@@ -190,27 +189,6 @@ def pipeline_run_id(params_text: str, data_hash: str = "") -> str:
     return hashlib.sha1(f"{params_text}\n{data_hash}".encode()).hexdigest()[:16]
 
 
-def pipeline_context(
-    pipeline_id: str,
-    tags: dict[str, str],
-    settings: dict[str, Any] | None = None,
-    reopen: bool = True,
-) -> dict[str, Any]:
-    """The tags and parent run id that every tracked step of one pipeline run passes on; the
-    parent run is opened (created with `settings` as its params, or with `reopen` set RUNNING
-    again after a failed step: shdh.parent_run.open_parent).
-
-    Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
-    components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
-    keyword arguments of fitting.train and evaluation.evaluate.
-    """
-    from shdh import parent_run
-
-    tags = {**tags, PIPELINE_TAG: pipeline_id}
-    parent = parent_run.open_parent(pipeline_id, tags, settings, reopen)
-    return {"tags": tags, "parent_run_id": parent}
-
-
 def dvc_dir_md5(folder: str | Path) -> str:
     """The hash DVC gives a tracked folder (`md5: ....dir` in data.dvc), computed without DVC.
 
@@ -266,9 +244,9 @@ def log_encoder(hasher_dir: str | Path, example: Any) -> str:
     import mlflow
     import numpy as np
 
-    from shdh.hashers.base import Hasher
+    from shdh.hashers import load_hasher
 
-    hasher = Hasher.load(hasher_dir)
+    hasher = load_hasher(hasher_dir)
     example = np.ascontiguousarray(example, dtype=np.uint8)
     info = mlflow.pyfunc.log_model(
         name=MODEL_ARTIFACT,
@@ -297,9 +275,9 @@ def encoder_model_class() -> type:
         """Images (N, H, W[, C]) uint8 -> packed binary codes (N, ceil(L/8)) uint8."""
 
         def load_context(self, context):
-            from shdh.hashers.base import Hasher
+            from shdh.hashers import load_hasher
 
-            self.hasher = Hasher.load(context.artifacts["hasher"])
+            self.hasher = load_hasher(context.artifacts["hasher"])
 
         # No type hints: MLflow would read them as a schema; the signature is the schema.
         def predict(self, context, model_input, params=None):
@@ -329,3 +307,40 @@ def attach_text(run_id: str, text: str, artifact_file: str) -> None:
     """Add a text artifact to a finished run (the pipeline's parent) without reopening it."""
     mlflow = _configure()
     mlflow.MlflowClient().log_text(run_id, text, artifact_file)
+
+
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'epochs': 3}} -> {'train.epochs': 3}: the form DVC and MLflow use for params."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def end_parent(parent_run_id: str, status: str = "FINISHED") -> None:
+    """Close the parent run with `status` (FINISHED, FAILED or KILLED)."""
+    _configure().MlflowClient().set_terminated(parent_run_id, status)
+
+
+@contextlib.contextmanager
+def failure_ends(parent_run_id: str) -> Iterator[None]:
+    """Mark the parent FAILED (KILLED on Ctrl-C) if the step inside fails, and re-raise."""
+    try:
+        yield
+    except Exception:
+        _end_quietly(parent_run_id, "FAILED")
+        raise
+    except BaseException:
+        _end_quietly(parent_run_id, "KILLED")
+        raise
+
+
+def _end_quietly(parent_run_id: str, status: str) -> None:
+    try:
+        end_parent(parent_run_id, status)
+    except Exception as exc:  # the step's own error is the one to report
+        log.warning("could not mark MLflow run %s %s: %s", parent_run_id, status, exc)

@@ -495,7 +495,7 @@ def train(
     layer_weights: Sequence[float],
     loss_fn: LossFn,
     resume: str = "never",
-    progress: bool = True,
+    progress: Callable[[int, str], Any] | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
 ) -> TrainResult:
     """Train a HashingNet on images[train_idx]; checkpoint to out_dir/checkpoint.pt every epoch.
@@ -507,7 +507,8 @@ def train(
     Loss's settings must match for a checkpoint to be resumed). on_epoch(entry) is called after
     each epoch's checkpoint is written (e.g. to log to MLflow). resume: one of RESUME_MODES;
     "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where it stopped but a
-    changed one retrains.
+    changed one retrains. progress(total, description) makes each epoch's bar (shdh.progress.bars);
+    None: no bar.
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)
@@ -549,7 +550,7 @@ class _Run:
     identity: dict[str, Any]
     loss_fn: LossFn
     ckpt_path: Path
-    progress: bool
+    progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
     on_epoch: Callable[[dict[str, float]], None] | None
 
     def __call__(
@@ -657,7 +658,8 @@ class _Run:
             enabled=config.bf16 and device.type == "cuda",
         )
         n_seen, t0 = 0, time.perf_counter()
-        bar = tqdm_bar(losses.n_steps, f"epoch {epoch}/{config.epochs}", self.progress)
+        desc = f"epoch {epoch}/{config.epochs}"
+        bar = self.progress(losses.n_steps, desc) if self.progress else _NoBar()
         for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
             pos = order[start : start + config.batch_size]
             if len(pos) < 2:  # a lone trailing item has no in-batch partner
@@ -746,25 +748,13 @@ def _bank(
 
 
 class _NoBar:
-    """What the loop calls on a progress bar, doing nothing: no bar asked for, or no tqdm."""
+    """What the loop calls on a progress bar, doing nothing: no bar was asked for."""
 
     def update(self, n: int = 1) -> None: ...
 
     def set_postfix(self, **kwargs: Any) -> None: ...
 
     def close(self) -> None: ...
-
-
-def tqdm_bar(total: int, desc: str, enabled: bool) -> Any:
-    """A tqdm bar when asked for and installed: tqdm is not a core dependency, so that a bare
-    GPU machine with PyTorch alone can train."""
-    if enabled:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            return _NoBar()
-        return tqdm(total=total, desc=desc, leave=False)
-    return _NoBar()
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Every Kubeflow component's Python function, called directly on tiny data in the upstream
-format: the chain download -> tree -> smatrix -> features -> plan -> start -> train/baseline ->
+format: the chain prepare -> tree -> smatrix -> features -> plan -> start -> train/baseline ->
 evaluate -> report, with local artifacts standing in for Kubeflow's."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import pytest
 from kfp import dsl
 
 from shdh import tracking
-from shdh.stages.pipeline import pipeline_arguments
+from shdh.kubeflow import pipeline_arguments
 from tests.conftest import write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.slow
-COMPONENTS = ("download", "tree", "smatrix", "features", "plan", "start", "train", "baseline",
+COMPONENTS = ("prepare", "tree", "smatrix", "features", "plan", "start", "train", "baseline",
               "evaluate", "report", "register")  # fmt: skip
 
 
@@ -66,7 +66,7 @@ def chain(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         prepared = artifact(dsl.Dataset, art["prepared"])
-        component("download").python_func(data=args["data"], seed=0, prepared=prepared)
+        component("prepare").python_func(data=args["data"], seed=0, prepared=prepared)
         prepared = artifact(dsl.Dataset, art["prepared"], prepared.metadata)  # as an input
         labels = artifact(dsl.Dataset, art["labels"])
         component("tree").python_func(prepared=prepared, settings=args["tree"], labels=labels)
@@ -90,7 +90,7 @@ def chain(tmp_path_factory):
                 extra = {"gist": gist} if kind == "shallow" else {}
                 component(name).python_func(
                     prepared=prepared, similarity=similarity, method=run["method"],
-                    bits=run["bits"], replicate=run["replicate"],
+                    bits=run["bits"], own_seed=run["own_seed"],
                     settings=args["train" if kind == "deep" else "baselines"], model=model,
                     **extra, **tracked,
                 )  # fmt: skip
@@ -178,29 +178,29 @@ def test_tree_smatrix_and_features_write_the_library_formats(chain):
 
 
 def test_plan_lists_the_runs_of_each_branch_as_dvc_yaml_expands_them(chain):
-    assert chain["runs"]["deep"] == [{"method": "shdh", "bits": 16, "replicate": -1}]
+    assert chain["runs"]["deep"] == [{"method": "shdh", "bits": 16, "own_seed": -1}]
     assert chain["runs"]["shallow"] == [
-        {"method": "itq", "bits": 16, "replicate": -1},
-        {"method": "kmh", "bits": 16, "replicate": -1},
+        {"method": "itq", "bits": 16, "own_seed": -1},
+        {"method": "kmh", "bits": 16, "own_seed": -1},
     ]
     plan = component("plan").python_func
     seeded = json.dumps({**json.loads(chain["args"]["train"]), "seeds": [5, 6]})
     assert plan(train=seeded, baselines=chain["args"]["baselines"], kind="deep") == [
-        {"method": "shdh", "bits": 16, "replicate": 5},
-        {"method": "shdh", "bits": 16, "replicate": 6},
+        {"method": "shdh", "bits": 16, "own_seed": 5},
+        {"method": "shdh", "bits": 16, "own_seed": 6},
     ]
     with pytest.raises(ValueError, match="kind"):
         plan(train=chain["args"]["train"], baselines=chain["args"]["baselines"], kind="both")
 
 
 def test_train_and_baseline_outputs_are_fitted_models(chain):
-    from shdh.hashers.base import Hasher
+    from shdh.hashers import load_hasher
 
     for kind, method in (("deep", "shdh"), ("shallow", "itq")):
         model = next(m for m in chain["models"][kind] if m.metadata["method"] == method)
         assert model.metadata["bits"] == 16
         path = Path(model.path)
-        assert Hasher.load(path / "hasher").n_bits == 16
+        assert load_hasher(path / "hasher").n_bits == 16
         assert json.loads((path / "fit.json").read_text())["method"] == method
         assert not (path / "work").exists()  # the checkpoint went to MLflow, not the artifact
 
@@ -229,7 +229,7 @@ def test_evaluate_and_report_score_every_model_and_track_it(chain, client):
 
 
 def test_evaluate_refuses_two_models_of_the_same_run(chain, tmp_path):
-    from shdh.stages.pipeline import gather_models
+    from shdh.kubeflow import gather_models
 
     model = chain["models"]["deep"][0]
     twin = tmp_path / "twin"
@@ -239,13 +239,13 @@ def test_evaluate_refuses_two_models_of_the_same_run(chain, tmp_path):
 
 
 def test_models_of_several_seeds_are_laid_out_by_seed_for_evaluate(chain, tmp_path):
-    from shdh.stages.pipeline import gather_models
+    from shdh.kubeflow import gather_models
 
     model = chain["models"]["deep"][0]
     twin = tmp_path / "twin"
     shutil.copytree(model.path, twin)
     record = json.loads((twin / "fit.json").read_text())
-    (twin / "fit.json").write_text(json.dumps({**record, "replicate": 7, "seed": 7}))
+    (twin / "fit.json").write_text(json.dumps({**record, "own_seed": 7, "seed": 7}))
     root = gather_models([model, artifact(dsl.Model, twin)], tmp_path / "models")
     assert sorted(p.name for p in (root / "shdh").iterdir()) == ["shdh-16", "shdh-16-seed7"]
     assert (root / "shdh" / "shdh-16-seed7").resolve() == twin.resolve()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shdh.fitting import HASHER_DIR
+from shdh.steps.fit import HASHER_DIR
 from tests.conftest import REPO
 from tests.e2e.clone import clone_repo, sh
 
@@ -35,7 +35,7 @@ def test_dvc_repro_runs_every_stage(clone):
     dest, env = clone
     out = sh(["dvc", "repro"], dest, env)
     stages = (
-        "download",
+        "prepare",
         "tree",
         "smatrix",
         "features",
@@ -81,7 +81,7 @@ def test_dvc_exp_run_with_a_changed_parameter(clone):
     out = sh(["dvc", "exp", "run", "-S", "train.shdh.alpha=0.5"], dest, env)
     # Only the method whose setting changed and what follows it rerun: the rest is cached.
     assert "Running stage 'train@shdh'" in out and "Running stage 'evaluate'" in out
-    for cached in ("download", "smatrix", "features", "train@dpsh", "baselines"):
+    for cached in ("prepare", "smatrix", "features", "train@dpsh", "baselines"):
         assert f"Running stage '{cached}'" not in out
     model = dest / "artifacts" / "models" / "shdh" / "shdh-16"
     assert json.loads((model / HASHER_DIR / "params.json").read_text())["params"]["alpha"] == 0.5

@@ -53,7 +53,7 @@ def shapes(tmp_path_factory):
 def test_a_tree_with_repeated_leaf_names_runs_through_dvc_repro(shapes):
     dest, env = shapes
     out = sh(["dvc", "repro"], dest, env)
-    for stage in ("inputs", "download", "tree", "smatrix", "features", "train@shdh",
+    for stage in ("inputs", "prepare", "tree", "smatrix", "features", "train@shdh",
                   "baselines", "evaluate"):  # fmt: skip
         assert f"Running stage '{stage}'" in out, stage
     tree = LabelTree.load(dest / "artifacts" / "tree" / "tree.json")
@@ -84,11 +84,11 @@ def test_editing_each_input_reruns_the_stage_that_reads_it(shapes):
     sweep = dest / "results" / "alpha_sweep.json"
     sweep.write_text(sweep.read_text() + "\n")
     assert changed_stages(dest, env) == {"evaluate"}
-    # an image of the folder tree: the download stage reads the folder
+    # an image of the folder tree: the prepare stage reads the folder
     image = dest / "shapes" / "cool" / "blue" / "circle" / "circle_000.png"
     Image.fromarray(np.zeros((16, 16, 3), dtype=np.uint8)).save(image)
-    assert "download" in changed_stages(dest, env)
-    assert "Running stage 'download'" in sh(["dvc", "repro", "download"], dest, env)
+    assert "prepare" in changed_stages(dest, env)
+    assert "Running stage 'prepare'" in sh(["dvc", "repro", "prepare"], dest, env)
     # a tree JSON file as tree.source (names repeat in it too), then an edit of that file
     tree_file = dest / "trees" / "shapes.json"
     tree_file.parent.mkdir()
@@ -100,7 +100,7 @@ def test_editing_each_input_reruns_the_stage_that_reads_it(shapes):
                                      "paths": list(reversed(SHAPE_LEAVES))}))  # fmt: skip
     assert "tree" in changed_stages(dest, env)
     out = sh(["dvc", "repro", "tree"], dest, env)
-    assert "Running stage 'tree'" in out and "Running stage 'download'" not in out
+    assert "Running stage 'tree'" in out and "Running stage 'prepare'" not in out
     tree = LabelTree.load(dest / "artifacts" / "tree" / "tree.json")
     assert tree.path(tree.leaves[0]) == SHAPE_LEAVES[-1]  # the edited file's node order
 
@@ -115,14 +115,14 @@ def test_a_table_and_the_images_it_names_are_inputs_of_download(shapes):
     (dest / "shapes.csv").write_text("\n".join(rows) + "\n")
     set_params(dest, data={"dataset": "table", "raw_dir": "shapes.csv"},
                tree={"source": "dataset"})  # fmt: skip
-    assert "Running stage 'download'" in sh(["dvc", "repro", "download"], dest, env)
-    assert "download" not in changed_stages(dest, env)
+    assert "Running stage 'prepare'" in sh(["dvc", "repro", "prepare"], dest, env)
+    assert "prepare" not in changed_stages(dest, env)
     image = dest / "shapes" / "warm" / "red" / "square" / "square_001.png"  # named by the table
     Image.fromarray(np.full((16, 16, 3), 255, dtype=np.uint8)).save(image)
-    assert "download" in changed_stages(dest, env)
-    sh(["dvc", "repro", "download"], dest, env)
+    assert "prepare" in changed_stages(dest, env)
+    sh(["dvc", "repro", "prepare"], dest, env)
     (dest / "shapes.csv").write_text("\n".join(rows[:-1]) + "\n")  # the table itself
-    assert "download" in changed_stages(dest, env)
+    assert "prepare" in changed_stages(dest, env)
 
 
 def test_settings_errors_stop_dvc_repro_before_any_stage_works(shapes):
@@ -137,5 +137,5 @@ def test_settings_errors_stop_dvc_repro_before_any_stage_works(shapes):
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = sh(["dvc", "repro"], dest, env, ok=False)
     assert "evaluate.results_dir: results holds the results of dataset fashion-mnist-h" in out
-    assert "Running stage 'download'" not in out
+    assert "Running stage 'prepare'" not in out
     assert {p: (dest / p).read_bytes() for p in PUBLISHED} == before

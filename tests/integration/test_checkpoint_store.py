@@ -25,8 +25,8 @@ import pytest
 from kfp import dsl
 
 from shdh.checkpoint_store import STORE_ENV, CheckpointStoreError
-from shdh.hashers.base import Hasher
-from shdh.stages.pipeline import pipeline_arguments
+from shdh.hashers import load_hasher
+from shdh.kubeflow import pipeline_arguments
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
@@ -42,7 +42,7 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from kfp import dsl
-import shdh.fitting as fitting
+import shdh.steps.fit as fitting
 
 args = json.loads(sys.argv[1])
 logger = fitting._epoch_logger
@@ -77,7 +77,7 @@ def inputs(tmp_path_factory, s3_server):
     params["train"].update(methods=["shdh"], epochs=EPOCHS, num_threads=1)
     args = pipeline_arguments(params)
     prepared = artifact(dsl.Dataset, tmp / "prepared")
-    component("download").python_func(data=args["data"], seed=0, prepared=prepared)
+    component("prepare").python_func(data=args["data"], seed=0, prepared=prepared)
     prepared = artifact(dsl.Dataset, tmp / "prepared", prepared.metadata)
     labels = artifact(dsl.Dataset, tmp / "labels")
     component("tree").python_func(prepared=prepared, settings=args["tree"], labels=labels)
@@ -125,7 +125,7 @@ def train_params(inputs, run_id: str, train: str | None = None) -> dict:
     return {
         "method": "shdh",
         "bits": 16,
-        "replicate": -1,
+        "own_seed": -1,
         "seed": 0,
         "profile": "smoke",
         "settings": train or inputs["args"]["train"],
@@ -159,7 +159,7 @@ def codes(model_dir: Path, inputs) -> np.ndarray:
     from shdh.steps.prepare import load_prepared
 
     dataset, _ = load_prepared(inputs["prepared"].path)
-    return Hasher.load(model_dir / "hasher").encode(np.asarray(dataset.images))
+    return load_hasher(model_dir / "hasher").encode(np.asarray(dataset.images))
 
 
 def kill_after_first_epoch(inputs, run_id: str, server) -> int:

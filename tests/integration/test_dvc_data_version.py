@@ -31,7 +31,7 @@ from shdh.data.dvc_pull import (
     default_remote,
     pull,
 )
-from shdh.stages.pipeline import pipeline_arguments
+from shdh.kubeflow import pipeline_arguments
 from shdh.steps.prepare import load_prepared
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
@@ -91,7 +91,7 @@ def data_section(sources: list[str]) -> str:
 
 def download(tmp_path: Path, version: str, sources: list[str]) -> dsl.Dataset:
     prepared = artifact(dsl.Dataset, tmp_path / "prepared")
-    component("download").python_func(
+    component("prepare").python_func(
         data=data_section(sources), seed=0, prepared=prepared, data_version=version
     )
     return artifact(dsl.Dataset, tmp_path / "prepared", prepared.metadata)

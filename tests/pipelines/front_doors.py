@@ -19,7 +19,7 @@ import yaml
 
 from shdh.cli import main
 from shdh.config import deep_merge
-from shdh.stages.pipeline import resolve_params
+from shdh.kubeflow import resolve_params
 from tests.conftest import REPO
 
 _REF = re.compile(r"\$\{([^}]+)\}")

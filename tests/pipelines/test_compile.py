@@ -15,7 +15,7 @@ import yaml
 from components.image import DEFAULT_IMAGE
 
 from shdh.cli import main
-from shdh.stages.pipeline import pipeline_arguments, resolve_params
+from shdh.kubeflow import pipeline_arguments, resolve_params
 from tests.conftest import REPO
 from tests.infra.manifests import rendered_text as render_overlay
 
@@ -72,12 +72,12 @@ def test_the_dag_has_every_step_and_its_edges(smoke):
     spec, _, _ = smoke
     tasks = root_tasks(spec)
     components = {t["componentRef"]["name"].removeprefix("comp-") for t in tasks.values()}
-    assert {"download", "tree", "smatrix", "features", "start", "evaluate", "report"} <= components
+    assert {"prepare", "tree", "smatrix", "features", "start", "evaluate", "report"} <= components
     bodies = loop_bodies(spec)
     assert sorted(bodies.values()) == [["baseline"], ["train"]]
     deps = {name: set(t.get("dependentTasks", [])) for name, t in tasks.items()}
-    assert deps["tree"] == {"download"} and deps["smatrix"] == {"download", "tree"}
-    assert deps["features"] == {"download"} and deps["start"] == {"download"}
+    assert deps["tree"] == {"prepare"} and deps["smatrix"] == {"prepare", "tree"}
+    assert deps["features"] == {"prepare"} and deps["start"] == {"prepare"}
     train_loop = next(n for n, body in bodies.items() if body == ["train"])
     baseline_loop = next(n for n, body in bodies.items() if body == ["baseline"])
     # Each loop fans out over its plan's list, after the data steps and the parent run.

@@ -13,7 +13,7 @@ from tests.pipelines.test_compile import compile_with
 
 def test_the_download_step_gets_the_checkouts_data_version(tmp_path, monkeypatch):
     spec, platform, _ = compile_with(tmp_path, monkeypatch, "--profile", "smoke")
-    argument = spec["root"]["dag"]["tasks"]["download"]["inputs"]["parameters"]["data_version"]
+    argument = spec["root"]["dag"]["tasks"]["prepare"]["inputs"]["parameters"]["data_version"]
     version = json.loads(argument["runtimeValue"]["constant"])
     assert version == json.loads(data_version(REPO))
     assert version["dvc_file"] == (REPO / "data.dvc").read_text()
@@ -28,9 +28,9 @@ def test_the_download_step_gets_the_checkouts_data_version(tmp_path, monkeypatch
 def test_a_local_build_downloads_instead_of_pulling():
     """kfp.local runs have no cluster store to pull from: the step gets no data version."""
     import pipelines
-    from shdh.stages.pipeline import resolve_params
+    from shdh.kubeflow import resolve_params
 
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
     pipeline = pipelines.build_pipeline(params, settings=None)
-    task = pipeline.pipeline_spec.root.dag.tasks["download"]
+    task = pipeline.pipeline_spec.root.dag.tasks["prepare"]
     assert task.inputs.parameters["data_version"].runtime_value.constant.string_value == ""

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from shdh.cpu_limit import available_cpus, cpu_quota
-from shdh.evaluation import eval_workers
+from shdh.steps.score import eval_workers
 
 CORES = len(os.sched_getaffinity(0))
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shdh.cpu_limit import available_cpus
-from shdh.evaluation import eval_workers, write_report
 from shdh.figures import Figure
+from shdh.report import write_report
+from shdh.steps.score import eval_workers
 
 
 def test_eval_workers_defaults_to_one_thread_per_usable_cpu():

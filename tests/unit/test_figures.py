@@ -10,7 +10,6 @@ import yaml
 
 from shdh.cli import main
 from shdh.config import deep_merge, load_params
-from shdh.evaluation import report_from_results
 from shdh.figures import (
     ALPHA_FILE,
     CURVES_FILE,
@@ -21,7 +20,7 @@ from shdh.figures import (
     write_figures,
 )
 from shdh.metrics import Curves
-from shdh.report import BEGIN_MARK, END_MARK
+from shdh.report import BEGIN_MARK, END_MARK, report_from_results
 from tests.conftest import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -9,8 +9,9 @@ Every method, on a toy hierarchical set (3 superclasses x 3 classes, K = 3), mus
   with one segment per tree level below the root, weighted by u_k;
 - give bit-identical state and codes when fitted twice with a seed, and other codes with another
   seed (unless it has no random step);
-- survive a save/load round trip bit for bit, through Hasher.load and its own class, and refuse
-  a saved model loaded as another method, with another bit length, or with an array missing;
+- survive a save/load round trip bit for bit, through shdh.hashers.load_hasher and its own class,
+  and refuse a saved model loaded as another method, with another bit length, or with an array
+  missing;
 - retrieve better than seeded random codes (ACG and NDCG at 50, from shdh.metrics.evaluate);
 - refuse bad input by name: non-finite, malformed or wrongly sized features or images, missing
   or wrong pair labels, and n_bits below 1, leaving an unfitted hasher unfitted.
@@ -30,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from shdh.hashers import REGISTRY, get_hasher_class
+from shdh.hashers import REGISTRY, get_hasher_class, load_hasher
 from shdh.hashers.base import FORMAT, Hasher, NotFittedError
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
@@ -245,8 +246,8 @@ def test_save_load_round_trip(case: Case, tmp_path) -> None:
     assert meta == {"format": FORMAT, "method": case.name, "params": hasher.get_params()}
     with np.load(saved / "state.npz", allow_pickle=False) as arrays:
         assert sorted(arrays.files) == sorted(hasher.state())
-    for loader in (Hasher, type(hasher)):
-        loaded = loader.load(saved)
+    for loader in (load_hasher, type(hasher).load):
+        loaded = loader(saved)
         assert type(loaded) is type(hasher)
         assert loaded.get_params() == hasher.get_params()
         for key, value in loaded.state().items():
@@ -260,19 +261,21 @@ def test_load_refuses_a_model_that_does_not_fit(case: Case, tmp_path) -> None:
     """Loaded as another method, with another bit length, or with a learned array missing."""
     name, hasher = case.name, case.hasher
     saved = hasher.save(tmp_path / "model")
+    with pytest.raises(TypeError, match="shdh.hashers.load_hasher"):
+        Hasher.load(saved)  # the base class does not guess the method: load_hasher reads it
     with pytest.raises(ValueError, match=f"holds method '{re.escape(name)}', not 'other-method'"):
         _OtherMethod.load(saved)
     state = dict(np.load(saved / "state.npz"))
     for key in [k for k in state if not k.startswith("net.")]:
         np.savez(saved / "state.npz", **{k: v for k, v in state.items() if k != key})
         with pytest.raises(ValueError, match=rf"(lacks the arrays?|missing fields) .*'{key}'"):
-            Hasher.load(saved)
+            load_hasher(saved)
     np.savez(saved / "state.npz", **state)
     meta = json.loads((saved / "params.json").read_text())
     meta["params"]["n_bits"] = 2 * N_BITS
     (saved / "params.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=rf"\bn_bits={2 * N_BITS}\b"):
-        Hasher.load(saved)
+        load_hasher(saved)
 
 
 def _acg_ndcg(q_codes, db_codes, q_anc, db_anc, sizes, weights) -> tuple[float, float]:

@@ -36,13 +36,13 @@ def own(tmp_path, monkeypatch):
 
 def test_each_stage_lists_the_files_only_params_name(own):
     found = {stage: [p.as_posix() for p in paths] for stage, paths in stage_inputs(own).items()}
-    assert found["download"][0].endswith("shapes/warm/red/circle/circle_000.png")
-    assert len(found["download"]) == 2
+    assert found["prepare"][0].endswith("shapes/warm/red/circle/circle_000.png")
+    assert len(found["prepare"]) == 2
     assert found["tree"] == ["tree.json"] and found["evaluate"] == ["sweep.json"]
     own["tree"]["source"] = "builtin:cifar100"
     own["evaluate"]["alpha_sweep"] = "not-there-yet.json"  # drawn only once it exists
     own["data"]["dataset"] = "folder"  # the folder itself is a dvc.yaml dependency
-    assert stage_inputs(own) == {"download": [], "tree": [], "evaluate": []}
+    assert stage_inputs(own) == {"prepare": [], "tree": [], "evaluate": []}
     own["tree"]["source"] = "missing.json"
     with pytest.raises(FileNotFoundError, match="^tree.source: missing.json: no such tree file"):
         stage_inputs(own)
@@ -50,8 +50,8 @@ def test_each_stage_lists_the_files_only_params_name(own):
 
 def test_records_change_exactly_when_a_file_does(own, tmp_path):
     first = {s: p.read_text() for s, p in write_records(own, "rec").items()}
-    record = json.loads(first["download"])
-    assert record["stage"] == "download" and len(record["files"]) == 2
+    record = json.loads(first["prepare"])
+    assert record["stage"] == "prepare" and len(record["files"]) == 2
     assert json.loads(first["tree"])["files"] == {"tree.json": "99914b932bd37a50b983c5e7c90ae93b"}
     again = {s: p.read_text() for s, p in write_records(own, "rec").items()}
     assert again == first  # same content: DVC sees the stages unchanged

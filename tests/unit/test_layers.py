@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "shdh.checkpoint_store": STEPS,
     "shdh.cpu_limit": STEPS,
     "shdh.inputs": STEPS,
+    "shdh.progress": STEPS,
     # the run plan and the settings
     "shdh.plan": PLAN,
     "shdh.settings*": PLAN,
@@ -52,13 +53,17 @@ LAYERS: dict[str, int] = {
     # the front doors: the CLI and its commands (which DVC runs), Kubeflow
     "shdh.cli": FRONT_DOORS,
     "shdh.commands*": FRONT_DOORS,
-    "shdh.stages*": FRONT_DOORS,  # the commands' old package name
     "shdh.kubeflow": FRONT_DOORS,
     "shdh.bundle": FRONT_DOORS,
     "components*": FRONT_DOORS,
     "pipelines*": FRONT_DOORS,
 }
 CORE_THIRD_PARTY = frozenset({"torch", "numpy", "numba"})
+# The shallow baselines fit with scipy's exact solvers (KSH's generalised eigenproblem, COSDISH's
+# positive-definite solve, LFH's expit): replacing them would change their results. They import
+# scipy inside their fit only, so the core imports, and the deep methods train, without it
+# (tests/commands/test_bundle.py blocks scipy).
+FIT_ONLY = {"scipy": frozenset({"shdh.hashers.ksh", "shdh.hashers.cosdish", "shdh.hashers.lfh"})}
 
 
 def layer_of(module: str, layers: dict[str, int] = LAYERS) -> int | None:
@@ -136,6 +141,7 @@ def test_the_core_needs_only_torch_numpy_and_numba(imports):
         if layer_of(module) == CORE
         for name, line in sorted(names.items())
         if name not in CORE_THIRD_PARTY and not import_graph.is_stdlib(name)
+        and module not in FIT_ONLY.get(name, ())
     ]
     assert not extra, (
         "core modules import packages beyond torch, numpy, numba and the standard library:\n  "

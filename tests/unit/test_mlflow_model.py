@@ -14,7 +14,7 @@ import pytest
 
 from shdh import registry, tracking
 from shdh.codes import load_codes
-from tests.stages.test_steps import run_steps, smoke_params
+from tests.commands.test_steps import run_steps, smoke_params
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
             tmp, raw, train={"methods": ["shdh"], "epochs": 1},
             baselines={"methods": []}, evaluate={"report": str(tmp / "results.md")},
         )  # fmt: skip
-        run_steps(params, ["download"], ["tree"], ["smatrix"])
+        run_steps(params, ["prepare"], ["tree"], ["smatrix"])
         run_steps(params, ["train", "--method", "shdh", "--bits", "16", "--no-progress"])
         run_steps(params, ["evaluate"])
     ref = tmp / "models" / "shdh" / "shdh-16" / "mlflow_run.json"

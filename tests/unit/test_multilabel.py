@@ -572,7 +572,7 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
     )  # fmt: skip
     u = list(layer_weights(4))
     loss = SHDHObjective().for_layout([4, 4, 4], [2, 3, 4], u)
-    result = train(config, images, sets, np.arange(40), tmp_path, progress=False,
+    result = train(config, images, sets, np.arange(40), tmp_path, progress=None,
                    segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4], layer_weights=u,
                    loss_fn=loss)  # fmt: skip
     assert len(result.history) == 2
@@ -580,7 +580,7 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
     assert result.checkpoint_path.is_file()
     with pytest.raises(ValueError, match=r"ancestors must be an \(N, K\) int array"):
         train(config, images, sets[:, :, :, None], np.arange(40), tmp_path / "x",
-              progress=False, segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4],
+              progress=None, segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4],
               layer_weights=u, loss_fn=loss)  # fmt: skip
 
 

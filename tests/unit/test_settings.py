@@ -108,7 +108,7 @@ def test_every_step_command_refuses_the_file_before_any_work(tmp_path, caplog, k
     params = with_value(key, value, with_value("data.prepared_dir", str(tmp_path / "prepared")))
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
-    for step in ("download", "tree", "inputs"):
+    for step in ("prepare", "tree", "inputs"):
         caplog.clear()
         assert main([step, "--params", str(path)]) == 1
         assert f"{path}: {message}" in caplog.text
@@ -116,7 +116,7 @@ def test_every_step_command_refuses_the_file_before_any_work(tmp_path, caplog, k
 
 
 def test_kubeflow_compile_and_components_check_the_same_way(tmp_path):
-    from shdh.stages.pipeline import resolve_params, section_arg
+    from shdh.kubeflow import resolve_params, section_arg
 
     with pytest.raises(ConfigError, match=r"train.epochs: expected an integer >= 1, got 2.5"):
         resolve_params(REPO / "params.yaml", "smoke", ["train.epochs=2.5"], REPO / "profiles")

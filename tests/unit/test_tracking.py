@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shdh import tracking
+from shdh import parent_run, tracking
 
 
 def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
@@ -117,7 +117,7 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     from shdh import parent_run
 
     settings = {"train": {"epochs": 1, "bits": [16]}, "baselines": {"ksh+h": {"n_anchors": 5}}}
-    context = tracking.pipeline_context("p1", {"profile": "smoke"}, settings)
+    context = parent_run.pipeline_context("p1", {"profile": "smoke"}, settings)
     parent = context["parent_run_id"]
     client = mlflow.MlflowClient()
     opened = client.get_run(parent)
@@ -129,10 +129,10 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
             raise RuntimeError("boom")
     assert client.get_run(parent).info.status == "FAILED"
     # A Kubeflow training task that starts after its sibling failed leaves it FAILED...
-    tracking.pipeline_context("p1", {"profile": "smoke"}, None, reopen=False)
+    parent_run.pipeline_context("p1", {"profile": "smoke"}, None, reopen=False)
     assert client.get_run(parent).info.status == "FAILED"
     # ...a rerun of the same pipeline run reopens the same parent, RUNNING again.
-    again = tracking.pipeline_context("p1", {"profile": "smoke"}, settings)
+    again = parent_run.pipeline_context("p1", {"profile": "smoke"}, settings)
     assert again["parent_run_id"] == parent
     assert client.get_run(parent).info.status == "RUNNING"
     results = tmp_path / "results"
@@ -144,7 +144,7 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     (results / "plots" / "wr_at_n-16.png").write_bytes(b"png")
     (tmp_path / "results.md").write_text("# Results\n")
     parent_run.summarize(parent, results, tmp_path / "results.md")
-    parent_run.end_parent(parent)
+    tracking.end_parent(parent)
     done = client.get_run(parent)
     assert done.info.status == "FINISHED"
     assert "| shdh | 16 | 0.5 |" in done.data.tags["mlflow.note.content"]
@@ -156,8 +156,8 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
 
 
 def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
-    first = tracking.pipeline_context("p1", {}, None)["parent_run_id"]
-    second = tracking.pipeline_context("p2", {}, None)["parent_run_id"]
+    first = parent_run.pipeline_context("p1", {}, None)["parent_run_id"]
+    second = parent_run.pipeline_context("p2", {}, None)["parent_run_id"]
     with tracking.run(run_name="shdh-16-seed0", parent_run_id=first) as active:
         tracking.save_run_ref(tmp_path / "ref.json", active)
     assert tracking.load_run_ref(tmp_path / "ref.json", first) == active.info.run_id
@@ -166,9 +166,9 @@ def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
 
 WRITER = """
 import sys
-from shdh import tracking
+from shdh import parent_run, tracking
 name, n_runs, n_metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-parent = tracking.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
+parent = parent_run.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
 for r in range(n_runs):
     with tracking.run(run_name=f"{name}-{r}", parent_run_id=parent, params={"r": r}):
         for step in range(n_metrics):

@@ -47,7 +47,7 @@ def _weighted_hamming(codes: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
 def _train(out: Path, data=None, **over):
     images, anc = data if data is not None else _toy(16)
     config = TrainConfig(**(TINY | {"epochs": 2} | over.pop("config", {})))
-    progress = over.pop("progress", False)
+    progress = over.pop("progress", None)
     return train(
         config, images, anc, np.arange(len(images)), out, progress=progress, **(RUN | over)
     )
@@ -56,7 +56,7 @@ def _train(out: Path, data=None, **over):
 def test_toy_hierarchy_trains(tmp_path: Path) -> None:
     images, anc = _toy(48)
     config = TrainConfig(**(TINY | {"epochs": 8, "batch_size": 32}))
-    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **RUN)
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=None, **RUN)
     hist = result.history
     assert [h["epoch"] for h in hist] == list(range(1, 9))
     assert hist[-1]["loss"] < 0.5 * hist[0]["loss"]
@@ -94,11 +94,33 @@ def test_history_diagnostics_and_on_epoch(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temp files left
 
 
-def test_lr_decays_per_epoch(tmp_path: Path) -> None:
+class _Bar:
+    """A progress bar that records what the loop tells it."""
+
+    made: list[tuple[int, str]] = []
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.made.append((total, desc))
+        self.steps, self.closed = 0, False
+
+    def update(self, n: int = 1) -> None:
+        self.steps += n
+
+    def set_postfix(self, **kwargs) -> None:
+        assert "loss" in kwargs
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_lr_decays_per_epoch_and_each_epoch_has_its_bar(tmp_path: Path) -> None:
+    _Bar.made.clear()
     result = _train(
-        tmp_path, config={"epochs": 3, "lr_decay_every": 2, "lr_decay": 0.5}, progress=True
+        tmp_path, config={"epochs": 3, "lr_decay_every": 2, "lr_decay": 0.5}, progress=_Bar
     )
     assert [h["lr"] for h in result.history] == [0.01, 0.01, 0.005]
+    # 64 items in batches of 16: 4 steps an epoch, each epoch a bar of its own
+    assert _Bar.made == [(4, "epoch 1/3"), (4, "epoch 2/3"), (4, "epoch 3/3")]
 
 
 def test_rng_and_threads_left_as_found(tmp_path: Path) -> None:
@@ -158,7 +180,7 @@ def test_memory_bank_pairs_with_other_items(tmp_path: Path) -> None:
         assert len(bank[1]) == len(bank[0]) and not bank[0].requires_grad
         return inner(z, anc_batch, bank)
 
-    train(config, images, anc, np.arange(32), tmp_path, progress=False, loss_fn=spy, **LAYOUT)
+    train(config, images, anc, np.arange(32), tmp_path, progress=None, loss_fn=spy, **LAYOUT)
     assert bank_sizes == [0, 16, 16, 16]  # filled items not in the batch
 
 
@@ -181,7 +203,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path: Path) -> None:
             anc,
             np.arange(64),
             tmp_path,
-            progress=False,
+            progress=None,
             loss_fn=nan_at_epoch_2,
             **LAYOUT,
         )
@@ -221,7 +243,7 @@ def test_resume_errors(tmp_path: Path) -> None:
             anc,
             np.arange(60),
             tmp_path,
-            progress=False,
+            progress=None,
             resume="always",
             **RUN,
         )
@@ -233,7 +255,7 @@ def test_resume_errors(tmp_path: Path) -> None:
             anc,
             np.arange(64),
             tmp_path,
-            progress=False,
+            progress=None,
             resume="always",
             **other_layout,
         )
@@ -322,7 +344,7 @@ def test_train_bad_inputs(tmp_path: Path) -> None:
     ]
     for args, match in cases:
         with pytest.raises(ValueError, match=match):
-            train(config, *args, tmp_path, progress=False, **RUN)
+            train(config, *args, tmp_path, progress=None, **RUN)
     with pytest.raises(ValueError, match="must sum to n_bits=16"):
         train(
             config,
@@ -330,7 +352,7 @@ def test_train_bad_inputs(tmp_path: Path) -> None:
             anc,
             idx,
             tmp_path,
-            progress=False,
+            progress=None,
             **(RUN | {"segment_sizes": [8, 4]}),
         )
 

@@ -34,7 +34,7 @@ def test_the_log_names_the_path_taken(tmp_path: Path, caplog) -> None:
             anc,
             np.arange(len(images)),
             tmp_path,
-            progress=False,
+            progress=None,
             **LAYOUT,
         )
     assert any(
@@ -55,7 +55,7 @@ def test_compile_wraps_the_training_steps_only(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr(training.torch, "compile", fake_compile)
     images, anc = _data()
     config = TrainConfig(**TINY, device="cpu", compile=True)
-    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **LAYOUT)
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=None, **LAYOUT)
     assert compiled == [result.model]
     model, saved, _ = load_checkpoint(result.checkpoint_path)
     assert saved.compile and not any(k.startswith("_orig_mod") for k in model.state_dict())
@@ -66,7 +66,7 @@ def test_compile_wraps_the_training_steps_only(tmp_path: Path, monkeypatch) -> N
         anc,
         np.arange(len(images)),
         tmp_path,
-        progress=False,
+        progress=None,
         resume="always",
         **LAYOUT,
     )
@@ -86,7 +86,7 @@ def test_gpu_paths_train_and_log(tmp_path: Path, monkeypatch, caplog, path: str)
             anc,
             np.arange(len(images)),
             tmp_path,
-            progress=False,
+            progress=None,
             **LAYOUT,
         )
     message = "resident on" if path == "resident" else "pinned host buffers"
@@ -101,5 +101,5 @@ def test_gpu_paths_train_and_log(tmp_path: Path, monkeypatch, caplog, path: str)
 def test_gpu_compile_trains(tmp_path: Path) -> None:
     images, anc = _data(300)
     config = TrainConfig(**(TINY | {"epochs": 2}), device="cuda", compile=True)
-    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **LAYOUT)
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=None, **LAYOUT)
     assert all(np.isfinite(h["loss"]) for h in result.history)

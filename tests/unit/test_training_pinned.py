@@ -52,7 +52,7 @@ def test_shdh_cpu_fit_is_pinned(tmp_path: Path, memory_bank: bool, expected: str
         memory_bank=memory_bank,
         seed=3,
     )
-    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=False, **LAYOUT)
+    result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=None, **LAYOUT)
     assert _digest(encode(result.model, images), result.history) == expected
 
 

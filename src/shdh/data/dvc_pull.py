@@ -2,7 +2,7 @@
 pipeline step without a checkout gets exactly the data that `dvc repro` uses.
 
 When the pipeline is compiled, the checkout's data.dvc and .dvc/config become one argument of
-the download step (`data_version`). Only the committed config goes in, never .dvc/config.local,
+the prepare step (`data_version`). Only the committed config goes in, never .dvc/config.local,
 where credentials belong; a committed config that holds credentials is refused, since the
 pipeline YAML would carry them to the cluster. The step writes both files into an empty DVC
 project of its own (no git) and runs `dvc pull`, which fetches the objects of that md5 and
@@ -57,7 +57,7 @@ class RawData:
 
 
 def data_version(root: str | Path = ".") -> str:
-    """data.dvc and .dvc/config of the checkout at root, as the download step's JSON argument."""
+    """data.dvc and .dvc/config of the checkout at root, as the prepare step's JSON argument."""
     root = Path(root)
     texts = {}
     for key, name in (("dvc_file", DVC_FILE), ("dvc_config", DVC_CONFIG)):
@@ -153,12 +153,12 @@ def _parse(version: str) -> dict[str, str]:
     try:
         files = json.loads(version)
     except (TypeError, ValueError) as exc:
-        raise DataVersionError(f"the download step's data_version: not valid JSON: {exc}") from exc
+        raise DataVersionError(f"the prepare step's data_version: not valid JSON: {exc}") from exc
     if not isinstance(files, dict) or not all(
         isinstance(files.get(k), str) for k in ("dvc_file", "dvc_config")
     ):
         raise DataVersionError(
-            "the download step's data_version: expected a JSON object with "
+            "the prepare step's data_version: expected a JSON object with "
             "the texts 'dvc_file' and 'dvc_config' (shdh.data.dvc_pull)"
         )
     return files

@@ -28,3 +28,15 @@ def get_hasher_class(name: str):
         raise ValueError(f"unknown method '{name}' (known: {', '.join(REGISTRY)})")
     module, cls = REGISTRY[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def load_hasher(directory):
+    """A saved hasher of whichever method its params.json names (Hasher.save's folder)."""
+    from pathlib import Path
+
+    from shdh.hashers.base import read_meta
+
+    method = read_meta(directory).get("method", "")
+    if method not in REGISTRY:
+        raise ValueError(f"{Path(directory) / 'params.json'}: holds unknown method '{method}'")
+    return get_hasher_class(method).load(directory)

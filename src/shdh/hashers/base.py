@@ -40,7 +40,7 @@ class Hasher:
     supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
     # Parameters that shape only the code built after training, not the training itself: a
     # fit made with other values of them is this fit's too (the classifier oracle's n_bits,
-    # so its three code lengths share one trained classifier per seed; see fitting.train).
+    # so its three code lengths share one trained classifier per seed; see shdh.steps.fit).
     code_only_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, n_bits: int, seed: int = 0) -> None:
@@ -103,21 +103,18 @@ class Hasher:
 
     @classmethod
     def load(cls, directory: str | Path) -> Hasher:
-        """Rebuild a fitted hasher (on Hasher itself: of the method the file names)."""
-        from shdh.hashers import get_hasher_class
-
+        """Rebuild a fitted hasher of this class (any method's: shdh.hashers.load_hasher)."""
+        if cls is Hasher:
+            raise TypeError(
+                "Hasher.load: call it on a method's class, or load any saved hasher with "
+                "shdh.hashers.load_hasher"
+            )
         directory = Path(directory)
-        meta_path, state_path = directory / "params.json", directory / "state.npz"
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{meta_path}: cannot read the hasher parameters: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ValueError(f"{meta_path}: field 'format' is not '{FORMAT}'")
-        klass = get_hasher_class(meta.get("method", "")) if cls is Hasher else cls
-        if klass.name != meta.get("method"):
+        meta, meta_path = read_meta(directory), directory / "params.json"
+        if cls.name != meta.get("method"):
             raise ValueError(f"{meta_path}: holds method '{meta.get('method')}', not '{cls.name}'")
-        hasher = klass(**meta.get("params", {}))
+        hasher = cls(**meta.get("params", {}))
+        state_path = directory / "state.npz"
         try:
             with np.load(state_path, allow_pickle=False) as arrays:
                 for key in arrays.files:
@@ -144,3 +141,15 @@ class Hasher:
 
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """A saved hasher's params.json: its format, its method and its parameters."""
+    meta_path = Path(directory) / "params.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{meta_path}: cannot read the hasher parameters: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{meta_path}: field 'format' is not '{FORMAT}'")
+    return meta

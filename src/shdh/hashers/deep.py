@@ -125,7 +125,7 @@ class _DeepHasher(Hasher):
         pairs: Any = None,
         *,
         resume: str = "never",
-        progress: bool = False,
+        progress: Callable[[int, str], Any] | None = None,
         on_epoch: Callable[[dict[str, float]], None] | None = None,
     ) -> _DeepHasher:
         """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
@@ -223,7 +223,7 @@ class _DeepHasher(Hasher):
     ) -> Path | None:
         """The first of work_dirs holding a checkpoint (training_files) made with this hasher's
         parameters (code_only_params and runtime ones aside) on this data: what resume would
-        accept. Lets a fit start from another fit's training (fitting.train). The data is
+        accept. Lets a fit start from another fit's training (shdh.steps.fit). The data is
         fingerprinted once for all the folders."""
         record = None
         for work_dir in map(Path, work_dirs):

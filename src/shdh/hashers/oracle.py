@@ -8,7 +8,7 @@ predicted into the same superclass share that segment, and so on: the ranking is
 the classifier. Where SHDH falls short of this row, the hashing loses what the backbone could
 have given; where both fall short of perfect, the backbone is the limit.
 
-The code length only sizes the patterns (code_only_params), so fitting.train trains the
+The code length only sizes the patterns (code_only_params), so shdh.steps.fit trains the
 classifier once per seed and builds the other lengths' codes from that checkpoint.
 
 Single-label data only: a multi-label item has no one class path to predict.

@@ -1,7 +1,7 @@
 """Settings: params.yaml read once and every section and key checked before a step does work.
 
-Every front door goes through here: the CLI and the DVC stages (shdh.stages.common), `shdh
-profile apply`, and the Kubeflow compile step and components (shdh.stages.pipeline). A typo
+Every front door goes through here: the CLI and the DVC stages (shdh.commands.common), `shdh
+profile apply`, and the Kubeflow compile step and components (shdh.commands.pipeline). A typo
 ("unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?") or a value of the
 wrong kind ("train.epochs: expected an integer >= 1, got 2.5") fails at once, on one line that
 names the file and the key, instead of being ignored or failing deep inside a step.
@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shdh.config import ConfigError, load_params
+import yaml
+
+from shdh.errors import ConfigError
 from shdh.settings.checks import parse_section, unknown_key
 from shdh.settings.sections import SECTIONS, ParamsSettings
 
@@ -32,6 +34,22 @@ class Settings:
 
     def section(self, name: str) -> dict[str, Any]:
         return self.params[name]
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Read params.yaml as plain dicts; the file must be a mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: params file not found") from exc
+    try:
+        params = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return params
 
 
 def validate(params: dict[str, Any], source: str | Path = "params.yaml") -> Settings:

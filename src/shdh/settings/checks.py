@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.config import ConfigError
+from shdh.errors import ConfigError
 
 REQUIRED = dataclasses.MISSING  # a setting every params file must give
 

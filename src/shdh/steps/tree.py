@@ -20,7 +20,7 @@ ANCESTORS_FILE = "ancestors.npy"
 
 
 def load_tree_source(source: str, prepared_dir: str | Path | None = None) -> LabelTree:
-    """ "dataset" (the tree the download step found in the data), `builtin:NAME`, or a path to
+    """ "dataset" (the tree the prepare step found in the data), `builtin:NAME`, or a path to
     a tree JSON file (LabelTree.save format)."""
     if source == "dataset":
         if prepared_dir is None:

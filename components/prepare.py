@@ -1,4 +1,4 @@
-"""download: bring the raw files of the data version (DVC, else the public download), convert
+"""prepare: bring the raw files of the data version (DVC, else the public download), convert
 them to the dataset format and make the split."""
 
 from kfp import dsl
@@ -8,8 +8,8 @@ from components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
-def download(data: str, seed: int, prepared: Output[Dataset], data_version: str = ""):
-    """Pull the raw dataset of data.dvc's version, or fetch it, and convert it (shdh download).
+def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str = ""):
+    """Pull the raw dataset of data.dvc's version, or fetch it, and convert it (shdh prepare).
 
     Inputs:
         data: the `data` section of params.yaml as JSON (dataset, sources, raw_dir, verify,
@@ -28,7 +28,7 @@ def download(data: str, seed: int, prepared: Output[Dataset], data_version: str 
     import tempfile
 
     from shdh.data.dvc_pull import pull_or_fetch
-    from shdh.stages.pipeline import section_arg
+    from shdh.kubeflow import section_arg
     from shdh.steps.prepare import prepare, prepare_options
 
     cfg = section_arg(data, "data")

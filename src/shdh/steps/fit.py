@@ -1,9 +1,11 @@
-"""The train step: fit one method at one code length on the training pool, tracked in MLflow.
+"""The fit step: fit one method at one code length on the training pool, tracked in MLflow.
 
 Every method, deep or shallow, goes through the same function: the same training items (a
 seeded prefix of the database order), the same pair labels from the S-matrix artifact (in the
 mode the method asks for), and the same record (a saved hasher, its fit time, its MLflow run).
 What differs is only the input: uint8 images for deep methods, GIST features for shallow ones.
+Which fits a run asks for, and what each is called, is the run plan's business (shdh.plan
+makes the `Fit`s); this step takes one and carries it out.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +23,13 @@ import numpy as np
 
 from shdh import tracking
 from shdh.atomic import atomic_path, atomic_write_text
-from shdh.config import flatten
 from shdh.devices import resolve_device
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
-from shdh.plan import fit_seed, method_params, model_dir, run_name
+from shdh.progress import bars
+from shdh.steps.features import load_features
 from shdh.training import RESUME_MODES
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,25 @@ RUN_REF = "mlflow_run.json"
 FIT_RECORD = "fit.json"
 WORK_DIR = "work"  # inside a deep model folder: the checkpoint and its run record
 ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One fit of a run: a method at a code length with one seed, where it lives, and the
+    method's constructor arguments (shdh.plan makes these from the settings)."""
+
+    method: str
+    bits: int
+    seed: int  # the seed the fit uses: its own, else the master seed
+    own_seed: int | None  # set when the settings list seeds: the fit is named with it
+    name: str  # METHOD-BITS[-seedS]: the model folder's, the codes file's and the run's name
+    out_dir: Path  # the model folder
+    params: dict[str, Any]  # the method's constructor arguments (hyper-parameters)
+    n_train: int | None = None  # the first n of the seeded training pool; None: all of it
+
+    @property
+    def deep(self) -> bool:
+        return get_hasher_class(self.method).input_kind == "images"
 
 
 def training_inputs(
@@ -61,41 +83,24 @@ def training_inputs(
     return load_features(features_path, len(ds.ids))[train_idx], pairs
 
 
-def load_features(path: str | Path, n_items: int) -> np.ndarray:
-    path = Path(path)
-    try:
-        features = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the features: {exc}") from exc
-    if features.ndim != 2 or len(features) != n_items:
-        raise ValueError(f"{path}: features have shape {features.shape}, expected ({n_items}, d)")
-    return features
-
-
-def train(
-    method: str,
-    bits: int,
+def fit(
+    plan: Fit,
     *,
     prepared_dir: str | Path,
     smatrix_path: str | Path,
-    models_dir: str | Path,
-    section: dict[str, Any],
     features_path: str | Path | None = None,
-    seed: int = 0,
-    replicate: int | None = None,
     resume: str = "never",
     progress: bool = True,
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
     checkpoints: Any = None,
 ) -> Path:
-    """Fit `method` at `bits` and save it under models_dir/METHOD/METHOD-BITS/.
+    """Fit `plan` and save it in plan.out_dir: the hasher, fit.json, and for deep methods the
+    checkpoint, history.json and the MLflow run reference.
 
-    replicate: fit with this seed instead of `seed`, named METHOD-BITS-seedS (replicate_seeds).
-
-    resume (deep methods): "never" starts afresh; "always" continues the checkpoint and fails if
-    it does not match; "auto" continues a matching checkpoint and starts afresh otherwise (what
-    `dvc repro` uses, so an interrupted pipeline picks up where it stopped).
+    resume (deep methods, training.RESUME_MODES): "auto" continues a matching checkpoint and
+    starts afresh otherwise (what `dvc repro` uses, so an interrupted pipeline picks up where
+    it stopped).
 
     checkpoints (deep methods): a shdh.checkpoint_store.FitCheckpoints that keeps the training
     files in an object store, so that a fit on a disk that does not outlive it (a pod) resumes
@@ -103,75 +108,95 @@ def train(
     """
     if resume not in RESUME_MODES:
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
-    cls = get_hasher_class(method)
-    params = method_params(section, method)
-    if cls.input_kind == "images":  # an explicit cuda without a usable GPU stops before any work
+    cls = get_hasher_class(plan.method)
+    params = dict(plan.params)
+    if plan.deep:  # an explicit cuda without a usable GPU stops before any work
         resolve_device(str(params.get("device", "auto")))
-    seed = fit_seed(seed, replicate)
-    name = run_name(method, bits, replicate)
-    out_dir = model_dir(models_dir, method, bits, replicate)
+        params["work_dir"] = str(plan.out_dir / WORK_DIR)
     X, pairs = training_inputs(
-        cls, Path(prepared_dir), Path(smatrix_path),
-        Path(features_path) if features_path else None, section.get("n_train"),
-    )  # fmt: skip
-    deep = cls.input_kind == "images"
-    if deep:
-        params["work_dir"] = str(out_dir / WORK_DIR)
-    hasher = cls(n_bits=bits, seed=seed, **params)
-    log.info("%s: fitting on %d items", name, len(X))
-    shared_from = None
-    if deep and resume != "never":
-        if checkpoints is not None:
-            checkpoints.restore(hasher, X, pairs, out_dir)
-        shared_from = _share_checkpoint(hasher, X, pairs, out_dir)
-    started = {"checkpoint_from": shared_from} if shared_from else {}  # fit.json and MLflow tags
-
-    run_id = (tracking.load_run_ref(out_dir / RUN_REF, parent_run_id)
-              if deep and resume != "never" else None)  # fmt: skip
+        cls,
+        Path(prepared_dir),
+        Path(smatrix_path),
+        Path(features_path) if features_path else None,
+        plan.n_train,
+    )
+    hasher = cls(n_bits=plan.bits, seed=plan.seed, **params)
+    log.info("%s: fitting on %d items", plan.name, len(X))
+    started = _started(plan, hasher, X, pairs, resume, checkpoints)
+    run_id = None
+    if plan.deep and resume != "never":
+        run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, parent_run_id)
     logged = {
-        **flatten(params),
-        "method": method,
-        "bits": bits,
-        "seed": seed,
+        **tracking.flatten(params),
+        "method": plan.method,
+        "bits": plan.bits,
+        "seed": plan.seed,
         "n_train_items": len(X),
         "segment_sizes": hasher_segments(hasher, pairs),
     }
-    run_tags = {"method": method, "bits": str(bits), **started, **(tags or {})}
     with tracking.run(
-        run_name=tracking.child_run_name(method, bits, seed),
+        run_name=tracking.child_run_name(plan.method, plan.bits, plan.seed),
         params=None if run_id else logged,
-        tags=run_tags,
+        tags={"method": plan.method, "bits": str(plan.bits), **started, **(tags or {})},
         run_id=run_id,
         parent_run_id=parent_run_id,
     ) as active:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tracking.save_run_ref(out_dir / RUN_REF, active)
-        start = time.perf_counter()
-        if deep:
-            _fit_deep(hasher, X, pairs, resume, progress, out_dir, checkpoints)
-        else:
-            hasher.fit(X, pairs)
-        seconds = time.perf_counter() - start
-        hasher.save(out_dir / HASHER_DIR)
-        tracking.log_metrics({"fit_seconds": seconds})
-        if deep:
-            tracking.log_artifact(out_dir / WORK_DIR / "checkpoint.pt", "checkpoint")
-            # The encoder as an MLflow model (images -> packed codes), servable and registrable.
-            tracking.log_encoder(out_dir / HASHER_DIR, X[:ENCODER_EXAMPLE_ITEMS])
-            history = json.dumps(hasher.history_, indent=2) + "\n"
-            atomic_write_text(out_dir / "history.json", history)
+        seconds = _fit_and_save(plan, hasher, X, pairs, active, resume, progress, checkpoints)
     record = {
-        "method": method,
-        "bits": bits,
-        "replicate": replicate,
-        "seed": seed,
+        "method": plan.method,
+        "bits": plan.bits,
+        "own_seed": plan.own_seed,
+        "seed": plan.seed,
         "fit_seconds": round(seconds, 3),
         "n_train_items": len(X),
         **started,
     }
-    atomic_write_text(out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
-    log.info("%s: fitted in %.1f s, saved to %s", name, seconds, out_dir)
-    return out_dir
+    atomic_write_text(plan.out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
+    log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
+    return plan.out_dir
+
+
+def _started(
+    plan: Fit, hasher: Hasher, X: np.ndarray, pairs: PairSimilarity, resume: str, checkpoints: Any
+) -> dict[str, str]:
+    """Where a resumed deep fit starts from: its checkpoint in the object store, else a
+    sibling's training (_share_checkpoint). Returns fit.json's and the MLflow tags' entry."""
+    if not plan.deep or resume == "never":
+        return {}
+    if checkpoints is not None:
+        checkpoints.restore(hasher, X, pairs, plan.out_dir)
+    shared_from = _share_checkpoint(hasher, X, pairs, plan.out_dir)
+    return {"checkpoint_from": shared_from} if shared_from else {}
+
+
+def _fit_and_save(
+    plan: Fit,
+    hasher: Hasher,
+    X: np.ndarray,
+    pairs: PairSimilarity,
+    active: Any,
+    resume: str,
+    progress: bool,
+    checkpoints: Any,
+) -> float:
+    """The fit itself, inside its MLflow run; returns its seconds."""
+    out_dir = plan.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tracking.save_run_ref(out_dir / RUN_REF, active)
+    start = time.perf_counter()
+    if plan.deep:
+        _fit_deep(hasher, X, pairs, resume, progress, out_dir, checkpoints)
+    else:
+        hasher.fit(X, pairs)
+    seconds = time.perf_counter() - start
+    hasher.save(out_dir / HASHER_DIR)
+    tracking.log_metrics({"fit_seconds": seconds})
+    if plan.deep:
+        tracking.log_artifact(out_dir / WORK_DIR / "checkpoint.pt", "checkpoint")
+        # The encoder as an MLflow model (images -> packed codes), servable and registrable.
+        tracking.log_encoder(out_dir / HASHER_DIR, X[:ENCODER_EXAMPLE_ITEMS])
+        atomic_write_text(out_dir / "history.json", json.dumps(hasher.history_, indent=2) + "\n")
+    return seconds
 
 
 def _fit_deep(
@@ -191,7 +216,7 @@ def _fit_deep(
         else checkpoints.syncing(hasher, out_dir, on_epoch)
     )
     with syncing as on_epoch:
-        hasher.fit(X, pairs, resume=resume, progress=progress, on_epoch=on_epoch)
+        hasher.fit(X, pairs, resume=resume, progress=bars(progress), on_epoch=on_epoch)
 
 
 def _share_checkpoint(
@@ -217,8 +242,11 @@ def _share_checkpoint(
         with atomic_path(work / name) as tmp:
             shutil.copyfile(found / name, tmp)
     sibling = found.parent.name
-    log.info("%s: starting from the training of %s (the code length does not change it)",
-             out_dir.name, sibling)  # fmt: skip
+    log.info(
+        "%s: starting from the training of %s (the code length does not change it)",
+        out_dir.name,
+        sibling,
+    )
     return sibling
 
 
@@ -235,9 +263,14 @@ def _epoch_logger(name: str, epochs: int):
     def on_epoch(entry: dict[str, Any]) -> None:
         log.info(
             "%s epoch %d/%d: loss %.4f, %.0f img/s, |z| %.2f, %.1f%% bits flipped",
-            name, entry["epoch"], epochs, entry["loss"], entry["images_per_sec"],
-            entry["mean_abs_z"], 100 * entry["flip_fraction"],
-        )  # fmt: skip
+            name,
+            entry["epoch"],
+            epochs,
+            entry["loss"],
+            entry["images_per_sec"],
+            entry["mean_abs_z"],
+            100 * entry["flip_fraction"],
+        )
         tracking.log_metrics(
             {k: v for k, v in entry.items() if k != "epoch"}, step=int(entry["epoch"])
         )

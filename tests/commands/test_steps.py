@@ -68,7 +68,7 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     """Every method and the classifier-oracle row (a train.methods entry, as in the paper
     profile's run) through the command-line steps."""
     params = smoke_params(tmp_path, fashion_raw, train={"methods": ["shdh", "dpsh", "oracle"]})
-    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     for method in (*ALL_METHODS, "oracle"):
         run_steps(params, ["train", "--method", method, "--bits", "16", "--no-progress"])
     run_steps(params, ["evaluate"])
@@ -117,7 +117,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     params = smoke_params(
         tmp_path, fashion_raw, train={"methods": ["shdh"]}, baselines={"methods": ["itq"]}
     )
-    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     run_steps(params, ["train", "--bits", "16", "--no-progress"])
     run_steps(params, ["train", "--method", "itq", "--bits", "16"], ["evaluate"])
     client = mlflow.MlflowClient()
@@ -144,7 +144,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
 def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 1})
     run_steps(
-        params, ["download"], ["tree"], ["smatrix"], ["train", "--bits", "16", "--no-progress"]
+        params, ["prepare"], ["tree"], ["smatrix"], ["train", "--bits", "16", "--no-progress"]
     )
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 2})
     run_steps(params, ["train", "--bits", "16", "--no-progress", "--resume", "auto"])
@@ -160,7 +160,7 @@ def test_label_path_not_in_tree_fails_and_writes_nothing(tmp_path, fashion_raw, 
         tmp_path / "no-bag.json"
     )
     params = smoke_params(tmp_path, fashion_raw, tree={"source": str(tmp_path / "no-bag.json")})
-    run_steps(params, ["download"])
+    run_steps(params, ["prepare"])
     assert main(["tree", "--params", str(params)]) == 1
     assert "Goods/Accessories/Bag" in caplog.text and "not in the tree" in caplog.text
     assert not (tmp_path / "tree").exists()
@@ -168,7 +168,7 @@ def test_label_path_not_in_tree_fails_and_writes_nothing(tmp_path, fashion_raw, 
 
 def test_code_length_below_the_number_of_levels_is_refused(tmp_path, fashion_raw, caplog):
     params = smoke_params(tmp_path, fashion_raw)
-    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
     # K = 4: the levels layout needs K-1 = 3 bits at least, the paper layout K = 4.
     assert main(["train", "--bits", "2", "--params", str(params)]) == 1
     assert "n_bits" in caplog.text or "bits" in caplog.text
@@ -179,11 +179,11 @@ def test_code_length_below_the_number_of_levels_is_refused(tmp_path, fashion_raw
 
 def test_corrupt_raw_file_is_named_and_keeps_previous_output(tmp_path, fashion_raw, caplog):
     params = smoke_params(tmp_path, fashion_raw)
-    run_steps(params, ["download"])
+    run_steps(params, ["prepare"])
     before = sorted(p.name for p in (tmp_path / "prepared").rglob("*"))
     images = fashion_raw / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:5000])  # truncated payload
-    assert main(["download", "--params", str(params)]) == 1
+    assert main(["prepare", "--params", str(params)]) == 1
     assert "train-images-idx3-ubyte" in caplog.text
     assert sorted(p.name for p in (tmp_path / "prepared").rglob("*")) == before
 
@@ -232,8 +232,8 @@ def test_default_profile_matches_params_yaml():
 
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper", "gpu"])
 def test_every_profile_applies_and_plans_its_runs(profile):
+    from shdh.kubeflow import resolve_params
     from shdh.plan import planned_runs
-    from shdh.stages.pipeline import resolve_params
 
     params = resolve_params(REPO / "params.yaml", profile, profiles_dir=REPO / "profiles")
     runs = planned_runs(params)
@@ -257,7 +257,7 @@ def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path,
     params = smoke_params(
         tmp_path, fashion_raw, baselines={"bits": [10, 16], "methods": ["itq", "kmh"]}
     )
-    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     run_steps(params, ["train", "--baselines"])  # what the DVC stage `baselines` runs
     models = tmp_path / "baselines"
     assert sorted(p.name for p in models.iterdir()) == ["itq", "kmh"]
@@ -276,7 +276,7 @@ def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path
         tmp_path, fashion_raw, train={"methods": ["shdh"], "seeds": [3, 4]},
         baselines={"methods": ["itq"], "seeds": [3, 4]},
     )  # fmt: skip
-    run_steps(params, ["download"], ["tree"], ["smatrix"], ["features"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     run_steps(params, ["train", "--method", "shdh", "--no-progress"], ["train", "--baselines"])
     run_steps(params, ["evaluate"])
     names = sorted(p.name for p in (tmp_path / "models" / "shdh").iterdir())
@@ -307,7 +307,7 @@ def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path
 
 def test_bad_seeds_are_refused_by_name(tmp_path, fashion_raw, caplog):
     params = smoke_params(tmp_path, fashion_raw, train={"seeds": [1, 1]})
-    for step in (["download"], ["train", "--method", "shdh"]):  # every step checks every key
+    for step in (["prepare"], ["train", "--method", "shdh"]):  # every step checks every key
         assert main([*step, "--params", str(params)]) != 0
         assert "train.seeds: expected null or a non-empty list" in caplog.text
         assert "got [1, 1]" in caplog.text
@@ -333,7 +333,7 @@ def test_oracle_trains_once_per_seed_for_every_code_length(tmp_path, fashion_raw
     from the 16-bit fit's finished training, per seed, and matches a fit trained on its own."""
     train = {"methods": ["oracle"], "bits": [16, 24], "seeds": [3, 4]}
     params = smoke_params(tmp_path, fashion_raw, train=train)
-    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
     run_steps(params, ["train", "--method", "oracle", "--no-progress", "--resume", "auto"])
     models = tmp_path / "models" / "oracle"
     for seed in (3, 4):
@@ -345,7 +345,7 @@ def test_oracle_trains_once_per_seed_for_every_code_length(tmp_path, fashion_raw
     # A 24-bit fit trained from scratch is the same network: sharing only skips the repeat.
     (tmp_path / "alone").mkdir()
     alone = smoke_params(tmp_path / "alone", fashion_raw, train={**train, "bits": [24]})
-    run_steps(alone, ["download"], ["tree"], ["smatrix"])
+    run_steps(alone, ["prepare"], ["tree"], ["smatrix"])
     run_steps(alone, ["train", "--method", "oracle", "--no-progress", "--resume", "never"])
     alone_fit = tmp_path / "alone" / "models" / "oracle" / "oracle-24-seed3"
     assert _started_from(alone_fit) is None

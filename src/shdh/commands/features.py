@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.steps.features import features as gist_step
 
 HELP = "compute 512-D GIST features (Oliva & Torralba) of every item"

@@ -1,4 +1,4 @@
-"""Every dataset params.yaml can select goes through fetch -> download -> tree -> smatrix.
+"""Every dataset params.yaml can select goes through fetch -> prepare -> tree -> smatrix.
 
 The upstream formats are written by the readers' own test helpers (tiny CIFAR-100 archive,
 SAIAPR TC-12 folder) or by shdh.data.folder.make_demo_folder, so these tests check the wiring:
@@ -16,14 +16,14 @@ from shdh.config import ConfigError
 from shdh.data.download import md5sum
 from shdh.data.folder import make_demo_folder
 from shdh.hierarchy import LabelTree
-from tests.stages.test_steps import run_steps, smoke_params
+from tests.commands.test_steps import run_steps, smoke_params
 from tests.unit.test_cifar100 import write_cifar100_archive
 from tests.unit.test_iaprtc12 import write_saiapr
 
 
 def _prepare(tmp_path, raw_dir, dataset, **data):
     params = smoke_params(tmp_path, raw_dir, data={"dataset": dataset, **data})
-    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
     return np.load(tmp_path / "tree" / "ancestors.npy"), LabelTree.load(
         tmp_path / "tree" / "tree.json"
     )
@@ -53,7 +53,7 @@ def test_cifar100_from_a_mirror_with_the_builtin_tree(tmp_path):
     archive, md5s, _ = write_cifar100_archive(tmp_path)
     params = smoke_params(tmp_path, tmp_path / "raw", data={
         "dataset": "cifar100", "sources": [archive.as_uri()], "verify": False})  # fmt: skip
-    run_steps(params, ["fetch"], ["download"], ["tree"])
+    run_steps(params, ["fetch"], ["prepare"], ["tree"])
     ancestors = np.load(tmp_path / "tree" / "ancestors.npy")
     tree = LabelTree.load(tmp_path / "tree" / "tree.json")
     assert tree.height == 3 and tree.n_nodes == 1 + 20 + 100
@@ -94,11 +94,11 @@ def test_undecodable_image_fails_the_download_unless_skipped(tmp_path, caplog):
     bad = raw / "animal" / "bird" / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     params = smoke_params(tmp_path, raw, data={"dataset": "folder"})
-    assert main(["download", "--params", str(params)]) == 1
+    assert main(["prepare", "--params", str(params)]) == 1
     assert str(bad) in caplog.text
     assert not (tmp_path / "prepared").exists()  # nothing half-written
     caplog.clear()
-    run_steps(params, ["download", "--skip-bad-images"])
+    run_steps(params, ["prepare", "--skip-bad-images"])
     assert len(np.load(tmp_path / "prepared" / "dataset" / "labels.npy")) == 30
     assert f"skipping an undecodable image: {bad}" in caplog.text
     assert "skipped 1 undecodable image(s) of 31" in caplog.text

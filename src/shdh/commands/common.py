@@ -71,10 +71,10 @@ def dvc_pipeline_id(params_file: str | Path) -> str:
 def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
     """Tags and the parent MLflow run shared by every step of one pipeline run; the first
     tracked stage opens the parent with the settings as its params."""
-    from shdh import tracking
+    from shdh import parent_run, tracking
 
     tags = {**run_tags(params), **tracking.source_tags(DVC_SOURCE, "LOCAL")}
-    return tracking.pipeline_context(dvc_pipeline_id(args.params), tags, params)
+    return parent_run.pipeline_context(dvc_pipeline_id(args.params), tags, params)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -15,8 +15,8 @@ from shdh.cli import main
 from shdh.data.dataset import load_dataset
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
 from shdh.hierarchy import LabelTree
+from tests.commands.test_steps import run_steps, smoke_params
 from tests.readonly import read_only, run_without_override
-from tests.stages.test_steps import run_steps, smoke_params
 
 
 @pytest.fixture
@@ -29,11 +29,11 @@ def test_a_folder_tree_with_repeated_names_and_every_reader_setting(tmp_path, sh
     Image.fromarray(np.zeros((16, 16, 3), dtype=np.uint8)).save(shapes / "warm" / "red" / "x.png")
     data = {"dataset": "folder", "color": False, "image_size": 12, "name": "mine", "workers": 0}
     params = smoke_params(tmp_path, shapes, data=data)
-    assert main(["download", "--params", str(params)]) == 1
+    assert main(["prepare", "--params", str(params)]) == 1
     assert "label 'warm/red' is an inner node" in caplog.text
     assert "set data.inner_labels: true" in caplog.text
     params = smoke_params(tmp_path, shapes, data={**data, "inner_labels": True})
-    run_steps(params, ["download"], ["tree"])
+    run_steps(params, ["prepare"], ["tree"])
     ds = load_dataset(tmp_path / "prepared" / "dataset")
     assert ds.name == "mine" and ds.images.shape == (3 * 12 + 1, 12, 12)
     tree = LabelTree.load(tmp_path / "tree" / "tree.json")
@@ -56,7 +56,7 @@ def test_a_table_with_its_own_columns_and_repeated_names(tmp_path, shapes):
     table.write_text("\n".join(rows) + "\n")
     columns = {"image_column": "file", "label_column": "class_path"}
     params = smoke_params(tmp_path, table, data={"dataset": "table", "table": columns})
-    run_steps(params, ["download"], ["tree"])
+    run_steps(params, ["prepare"], ["tree"])
     tree = LabelTree.load(tmp_path / "tree" / "tree.json")
     assert tree.names[0] == "labels" and tree.names.count("square") == 6
 
@@ -67,7 +67,7 @@ def test_a_tree_json_with_repeated_names_and_a_label_it_lacks(tmp_path, shapes, 
                                      "paths": list(SHAPE_LEAVES)}))  # fmt: skip
     params = smoke_params(tmp_path, shapes, data={"dataset": "folder"},
                           tree={"source": str(tree_file)})  # fmt: skip
-    run_steps(params, ["download"], ["tree"])
+    run_steps(params, ["prepare"], ["tree"])
     assert LabelTree.load(tmp_path / "tree" / "tree.json") == LabelTree.load(tree_file)
     tree_file.write_text(json.dumps({"format": "shdh-label-tree/1", "root": "shapes",
                                      "paths": list(SHAPE_LEAVES[1:])}))  # fmt: skip

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from shdh.commands.common import add_params_argument, load_settings, script_main
 from shdh.inputs import write_records
-from shdh.stages.common import add_params_argument, load_settings, script_main
 
 HELP = "record the hashes of the tree JSON, a table's images and other inputs dvc.yaml cannot list"
 DEFAULT_OUT = "artifacts/inputs"

@@ -1,10 +1,10 @@
-"""shdh download: the raw files -> the project's dataset format and the seeded split."""
+"""shdh prepare: the raw files -> the project's dataset format and the seeded split."""
 
 from __future__ import annotations
 
 import argparse
 
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.steps.prepare import prepare, prepare_options
 
 HELP = "convert the raw files to the dataset format and make the query/database split"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.steps.prepare import fetch
 
 HELP = "fetch the raw dataset files into data.raw_dir and verify their checksums"

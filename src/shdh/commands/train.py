@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import fitting, parent_run
+from shdh import tracking
 from shdh.atomic import check_writable
+from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
 from shdh.hashers import REGISTRY, get_hasher_class
-from shdh.plan import method_bits, models_root, section_seeds
-from shdh.stages.common import add_params_argument, params_section, pipeline_context, script_main
+from shdh.plan import fit_plan, method_bits, models_root, section_seeds
+from shdh.steps.fit import fit
 from shdh.training import RESUME_MODES
 
 HELP = "fit methods at their code lengths (deep: SHDH, DPSH; shallow: ITQ, KSH, ...)"
@@ -70,16 +71,20 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     check_writable(models_root(params, method) / method, "train.models_dir"
                    if deep else "baselines.models_dir")  # fmt: skip
     context = context if context is not None else pipeline_context(args, params)
-    with parent_run.failure_ends(context["parent_run_id"]):
+    with tracking.failure_ends(context["parent_run_id"]):
         for bits in bits_list:
-            for replicate in section_seeds(section):
-                out = fitting.train(
-                    method, bits, prepared_dir=params["data"]["prepared_dir"],
-                    smatrix_path=params["smatrix"]["out"], models_dir=models_root(params, method),
-                    section=section, features_path=None if deep else params["features"]["out"],
-                    seed=params["seed"], replicate=replicate, resume=args.resume,
-                    progress=not args.no_progress, **context,
-                )  # fmt: skip
+            for own_seed in section_seeds(section):
+                plan = fit_plan(section, method, bits, own_seed, seed=params["seed"],
+                                models_root=models_root(params, method))  # fmt: skip
+                out = fit(
+                    plan,
+                    prepared_dir=params["data"]["prepared_dir"],
+                    smatrix_path=params["smatrix"]["out"],
+                    features_path=None if deep else params["features"]["out"],
+                    resume=args.resume,
+                    progress=not args.no_progress,
+                    **context,
+                )
                 print(f"model written to {out}")
     return context
 

@@ -16,9 +16,9 @@ import torch
 from shdh.bundle import BundleError, read_bundle, write_bundle
 from shdh.cli import main as cli_main
 from shdh.codes import load_codes, save_codes
-from shdh.stages.evaluate import main as evaluate_main
+from shdh.commands.evaluate import main as evaluate_main
+from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import REPO
-from tests.stages.test_steps import run_steps, smoke_params
 
 # What a bare GPU machine lacks: the pipeline's tools, and the libraries only the pipeline's
 # data, features and reports need.
@@ -93,7 +93,7 @@ leaf = rng.integers(0, 4, 96)
 images = (rng.random((96, 28, 28)) * 255).astype(np.uint8)
 anc = np.stack([np.zeros(96, int), 1 + leaf // 2, 3 + leaf], axis=1)
 hasher = SHDH(n_bits=8, width=1 / 16, epochs=1, batch_size=32, device="cpu")
-hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"), progress=True)
+hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"))
 codes = pack_codes(hasher.encode(images))
 metrics, _ = evaluate(codes[:16], codes[16:], anc[:16], anc[16:], hasher.segment_sizes(),
                       hasher.segment_weights(), n=10, wr_ns=(10,), curve_max=20)
@@ -116,7 +116,7 @@ def _bundle_run(tmp_path: Path, fashion_raw: Path) -> tuple[Path, Path]:
         train={"methods": ["shdh", "dpsh"], "num_threads": 1},
         baselines={"methods": []},
     )
-    run_steps(params, ["download"], ["tree"], ["smatrix"])
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
     bundle = tmp_path / "bundle.npz"
     run_steps(params, ["bundle", "export", "--out", str(bundle)])
     return params, bundle

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from shdh import parent_run, registry
-from shdh.stages.common import add_params_argument, dvc_pipeline_id, script_main
+from shdh.commands.common import add_params_argument, dvc_pipeline_id, script_main
 
 HELP = "register the best encoder of a pipeline run in the MLflow Model Registry, with an alias"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.steps.smatrix import smatrix as smatrix_step
 
 HELP = "write the S-matrix artifact: ancestors, level weights, s by shared depth, a dense sample"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shdh import evaluation
+from shdh.commands.common import add_params_argument, params_section, script_main
+from shdh.report import report_from_results
 from shdh.settings.locations import check_results_location
-from shdh.stages.common import add_params_argument, params_section, script_main
 
 HELP = "figures (paper Fig. 3 and 4) and docs/results.md tables from the last evaluate step"
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if not report:
         raise ValueError("params.yaml: evaluate.report is not set and no --report was given")
     check_results_location(params, args.params, report=report)
-    figures = evaluation.report_from_results(ev["results_dir"], report, ev.get("alpha_sweep"))
+    figures = report_from_results(ev["results_dir"], report, ev.get("alpha_sweep"))
     for figure in figures:
         print(f"{figure.path}  {figure.caption}")
     print(f"{Path(report)}: tables and figures updated")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from shdh import bundle
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 
 HELP = "export a run's prepared data as one file, or train the deep methods from such a file"
 DEFAULT_OUT = "artifacts/bundle.npz"

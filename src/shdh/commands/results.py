@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.report import results_table
-from shdh.stages.common import add_params_argument, params_section, script_main
 
 HELP = "print the results table (from evaluate.results_dir/metrics.json)"
 

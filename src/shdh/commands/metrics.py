@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from shdh import evaluation
-from shdh.stages.common import script_main
+from shdh.codes import evaluate_codes_file
+from shdh.commands.common import script_main
 
 HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG and WR as JSON"
 
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(json.dumps(evaluation.metrics_of_codes_file(args.codes, n=args.n), indent=2))
+    print(json.dumps(evaluate_codes_file(args.codes, n=args.n), indent=2))
     return 0
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from shdh.commands.common import script_main
 from shdh.config import PROFILES_DIR, apply_profile, load_params
-from shdh.stages.common import script_main
 
 HELP = "apply a profile's overrides to params.yaml (keeps comments), or list the profiles"
 

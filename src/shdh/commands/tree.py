@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.stages.common import add_params_argument, params_section, script_main
+from shdh.commands.common import add_params_argument, params_section, script_main
 from shdh.steps.tree import tree as tree_step
 
 HELP = "build the label tree and the N x K ancestor matrix"

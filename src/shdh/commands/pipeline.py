@@ -1,0 +1,179 @@
+"""shdh pipeline: the Kubeflow front door: compile the DAG, run it locally, submit it to a cluster.
+
+    shdh pipeline compile [--overlay NAME] [--profile P] [--param KEY=VALUE ...] [--out FILE]
+    shdh pipeline run --local [--profile smoke]
+    shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
+
+The DAG (pipelines/) and its components (components/) live in the repository rather than in the
+installed package: compiling needs a checkout, the components' containers need only the package.
+Settings come from params.yaml and profiles/ through shdh.config, as for DVC, so a profile name
+selects the same values in both front doors.
+
+The settings and the glue the components call inside their containers are in shdh.kubeflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from shdh.commands.common import script_main
+from shdh.kubeflow import project_root, resolve_params
+
+HELP = "Kubeflow Pipelines: compile the DAG, run it locally (kfp.local) or submit it to a cluster"
+log = logging.getLogger(__name__)
+
+DEFAULT_OUT = "artifacts/pipeline.yaml"  # a build product, like the other artifacts
+DEFAULT_LOCAL_ROOT = "artifacts/kfp-local"
+DEFAULT_EXPERIMENT = "shdh"
+# Where submit finds credentials that should stay off the command line (shell history, ps).
+TOKEN_ENV = "SHDH_KFP_TOKEN"
+COOKIE_ENV = "SHDH_KFP_COOKIE"
+
+
+def load_pipelines_package() -> Any:
+    """Import pipelines/ (which imports components/) from the checkout: both are top-level
+    folders of the repository, so the checkout goes on sys.path."""
+    import importlib
+
+    root = str(project_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module("pipelines")
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    compile_p = actions.add_parser("compile", help="write the pipeline YAML for a cluster")
+    run_p = actions.add_parser("run", help="run the whole DAG here with kfp.local")
+    submit_p = actions.add_parser("submit", help="upload the pipeline and start a run (kfp.Client)")
+    for p in (compile_p, run_p, submit_p):
+        p.add_argument("--params", default="params.yaml", help="settings file (params.yaml)")
+        p.add_argument("--profile", help="apply profiles/NAME.yaml on top (smoke, default, ...)")
+        p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one setting, e.g. train.epochs=2 (repeatable)")  # fmt: skip
+    for p in (compile_p, submit_p):
+        add_cluster_arguments(p)
+    compile_p.add_argument("--out", default=DEFAULT_OUT, help=f"output file ({DEFAULT_OUT})")
+    run_p.add_argument(
+        "--local",
+        action="store_true",
+        required=True,
+        help="run with kfp.local's SubprocessRunner, in this environment",
+    )
+    run_p.add_argument("--root", default=DEFAULT_LOCAL_ROOT, help="where the artifacts go")
+    add_submit_arguments(submit_p)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which image and which cluster settings a compiled pipeline is for."""
+    parser.add_argument(
+        "--image",
+        help="the runtime image of every task, REGISTRY/NAME:TAG; GPU train tasks run TAG-cuda "
+        "(default: $SHDH_IMAGE, else ghcr.io/shdh/shdh:VERSION)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--overlay",
+        help="take task sizes, retries and GPU scheduling from the ConfigMap shdh-pipeline of "
+        "k8s/overlays/NAME (or of a kustomization folder), rendered with kubectl kustomize; "
+        "default: dev (no GPU)",
+    )
+    where.add_argument(
+        "--settings",
+        metavar="FILE",
+        help="take them from a file with that ConfigMap (kubectl get configmap shdh-pipeline "
+        "-o yaml, or a rendered overlay)",
+    )
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", required=True, help="Kubeflow Pipelines API URL")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="experiment name")
+    parser.add_argument("--run-name", help="run name (default: shdh-PROFILE-TIMESTAMP)")
+    parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    parser.add_argument("--service-account", help="service account of the run's pods")
+    login = parser.add_argument_group("credentials (multi-user Kubeflow; at most one)")
+    for flag, env, what in (
+        ("--token", TOKEN_ENV, "a bearer token"),
+        ("--token-file", None, "a file holding a service-account token, re-read on every request"),
+        ("--cookie", COOKIE_ENV, "a session cookie NAME=VALUE"),
+    ):
+        default = os.environ.get(env) or None if env else None
+        login.add_argument(
+            flag, default=default, help=what + (f" (default: ${env})" if env else "")
+        )
+    parser.add_argument(
+        "--skip-version-check",
+        action="store_true",
+        help="submit to a server that does not tell its version",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    params = resolve_params(args.params, args.profile, args.param)
+    image = getattr(args, "image", None)
+    if image:
+        os.environ["SHDH_IMAGE"] = image  # read by components.image when it is first imported
+    pipelines = load_pipelines_package()
+    image_module = sys.modules["components.image"]
+    if image and image_module.IMAGE != image:
+        raise RuntimeError(
+            f"--image {image}: the components were already imported with "
+            f"{image_module.IMAGE}; run in a fresh process"
+        )
+    if args.action == "run":
+        result = pipelines.run_local(params, args.root)
+        print(result.table)
+        print(f"results in {result.results_dir}\nreport in {result.report}")
+        return 0
+    image_module.split_image(image_module.IMAGE)  # a malformed image fails here, by name
+    settings = cluster_settings(args)
+    log.info(
+        "cluster settings from %s: train on %s",
+        settings.source,
+        f"{settings.accelerator_type} x{settings.accelerator_limit}" if settings.gpu else "the CPU",
+    )
+    if args.action == "compile":
+        out = pipelines.compile_pipeline(params, args.out, settings=settings)
+        print(f"pipeline written to {out}")
+        return 0
+    credentials = pipelines.Credentials(args.token, args.token_file, args.cookie)
+    run_id = pipelines.submit(
+        params,
+        host=args.host,
+        settings=settings,
+        experiment=args.experiment,
+        run_name=args.run_name,
+        namespace=args.namespace,
+        service_account=args.service_account,
+        credentials=credentials,
+        check_version=not args.skip_version_check,
+    )
+    print(f"run {run_id} submitted to {args.host} (experiment '{args.experiment}')")
+    return 0
+
+
+def cluster_settings(args: argparse.Namespace) -> Any:
+    """--settings FILE, else the overlay named by --overlay (dev without one)."""
+    pipelines = load_pipelines_package()
+    if args.settings:
+        return pipelines.settings_from_file(args.settings)
+    return pipelines.settings_from_overlay(
+        args.overlay or pipelines.DEFAULT_OVERLAY, project_root()
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""The Kubeflow front door's shared code: the pipeline's parameters from params.yaml, and the
+glue the components call inside their containers.
+
+A component's body is serialised alone into the pipeline YAML and runs in the project's image,
+so whatever two components share must live in the installed package: here. The DAG
+(pipelines/) and `shdh pipeline` (shdh.commands.pipeline) import this module; it imports
+neither, so the front door has no import cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shdh import settings
+from shdh.atomic import atomic_dir
+from shdh.config import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
+
+# The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
+SECTIONS = ("data", "tree", "smatrix", "features", "train", "baselines", "evaluate")
+
+
+def resolve_params(
+    params_file: str | Path = "params.yaml",
+    profile: str | None = None,
+    overrides: Iterable[str] = (),
+    profiles_dir: str | Path = PROFILES_DIR,
+) -> dict[str, Any]:
+    """params.yaml, with a profile's overrides and then `--param KEY=VALUE` ones applied.
+
+    The same values `shdh profile apply P` would write into params.yaml, without rewriting it.
+    Every key set must already exist in params.yaml, so a typo fails here, by name.
+    """
+    params = load_params(params_file)
+    if profile:
+        path = profile_path(profile, profiles_dir)
+        extra = load_params(path)
+        _check_known(params, extra, str(path))
+        params = deep_merge(params, {**extra, "profile": profile})
+    for text in overrides:
+        key, value = parse_override(text)
+        set_setting(params, key, value, f"--param {text}")
+    return settings.validate(params, params_file).params
+
+
+def _check_known(base: dict[str, Any], extra: dict[str, Any], where: str, prefix: str = "") -> None:
+    for key, value in extra.items():
+        if key not in base:
+            raise ConfigError(f"{where}: sets unknown key '{prefix}{key}' (not in params.yaml)")
+        if isinstance(value, dict) and isinstance(base[key], dict):
+            _check_known(base[key], value, where, f"{prefix}{key}.")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'train.epochs=2' -> ('train.epochs', 2); the value is read as YAML ([32, 64], null, 0.1)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--param {text}: expected KEY=VALUE, e.g. train.epochs=2")
+    try:
+        return key.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--param {text}: the value is not valid YAML: {exc}") from exc
+
+
+def set_setting(params: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set a dotted key (train.epochs, baselines.ksh.n_anchors) that params.yaml already has."""
+    *parents, last = key.split(".")
+    node: Any = params
+    for i, name in enumerate(parents):
+        node = node.get(name) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: params.yaml has no section '{'.'.join(parents[: i + 1])}'")
+    if last not in node:
+        raise ConfigError(f"{where}: params.yaml has no setting '{key}'")
+    node[last] = value
+
+
+def pipeline_arguments(params: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's parameters: seed, profile and one JSON string per params.yaml section.
+
+    Sections travel as JSON strings, not dicts: Kubeflow stores dict parameters as protobuf
+    Structs, which turn every int into a float (epochs 1 -> 1.0, "shdh-16.0") and cannot hold
+    null (max_items, n_train), so a dict would not reach the library as params.yaml wrote it.
+    """
+    return {
+        "profile": str(params.get("profile") or ""),
+        "seed": int(params["seed"]),
+        **{name: json.dumps(params[name], sort_keys=True) for name in SECTIONS},
+    }
+
+
+
+def project_root() -> Path:
+    """The checkout that holds pipelines/ and components/: the working directory, else the one
+    this package was installed from in editable mode."""
+    candidates = [Path.cwd(), Path(__file__).resolve().parents[2]]
+    for root in candidates:
+        if (root / "pipelines" / "shdh_pipeline.py").is_file() and (root / "components").is_dir():
+            return root
+    raise ConfigError(
+        f"shdh pipeline: no pipelines/shdh_pipeline.py in {candidates[0]} or {candidates[1]}; "
+        "run it from a clone of the repository"
+    )
+
+
+def section_arg(text: str, name: str) -> dict[str, Any]:
+    """A params.yaml section passed as a pipeline parameter (JSON; see pipeline_arguments),
+    validated as `shdh` validates params.yaml before the component does any work."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"pipeline parameter '{name}': not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"pipeline parameter '{name}': expected a JSON object, got {text!r}")
+    settings.validate_section(name, value, f"pipeline parameter '{name}'")
+    return value
+
+
+NO_OWN_SEED = -1  # a fit's own seed without a `seeds` list: the master seed, unnamed
+
+
+def branch_runs(train: dict[str, Any], baselines: dict[str, Any], kind: str) -> list[dict]:
+    """The {method, bits, own_seed} fits of one branch of the DAG, in the plan's order (the
+    order the score step scores them; shdh.plan.planned_runs, which also skips KMH where it
+    cannot run): "deep" are train.methods x train.bits (x train.seeds), "shallow"
+    baselines.methods x baselines.bits (x baselines.seeds). A pipeline parameter cannot be
+    null, so a fit without a seed of its own has own_seed NO_OWN_SEED."""
+    from shdh.plan import planned_runs
+
+    none = {"methods": [], "bits": []}
+    if kind == "deep":
+        runs = planned_runs({"train": train, "baselines": none})
+    elif kind == "shallow":
+        runs = planned_runs({"train": none, "baselines": baselines})
+    else:
+        raise ValueError(f"plan: kind must be 'deep' or 'shallow', got '{kind}'")
+    return [
+        {"method": str(m), "bits": int(b), "own_seed": NO_OWN_SEED if s is None else int(s)}
+        for m, b, s in runs
+    ]
+
+
+def own_seed_arg(value: int) -> int | None:
+    """A fit's own seed as the plan takes it: NO_OWN_SEED -> None."""
+    return None if int(value) == NO_OWN_SEED else int(value)
+
+
+KUBEFLOW_SOURCE = "kubeflow-pipelines:shdh"  # the source name of Kubeflow's runs in the UI
+
+
+def run_context(
+    metadata: dict[str, Any], profile: str, pipeline_run_id: str,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The MLflow tags and parent run of a Kubeflow run: the same tags as a DVC run's, with
+    the dataset and raw-data hash that `prepare` put in the prepared artifact's metadata.
+    The start step passes its `settings`: it creates the parent (they become its params) or
+    reopens it; every later step only finds it."""
+    from shdh import parent_run, tracking
+
+    missing = [k for k in ("dataset", "dvc_data_md5") if k not in metadata]
+    if missing:
+        raise ValueError(
+            f"the prepared dataset artifact's metadata lacks {missing} (written by the prepare "
+            "component)"
+        )
+    tags = {"dataset": str(metadata["dataset"]), "profile": profile,
+            "dvc_data_md5": str(metadata["dvc_data_md5"]),
+            **tracking.source_tags(KUBEFLOW_SOURCE, "JOB")}  # fmt: skip
+    return parent_run.pipeline_context(
+        pipeline_run_id, tags, settings, reopen=settings is not None
+    )
+
+
+def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict[str, Any]:
+    """The pipeline's parameters as one settings dict, the layout of params.yaml."""
+    return {"profile": profile, "seed": seed,
+            **{name: section_arg(text, name) for name, text in sections.items()}}  # fmt: skip
+
+
+def save_model(model_dir: str | Path, model: Any) -> None:
+    """Copy a fitted model folder (shdh.steps.fit's METHOD-BITS) into a Model output artifact.
+
+    The training work folder (the checkpoint, already logged to MLflow) stays behind.
+    """
+    from shdh.steps.fit import FIT_RECORD
+
+    model_dir = Path(model_dir)
+    record = json.loads((model_dir / FIT_RECORD).read_text())
+    with atomic_dir(model.path) as tmp:
+        shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("work"), dirs_exist_ok=True)
+    model.metadata.update(
+        {"method": record["method"], "bits": int(record["bits"]), "own_seed": record["own_seed"]}
+    )
+
+
+def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
+    """Lay Model artifacts out as the plan places them (models_dir/METHOD/METHOD-BITS), by links."""
+    from shdh.plan import model_dir
+    from shdh.steps.fit import FIT_RECORD
+
+    models_dir = Path(models_dir)
+    for model in models:
+        path = Path(model.path) / FIT_RECORD
+        try:
+            record = json.loads(path.read_text())
+            own_seed = record["own_seed"]
+            link = model_dir(models_dir, record["method"], int(record["bits"]), own_seed)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{path}: not a fitted model's record: {exc}") from exc
+        if link.exists():
+            raise ValueError(f"two model artifacts are both {link.name} ({model.path})")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(model.path).resolve(), target_is_directory=True)
+    return models_dir
+
+
+def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
+    """The @n metrics of every method and code length, named METHOD_BITS_METRIC for the UI."""
+    from shdh.tracking import metric_key
+
+    return {
+        f"{method}_{bits}_{metric_key(name)}": float(value)
+        for method, by_bits in scores.items()
+        for bits, row in by_bits.items()
+        for name, value in row.items()
+        if name.endswith(f"@{n}")
+    }

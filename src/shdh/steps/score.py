@@ -1,0 +1,412 @@
+"""The score step: encode queries and database with every fitted method, rank, score.
+
+Every method is scored by the same code on the same split: its codes are written as a codes
+file (docs/codes-format.md) and the metrics are computed from that file's contents, so
+`shdh metrics` on a written file reproduces metrics.json exactly. Seeded random codes are scored
+too: the floor that every method must beat.
+
+With a `seeds` list every method is fitted once per seed; the tables, metrics.json and the
+figures then hold the mean over the seeds (metrics.json also the sample standard deviation,
+as METRIC_sd), and metrics_by_seed.json every fit's own figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shdh import tracking
+from shdh.atomic import atomic_write_text
+from shdh.codes import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
+from shdh.figures import (
+    CURVES_FILE,
+    PLOTS_DIR,
+    save_curves,
+    wr_at_n_figure,
+    write_figures,
+)
+from shdh.hashers import load_hasher
+from shdh.metrics import Curves
+from shdh.metrics import evaluate as score_codes
+from shdh.report import alpha_sweep, check_outputs, results_table, write_report
+from shdh.retrieval import pack_codes
+from shdh.steps.features import load_features
+from shdh.steps.fit import FIT_RECORD, HASHER_DIR, RUN_REF, Fit
+
+log = logging.getLogger(__name__)
+
+
+BY_SEED_FILE = "metrics_by_seed.json"
+
+
+@dataclass
+class Scored:
+    method: str
+    bits: int
+    metrics: dict[str, float]
+    curves: Curves
+    codes_path: Path
+    seed: int  # the seed of the fit (metrics_by_seed.json keys each fit by it)
+
+
+@dataclass
+class _Split:
+    """The items every method is scored on: the split's queries and database, their ids and
+    ancestors, and the inputs each kind of method encodes (images, GIST features)."""
+
+    q_idx: np.ndarray
+    db_idx: np.ndarray
+    ids: np.ndarray
+    ancestors: np.ndarray
+    dataset: str
+    inputs: dict[str, np.ndarray]
+
+    def codes(self, q: np.ndarray, db: np.ndarray, sizes: Any, weights: Any) -> Codes:
+        """The codes file of {-1, +1} query and database codes, with the split's items."""
+        return Codes(
+            query_codes=pack_codes(q),
+            db_codes=pack_codes(db),
+            n_bits=q.shape[1],
+            segment_sizes=np.asarray(sizes, dtype=np.int64),
+            segment_weights=np.asarray(weights, dtype=np.float64),
+            **self.items(),
+        )
+
+    def items(self) -> dict[str, np.ndarray]:
+        return {
+            "query_ancestors": self.ancestors[self.q_idx],
+            "db_ancestors": self.ancestors[self.db_idx],
+            "query_ids": self.ids[self.q_idx],
+            "db_ids": self.ids[self.db_idx],
+        }
+
+    def encoded(self, kind: str, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(queries, database) of one input kind, gathered once for every method."""
+        if kind not in cache:
+            X = self.inputs[kind]
+            cache[kind] = (np.asarray(X[self.q_idx]), np.asarray(X[self.db_idx]))
+        return cache[kind]
+
+
+def random_codes(n_items: int, bits: int, seed: int) -> np.ndarray:
+    """Seeded random {-1,+1} codes: the floor every method must beat."""
+    rng = np.random.default_rng([seed, bits, 20170407])
+    return np.where(rng.random((n_items, bits)) < 0.5, -1, 1).astype(np.int8)
+
+
+def score(
+    fits: list[Fit],
+    *,
+    prepared_dir: str | Path,
+    smatrix_path: str | Path,
+    results_dir: str | Path,
+    eval_params: dict[str, Any],
+    features_path: str | Path | None = None,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+    codes_from: str | Path | None = None,
+) -> dict[str, Any]:
+    """Score every fit; write results_dir/{metrics.json, metrics_by_seed.json, timings.json,
+    table.md, curves.npz, codes/NAME.npz, plots/*.png} and the report (eval_params["report"]).
+
+    Each fit's model is read from fit.out_dir. The random floor is scored once per seed of the
+    fits, so it has a spread too.
+
+    codes_from: a folder trained elsewhere from a bundle (shdh.bundle): a fit with a codes file
+    there is scored from it instead of from a model, after checking that it holds this run's
+    query and database items (ids and ancestors, in the split's order); its fit record (device,
+    settings, history) is kept as results_dir/fits/NAME.json.
+    """
+    results_dir = Path(results_dir)
+    check_outputs(results_dir, eval_params.get("report"))
+    split = _load_split(prepared_dir, smatrix_path, features_path)
+    scored: list[Scored] = []
+    timings: dict[str, dict[str, list[dict[str, float]]]] = {}
+    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    context = {"results_dir": results_dir, "eval_params": eval_params, "tags": tags,
+               "parent_run_id": parent_run_id}  # fmt: skip
+    for plan in fits:
+        imported = _imported_codes(codes_from, plan, split.items())
+        if imported is not None:
+            result, timing = _score_imported(plan, *imported, **context)
+        else:
+            result, timing = _score_model(plan, split, cache, features_path, **context)
+        scored.append(result)
+        timings.setdefault(plan.method, {}).setdefault(str(plan.bits), []).append(timing)
+    if eval_params.get("random_floor", True):
+        scored += _random_floor(fits, split, **context)
+    return _write_results(scored, timings, split, results_dir, eval_params)
+
+
+def _load_split(
+    prepared_dir: str | Path, smatrix_path: str | Path, features_path: str | Path | None
+) -> _Split:
+    from shdh.steps.prepare import load_prepared
+    from shdh.steps.smatrix import load_smatrix
+
+    ds, split = load_prepared(prepared_dir)
+    inputs: dict[str, np.ndarray] = {"images": ds.images}
+    if features_path is not None and Path(features_path).exists():
+        inputs["features"] = load_features(features_path, len(ds.ids))
+    ancestors = load_smatrix(smatrix_path).ancestors
+    return _Split(split.query_idx, split.db_idx, ds.ids, ancestors, ds.name, inputs)
+
+
+def _score_model(
+    plan: Fit, split: _Split, cache: dict, features_path: Any, **context: Any
+) -> tuple[Scored, dict[str, float | None]]:
+    """Encode the split with the fit's saved model, then score the codes in the fit's run."""
+    hasher = load_hasher(plan.out_dir / HASHER_DIR)
+    if hasher.n_bits != plan.bits:
+        raise ValueError(
+            f"{plan.out_dir / HASHER_DIR}: holds a {hasher.n_bits}-bit {plan.method}, "
+            f"not {plan.bits} bits"
+        )
+    if hasher.input_kind not in split.inputs:
+        raise ValueError(
+            f"{plan.method}: needs {hasher.input_kind}, which the score step was not given "
+            f"(features: {features_path})"
+        )
+    X_q, X_db = split.encoded(hasher.input_kind, cache)
+    start = time.perf_counter()
+    q, db = hasher.encode(X_q), hasher.encode(X_db)
+    encode_s = time.perf_counter() - start
+    codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
+    run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, context["parent_run_id"])
+    result = _score(codes, plan.method, plan.bits, plan.name, plan.seed, run_id,
+                    extra={"encode_seconds": encode_s}, **context)  # fmt: skip
+    return result, {"fit_seconds": _fit_seconds(plan.out_dir), "encode_seconds": encode_s}
+
+
+def _score_imported(
+    plan: Fit, codes: Codes, record: dict[str, Any], **context: Any
+) -> tuple[Scored, dict[str, float | None]]:
+    """Score codes trained elsewhere; keep their fit record (the card, the settings)."""
+    if codes.n_bits != plan.bits:
+        raise ValueError(f"{plan.name}: the imported codes hold {codes.n_bits} bits")
+    context = {**context, "tags": {**(context["tags"] or {}),
+                                   "trained_on": str(record.get("device", ""))}}  # fmt: skip
+    extra = {"encode_seconds": record.get("encode_seconds", 0.0)}
+    result = _score(codes, plan.method, plan.bits, plan.name, plan.seed, None, extra=extra,
+                    **context)  # fmt: skip
+    fits_dir = context["results_dir"] / FITS_DIR
+    atomic_write_text(fits_dir / f"{plan.name}.json", json.dumps(record, indent=2) + "\n")
+    timing = {"fit_seconds": record.get("fit_seconds"),
+              "encode_seconds": record.get("encode_seconds")}  # fmt: skip
+    return result, timing
+
+
+def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored]:
+    """Seeded random codes at every code length, once per seed of the fits."""
+    scored = []
+    for bits in sorted({plan.bits for plan in fits}):
+        for seed, own_seed in sorted({(plan.seed, plan.own_seed) for plan in fits}):
+            q = random_codes(len(split.q_idx), bits, seed)
+            db = random_codes(len(split.db_idx), bits, seed + 1)
+            name = f"random-{bits}" if own_seed is None else f"random-{bits}-seed{own_seed}"
+            scored.append(_score(split.codes(q, db, [bits], [1.0]), "random", bits, name, seed,
+                                 None, **context))  # fmt: skip
+    return scored
+
+
+def _write_results(
+    scored: list[Scored],
+    timings: dict[str, dict[str, list[dict]]],
+    split: _Split,
+    results_dir: Path,
+    eval_params: dict[str, Any],
+) -> dict[str, Any]:
+    metrics = nested_metrics(scored)
+    curves = mean_curves(scored)
+    n = eval_params["n"]
+    atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    by_seed = json.dumps(metrics_by_seed(scored), indent=2) + "\n"
+    atomic_write_text(results_dir / BY_SEED_FILE, by_seed)
+    timing = mean_timings(timings, items=len(split.q_idx) + len(split.db_idx))
+    atomic_write_text(results_dir / "timings.json", json.dumps(timing, indent=2) + "\n")
+    save_curves(results_dir / CURVES_FILE, curves, dataset=split.dataset, n=n)
+    atomic_write_text(results_dir / "table.md", results_table(metrics, n))
+    sweep = alpha_sweep(eval_params.get("alpha_sweep"))
+    figures = write_figures(curves, results_dir / PLOTS_DIR, sweep)
+    if eval_params.get("report"):
+        write_report(eval_params["report"], metrics, figures, dataset=split.dataset, n=n)
+    return metrics
+
+
+def _imported_codes(
+    codes_from: str | Path | None, plan: Fit, items: dict[str, np.ndarray]
+) -> tuple[Codes, dict[str, Any]] | None:
+    """The codes and fit record of `plan` in a bundle's output folder, when it has them; a file
+    made from another dataset or split is refused, naming it and what differs."""
+    if codes_from is None:
+        return None
+    path = Path(codes_from) / CODES_DIR / f"{plan.name}.npz"
+    if not path.is_file():
+        return None
+    codes = load_codes(path)
+    for key, ours in items.items():
+        theirs = getattr(codes, key)
+        if theirs.shape != ours.shape or not np.array_equal(theirs, ours):
+            raise ValueError(
+                f"{path}: {key} differ from this run's ({theirs.shape} vs {ours.shape}): the "
+                "codes were made from another dataset or split; export a bundle of this run "
+                "(shdh bundle export) and train from it"
+            )
+    record_path = Path(codes_from) / FITS_DIR / f"{plan.name}.json"
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{record_path}: cannot read the fit record of {path} ({err})") from err
+    log.info("%s: codes trained elsewhere (%s), from %s", plan.name, record.get("device"), path)
+    return codes, record
+
+
+def _fit_seconds(mdir: Path) -> float | None:
+    path = mdir / FIT_RECORD
+    return json.loads(path.read_text()).get("fit_seconds") if path.is_file() else None
+
+
+def _score(
+    codes: Codes,
+    method: str,
+    bits: int,
+    name: str,
+    seed: int,
+    run_id: str | None,
+    *,
+    results_dir: Path,
+    eval_params: dict[str, Any],
+    tags: dict[str, str] | None,
+    parent_run_id: str | None,
+    extra: dict[str, float] | None = None,
+) -> Scored:
+    """Write the codes file, score it, and log metrics, codes and plot to the method's run."""
+    path = results_dir / CODES_DIR / f"{name}.npz"
+    save_codes(path, codes)
+    n_db = len(codes.db_ids)
+    wr_ns = tuple(n for n in eval_params.get("wr_ns", (100, 1000, 5000)) if n <= n_db)
+    metrics, curves = score_codes(
+        codes.query_codes,
+        codes.db_codes,
+        codes.query_ancestors,
+        codes.db_ancestors,
+        codes.segment_sizes,
+        codes.segment_weights,
+        n=eval_params["n"],
+        wr_ns=wr_ns,
+        curve_max=min(eval_params.get("curve_max", 5000), n_db),
+        workers=eval_workers(eval_params.get("workers")),
+        radius_queries=eval_params.get("radius_queries"),
+    )
+    result = Scored(method, bits, metrics, curves, path, seed)
+    log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    with tracking.run(
+        run_name=tracking.child_run_name(method, bits, seed),
+        run_id=run_id,
+        parent_run_id=parent_run_id,
+        params=None if run_id else {"method": method, "bits": bits, "seed": seed},
+        tags={"method": method, "bits": str(bits), **(tags or {})},
+    ):
+        tracking.log_metrics({**metrics, **(extra or {})})
+        tracking.log_artifact(path, "codes")
+        with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
+            plot = Path(tmp) / f"{name}-wr.png"
+            title = f"{name.replace('-', ', ', 1)} bits"
+            wr_at_n_figure({method: result.curves}, plot, title=title)
+            tracking.log_artifact(plot, "plots")
+    return result
+
+
+def eval_workers(value: int | None) -> int:
+    """Ranking threads: null in params.yaml means one per CPU this process may use (ranking
+    releases the GIL): the container's CPU limit in a pod, else the cores it may run on."""
+    if value is None:
+        from shdh.cpu_limit import available_cpus
+
+        return available_cpus()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"params.yaml: evaluate.workers: expected a positive int or null, "
+                         f"got {value!r}")  # fmt: skip
+    return value
+
+
+def _groups(scored: list[Scored]) -> dict[tuple[str, int], list[Scored]]:
+    """The fits of each (method, bits), over their seeds, in scoring order."""
+    groups: dict[tuple[str, int], list[Scored]] = {}
+    for s in scored:
+        groups.setdefault((s.method, s.bits), []).append(s)
+    return groups
+
+
+def nested_metrics(scored: list[Scored]) -> dict[str, Any]:
+    """{method: {bits: {metric: value}}}, the layout of metrics.json: the mean over the seeds,
+    and, where there are several, METRIC_sd (the sample standard deviation) and `seeds`."""
+    out: dict[str, Any] = {}
+    for (method, bits), fits in _groups(scored).items():
+        row: dict[str, float] = {}
+        for key in fits[0].metrics:
+            values = [float(f.metrics[key]) for f in fits]
+            row[key] = round(statistics.fmean(values), 6)
+            if len(fits) > 1:
+                row[f"{key}_sd"] = round(statistics.stdev(values), 6)
+        if len(fits) > 1:
+            row["seeds"] = len(fits)
+        out.setdefault(method, {})[str(bits)] = row
+    return out
+
+
+def metrics_by_seed(scored: list[Scored]) -> dict[str, Any]:
+    """{method: {bits: {seed: {metric: value}}}}: every fit's own figures (metrics_by_seed.json),
+    from which metrics.json's means and spreads are computed."""
+    out: dict[str, Any] = {}
+    for s in scored:
+        out.setdefault(s.method, {}).setdefault(str(s.bits), {})[str(s.seed)] = {
+            k: round(float(v), 6) for k, v in s.metrics.items()
+        }
+    return out
+
+
+def mean_curves(scored: list[Scored]) -> dict[tuple[str, int], Curves]:
+    """Each (method, bits)'s curves averaged over its seeds (the figures show the mean). The
+    radius axis is the same for every seed: it is set by the segment sizes and weights."""
+    out = {}
+    for key, fits in _groups(scored).items():
+        first = fits[0].curves
+        if any(not np.array_equal(f.curves.radius, first.radius) for f in fits):
+            raise ValueError(f"{key[0]}-{key[1]}: the seeds' codes have different radius axes")
+        out[key] = Curves(
+            wr_at_n=np.mean([f.curves.wr_at_n for f in fits], axis=0),
+            radius=first.radius,
+            radius_real=first.radius_real,
+            wr_at_radius=np.mean([f.curves.wr_at_radius for f in fits], axis=0),
+        )
+    return out
+
+
+def mean_timings(timings: dict[str, dict[str, list[dict]]], items: int) -> dict[str, Any]:
+    """timings.json: fit and encode seconds per method and code length, the mean over seeds."""
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(statistics.fmean(known), 3) if known else None
+
+    return {
+        method: {
+            bits: {
+                "fit_seconds": mean([r["fit_seconds"] for r in rows]),
+                "encode_seconds": mean([r["encode_seconds"] for r in rows]),
+                "items_encoded": items,
+                **({"seeds": len(rows)} if len(rows) > 1 else {}),
+            }
+            for bits, rows in by_bits.items()
+        }
+        for method, by_bits in timings.items()
+    }
