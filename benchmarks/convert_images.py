@@ -109,8 +109,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=60_000, help="number of images (60000)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--keep", type=Path, help="generate into / reuse this folder")
-    parser.add_argument("--convert", nargs=3, metavar=("ROOT", "OUT", "WORKERS"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--convert", nargs=3, metavar=("ROOT", "OUT", "WORKERS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.convert:
         root, out, workers = args.convert

@@ -77,10 +77,18 @@ def child(args: argparse.Namespace) -> None:
 
     def once(n_query: int) -> dict[str, float]:
         metrics, _ = evaluate(
-            data["q"][:n_query], data["db"], data["q_anc"][:n_query], data["db_anc"],
-            data["sizes"], data["weights"], n=100, wr_ns=(100, 1000, 5000), curve_max=5000,
-            workers=eval_workers(None), radius_queries=radius,
-        )  # fmt: skip
+            data["q"][:n_query],
+            data["db"],
+            data["q_anc"][:n_query],
+            data["db_anc"],
+            data["sizes"],
+            data["weights"],
+            n=100,
+            wr_ns=(100, 1000, 5000),
+            curve_max=5000,
+            workers=eval_workers(None),
+            radius_queries=radius,
+        )
         return metrics
 
     rss_before = _rss_bytes()
@@ -101,9 +109,23 @@ def _rss_bytes() -> int:
 
 
 def measure(args: argparse.Namespace, radius_queries: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--n-query", str(args.n_query),
-           "--n-db", str(args.n_db), "--bits", str(args.bits), "--codes", args.codes,
-           "--repeats", str(args.repeats), "--radius-queries", str(radius_queries)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--n-query",
+        str(args.n_query),
+        "--n-db",
+        str(args.n_db),
+        "--bits",
+        str(args.bits),
+        "--codes",
+        args.codes,
+        "--repeats",
+        str(args.repeats),
+        "--radius-queries",
+        str(radius_queries),
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -144,9 +166,11 @@ def main() -> None:
         peak_gb = res["peak"] / 1e9
         print(at_most_row(f"{label}: wall time", seconds, TARGET_SECONDS, "s"))
         print(at_most_row(f"{label}: peak RSS", peak_gb, TARGET_GB, "GB"))
-        notes.append(f"{label}: runs {[round(t, 2) for t in res['times']]} s, RSS before "
-                     f"evaluating {res['before'] / 1e9:.2f} GB, ndcg@100 "
-                     f"{res['metrics']['ndcg@100']:.4f}")  # fmt: skip
+        notes.append(
+            f"{label}: runs {[round(t, 2) for t in res['times']]} s, RSS before "
+            f"evaluating {res['before'] / 1e9:.2f} GB, ndcg@100 "
+            f"{res['metrics']['ndcg@100']:.4f}"
+        )
     print("\n" + "\n".join(notes))
 
 

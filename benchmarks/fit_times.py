@@ -41,8 +41,10 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=SHALLOW)
     args = parser.parse_args()
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"load average at start {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"load average at start {os.getloadavg()[0]:.2f}"
+    )
     features = args.features
     if features is None:
         features = str(Path(tempfile.mkdtemp(prefix="shdh-gist-")) / "gist.npy")
@@ -55,8 +57,9 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for method in args.methods:
         cls = get_hasher_class(method)
-        X, pairs = training_inputs(cls, Path(args.prepared), Path(args.smatrix),
-                                   Path(features), args.n_train)  # fmt: skip
+        X, pairs = training_inputs(
+            cls, Path(args.prepared), Path(args.smatrix), Path(features), args.n_train
+        )
         for bits in args.bits:
             if cls is KMH and bits % 4:
                 continue

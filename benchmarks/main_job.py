@@ -62,8 +62,10 @@ def main() -> None:
     # The profile may write its results elsewhere (the paper profile: results/paper).
     results_dir = yaml.safe_load((clone / "params.yaml").read_text())["evaluate"]["results_dir"]
     metrics = json.loads((clone / results_dir / "metrics.json").read_text())
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; commit {commit}; "
-          f"profile {args.profile or 'default'}")  # fmt: skip
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; commit {commit}; "
+        f"profile {args.profile or 'default'}"
+    )
     for name, seconds in phases.items():
         print(f"{name:40s} {seconds:7.1f} s")
     print(f"{'total':40s} {sum(phases.values()):7.1f} s")

@@ -48,5 +48,6 @@ def commit_line() -> str:
 def at_most_row(what: str, value: float, target: float, unit: str) -> str:
     """A markdown row for a figure with an upper bound: value, bound, share of it, PASS/FAIL."""
     verdict = "PASS" if value <= target else "FAIL"
-    return (f"| {what} | {value:.2f} {unit} | <= {target:g} {unit} | {value / target:.2f} | "
-            f"{verdict} |")  # fmt: skip
+    return (
+        f"| {what} | {value:.2f} {unit} | <= {target:g} {unit} | {value / target:.2f} | {verdict} |"
+    )

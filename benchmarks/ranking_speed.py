@@ -110,8 +110,10 @@ def main() -> None:
 
     print(f"machine: {machine_line()}")
     print(f"{commit_line()}")
-    print(f"exact top-{args.top}, {args.n_db:,} random {args.bits}-bit codes, {args.n_query:,} "
-          f"queries, {args.threads} threads, median of {args.repeats}")  # fmt: skip
+    print(
+        f"exact top-{args.top}, {args.n_db:,} random {args.bits}-bit codes, {args.n_query:,} "
+        f"queries, {args.threads} threads, median of {args.repeats}"
+    )
     qps = run(args)
     print("\n| ranking | queries/s | target | ratio to faiss | result |")
     print("|---|---:|---:|---:|---|")

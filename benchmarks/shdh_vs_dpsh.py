@@ -77,10 +77,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="shdh-vs-dpsh-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    print(f"budget: {params['train']['epochs']} epochs, width {params['train']['width']}, "
-          f"{args.bits} bits, n_train {args.n_train or 'all'}\n")  # fmt: skip
-    print("| variant | seed | " + " | ".join(COLUMNS) + " | last-epoch flips | bit balance |"
-          " train s |")  # fmt: skip
+    print(
+        f"budget: {params['train']['epochs']} epochs, width {params['train']['width']}, "
+        f"{args.bits} bits, n_train {args.n_train or 'all'}\n"
+    )
+    print(
+        "| variant | seed | " + " | ".join(COLUMNS) + " | last-epoch flips | bit balance |"
+        " train s |"
+    )
     print("|---|---:|" + "---:|" * (len(COLUMNS) + 3))
     runs = []
     for variant in args.variants:
@@ -90,24 +94,38 @@ def main() -> None:
             section = train_section(params, method, overrides, args.n_train)
             start = time.perf_counter()
             plan = fit_plan(section, method, args.bits, None, seed=seed, models_root=models)
-            mdir = fit(plan, prepared_dir=params["data"]["prepared_dir"],
-                       smatrix_path=params["smatrix"]["out"], progress=False)
+            mdir = fit(
+                plan,
+                prepared_dir=params["data"]["prepared_dir"],
+                smatrix_path=params["smatrix"]["out"],
+                progress=False,
+            )
             seconds = time.perf_counter() - start
             ev = {**params["evaluate"], "report": None, "random_floor": False}
             metrics = score(
-                [plan], prepared_dir=params["data"]["prepared_dir"],
+                [plan],
+                prepared_dir=params["data"]["prepared_dir"],
                 smatrix_path=args.eval_smatrix or params["smatrix"]["out"],
-                results_dir=models.parent / "results", eval_params=ev,
+                results_dir=models.parent / "results",
+                eval_params=ev,
             )[method][str(args.bits)]
             last = json.loads((mdir / "history.json").read_text())[-1]
-            row = {"variant": variant, "seed": seed, "bits": args.bits,
-                   **{c: metrics[c] for c in COLUMNS},
-                   "flip_fraction": last["flip_fraction"], "bit_balance": last["bit_balance"],
-                   "train_seconds": seconds}  # fmt: skip
+            row = {
+                "variant": variant,
+                "seed": seed,
+                "bits": args.bits,
+                **{c: metrics[c] for c in COLUMNS},
+                "flip_fraction": last["flip_fraction"],
+                "bit_balance": last["bit_balance"],
+                "train_seconds": seconds,
+            }
             runs.append(row)
             cells = " | ".join(f"{row[c]:.4f}" for c in COLUMNS)
-            print(f"| {variant} | {seed} | {cells} | {row['flip_fraction']:.3f} | "
-                  f"{row['bit_balance']:.3f} | {seconds:.0f} |", flush=True)  # fmt: skip
+            print(
+                f"| {variant} | {seed} | {cells} | {row['flip_fraction']:.3f} | "
+                f"{row['bit_balance']:.3f} | {seconds:.0f} |",
+                flush=True,
+            )
     print("\n| variant | seeds | " + " | ".join(f"{c} mean ± sd" for c in COLUMNS) + " |")
     print("|---|---:|" + "---:|" * len(COLUMNS))
     for variant in args.variants:

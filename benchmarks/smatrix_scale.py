@@ -91,8 +91,13 @@ def child(args: argparse.Namespace) -> None:
 
     root = Path(args.child)
     start = time.perf_counter()
-    smatrix.smatrix(root / "tree", root / "smatrix.npz", prepared_dir=root / "prepared",
-                  sample_size=2000, seed=0)  # fmt: skip
+    smatrix.smatrix(
+        root / "tree",
+        root / "smatrix.npz",
+        prepared_dir=root / "prepared",
+        sample_size=2000,
+        seed=0,
+    )
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     print(json.dumps({"seconds": seconds, "peak": peak}))
@@ -152,11 +157,17 @@ def block_rows(args: argparse.Namespace) -> list[tuple[str, float, float]]:
         raise SystemExit("SMatrix.shared_block differs from the broadcast baseline")
     out = []
     for label, ours, base in [
-        ("SMatrix.block (Eq. 3, float32)", lambda: s.block(rows, cols),
-         lambda: baseline_similarity(a, b, s.weights)),
-        ("SMatrix.shared_block (r, int8)", lambda: s.shared_block(rows, cols),
-         lambda: baseline_shared(a, b)),
-    ]:  # fmt: skip
+        (
+            "SMatrix.block (Eq. 3, float32)",
+            lambda: s.block(rows, cols),
+            lambda: baseline_similarity(a, b, s.weights),
+        ),
+        (
+            "SMatrix.shared_block (r, int8)",
+            lambda: s.shared_block(rows, cols),
+            lambda: baseline_shared(a, b),
+        ),
+    ]:
         t = median_interleaved({"ours": ours, "base": base}, repeats=7)
         out.append((label, t["ours"], t["base"]))
     return out
@@ -180,16 +191,20 @@ def main() -> None:
     print(f"machine: {machine_line()}")
     print(f"{commit_line()}")
     n_nodes = sum(args.branching**k for k in range(LEVELS))
-    print(f"S-matrix step: {args.n_items:,} items, {LEVELS}-level tree ({n_nodes:,} nodes), "
-          f"median of {args.repeats} runs, each in a fresh process")  # fmt: skip
+    print(
+        f"S-matrix step: {args.n_items:,} items, {LEVELS}-level tree ({n_nodes:,} nodes), "
+        f"median of {args.repeats} runs, each in a fresh process"
+    )
     with tempfile.TemporaryDirectory(prefix="shdh-smatrix-") as tmp:
         write_inputs(Path(tmp), args.n_items, args.branching)
         runs = step_runs(Path(tmp), args.repeats)
     seconds = statistics.median(r["seconds"] for r in runs)
     peak_gb = max(r["peak"] for r in runs) / 1e9
     nxn_tb = args.n_items**2 / 1e12
-    print(f"runs: {[round(r['seconds'], 2) for r in runs]} s; an N x N int8 matrix would be "
-          f"{nxn_tb:,.3g} TB")  # fmt: skip
+    print(
+        f"runs: {[round(r['seconds'], 2) for r in runs]} s; an N x N int8 matrix would be "
+        f"{nxn_tb:,.3g} TB"
+    )
 
     print("\n| S matrix | measured | target | ratio to target | result |")
     print("|---|---:|---:|---:|---|")

@@ -67,9 +67,16 @@ def synthetic_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.nd
 def config(args: argparse.Namespace, **changes) -> training.TrainConfig:
     """The pipeline's deep-training settings (params.yaml) at this script's sizes."""
     return training.TrainConfig(
-        n_bits=args.bits, width=args.width, image_size=32, batch_size=args.batch, lr=0.005,
-        device="cpu", num_threads=args.threads, seed=0, **changes,
-    )  # fmt: skip
+        n_bits=args.bits,
+        width=args.width,
+        image_size=32,
+        batch_size=args.batch,
+        lr=0.005,
+        device="cpu",
+        num_threads=args.threads,
+        seed=0,
+        **changes,
+    )
 
 
 def shdh_objective(bits: int):
@@ -87,11 +94,17 @@ def shdh_objective(bits: int):
 def shdh_step(args: argparse.Namespace, clip: bool) -> Callable[[torch.Tensor, dict], None]:
     cfg = config(args)
     torch.manual_seed(0)
-    model = build_model(in_channels=1, n_bits=args.bits, width=args.width, image_size=32,
-                        segment_sizes=hierarchy.segment_sizes(args.bits, K)).train()  # fmt: skip
+    model = build_model(
+        in_channels=1,
+        n_bits=args.bits,
+        width=args.width,
+        image_size=32,
+        segment_sizes=hierarchy.segment_sizes(args.bits, K),
+    ).train()
     loss_fn = shdh_objective(args.bits)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay)  # fmt: skip
+    opt = torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
 
     def step(x: torch.Tensor, batch: dict) -> None:
         z = model(x)
@@ -127,8 +140,10 @@ def ce_step(args: argparse.Namespace) -> Callable[[torch.Tensor, dict], None]:
 def step_times(args: argparse.Namespace) -> dict[str, float]:
     images, classes, anc = synthetic_data(args.batch, seed=1)
     x = to_input(images, 32, "cpu")
-    batch = {"anc": torch.as_tensor(anc, dtype=torch.long),
-             "y": torch.as_tensor(classes, dtype=torch.long)}  # fmt: skip
+    batch = {
+        "anc": torch.as_tensor(anc, dtype=torch.long),
+        "y": torch.as_tensor(classes, dtype=torch.long),
+    }
     steps = {
         "ce": ce_step(args),
         "shdh": shdh_step(args, clip=True),
@@ -185,12 +200,17 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
         training.to_input = timed_to_input
         try:
             result = training.train(
-                config(args, epochs=1), mapped, anc, np.arange(args.n_train), Path(tmp) / "run",
+                config(args, epochs=1),
+                mapped,
+                anc,
+                np.arange(args.n_train),
+                Path(tmp) / "run",
                 segment_sizes=hierarchy.segment_sizes(args.bits, K),
                 segment_levels=hierarchy.segment_levels(K),
-                layer_weights=hierarchy.layer_weights(K).tolist(), progress=None,
+                layer_weights=hierarchy.layer_weights(K).tolist(),
+                progress=None,
                 loss_fn=shdh_objective(args.bits),
-            )  # fmt: skip
+            )
         finally:
             training.to_input = real_to_input
     epoch = result.history[0]
@@ -213,8 +233,10 @@ def main() -> None:
 
     print(f"machine: {machine_line()}")
     print(f"{commit_line()}")
-    print(f"CNN-F width {args.width}, batch {args.batch}, {args.bits} bits, {args.threads} torch "
-          f"threads; median of {args.rounds} rounds of 3 steps each")  # fmt: skip
+    print(
+        f"CNN-F width {args.width}, batch {args.batch}, {args.bits} bits, {args.threads} torch "
+        f"threads; median of {args.rounds} rounds of 3 steps each"
+    )
     t = step_times(args)
     data_s, epoch_s, ips = data_wait(args)
     ratio, ratio_noclip = t["shdh"] / t["ce"], t["shdh_noclip"] / t["ce"]
@@ -222,8 +244,9 @@ def main() -> None:
 
     print("\n| training | measured | target | ratio | result |")
     print("|---|---:|---:|---:|---|")
-    print(f"| cross-entropy step (linear head, 10 classes) | {t['ce'] * 1e3:.1f} ms | - | 1.00 "
-          "| - |")  # fmt: skip
+    print(
+        f"| cross-entropy step (linear head, 10 classes) | {t['ce'] * 1e3:.1f} ms | - | 1.00 | - |"
+    )
     verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
     print(
         f"| SHDH step as trained (hashing head, SHDH loss, grad clipping) | "
@@ -234,9 +257,11 @@ def main() -> None:
         f"| - | {ratio_noclip:.3f} | - |"
     )
     verdict = "PASS" if share < TARGET_WAIT else "FAIL"
-    print(f"| data wait in shdh.training.train, one epoch of {args.n_train:,} images | "
-          f"{data_s:.2f} s of {epoch_s:.2f} s ({ips:,.0f} img/s) | < 10% | {share:.1%} | "
-          f"{verdict} |")  # fmt: skip
+    print(
+        f"| data wait in shdh.training.train, one epoch of {args.n_train:,} images | "
+        f"{data_s:.2f} s of {epoch_s:.2f} s ({ips:,.0f} img/s) | < 10% | {share:.1%} | "
+        f"{verdict} |"
+    )
 
 
 if __name__ == "__main__":

@@ -8,10 +8,18 @@ from components.image import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def baseline(
-    prepared: Input[Dataset], similarity: Input[Dataset], gist: Input[Dataset], method: str,
-    bits: int, own_seed: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    prepared: Input[Dataset],
+    similarity: Input[Dataset],
+    gist: Input[Dataset],
+    method: str,
+    bits: int,
+    own_seed: int,
+    settings: str,
+    seed: int,
+    profile: str,
+    pipeline_run_id: str,
     model: Output[Model],
-):  # fmt: skip
+):
     """Fit a shallow hashing method (shdh train --method METHOD --bits BITS).
 
     Inputs:
@@ -36,9 +44,15 @@ def baseline(
 
     section = section_arg(settings, "baselines")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
-        plan = fit_plan(section, method, bits, own_seed_arg(own_seed), seed=seed,
-                        models_root=models_dir)
+        plan = fit_plan(
+            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
+        )
         context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fit(plan, prepared_dir=prepared.path, smatrix_path=similarity.path,
-                  features_path=gist.path, **context)
+        out = fit(
+            plan,
+            prepared_dir=prepared.path,
+            smatrix_path=similarity.path,
+            features_path=gist.path,
+            **context,
+        )
         save_model(out, model)

@@ -8,11 +8,20 @@ from components.image import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def evaluate(
-    prepared: Input[Dataset], similarity: Input[Dataset], deep_runs: list, shallow_runs: list,
-    settings: str, seed: int, profile: str, pipeline_run_id: str, results: Output[Dataset],
-    metrics: Output[Metrics], deep_models: Input[list[Model]] | None = None,
-    shallow_models: Input[list[Model]] | None = None, gist: Input[Dataset] | None = None,
-):  # fmt: skip
+    prepared: Input[Dataset],
+    similarity: Input[Dataset],
+    deep_runs: list,
+    shallow_runs: list,
+    settings: str,
+    seed: int,
+    profile: str,
+    pipeline_run_id: str,
+    results: Output[Dataset],
+    metrics: Output[Metrics],
+    deep_models: Input[list[Model]] | None = None,
+    shallow_models: Input[list[Model]] | None = None,
+    gist: Input[Dataset] | None = None,
+):
     """Score every model (shdh evaluate), log the metrics to each model's MLflow run, write the
     results table, scores and figures onto the pipeline's parent run and close it.
 
@@ -47,13 +56,25 @@ def evaluate(
     with failure_ends(context["parent_run_id"]), tempfile.TemporaryDirectory() as models_dir:
         root = gather_models(models, models_dir)
         fits = [
-            fit_plan(None, r["method"], int(r["bits"]), own_seed_arg(r["own_seed"]), seed=seed,
-                     models_root=root)
+            fit_plan(
+                None,
+                r["method"],
+                int(r["bits"]),
+                own_seed_arg(r["own_seed"]),
+                seed=seed,
+                models_root=root,
+            )
             for r in [*deep_runs, *shallow_runs]
-        ]  # fmt: skip
-        scores = score(fits, prepared_dir=prepared.path, smatrix_path=similarity.path,
-                       results_dir=results.path, eval_params=cfg,
-                       features_path=gist.path if gist else None, **context)  # fmt: skip
+        ]
+        scores = score(
+            fits,
+            prepared_dir=prepared.path,
+            smatrix_path=similarity.path,
+            results_dir=results.path,
+            eval_params=cfg,
+            features_path=gist.path if gist else None,
+            **context,
+        )
         summarize(context["parent_run_id"], results.path, None)  # report adds the report
     end_parent(context["parent_run_id"])  # the pipeline's last tracked step
     for name, value in kfp_metrics(scores, cfg["n"]).items():

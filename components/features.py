@@ -19,5 +19,4 @@ def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
     from shdh.kubeflow import section_arg
     from shdh.steps.features import features as gist_step
 
-    gist_step(prepared.path, gist.path,
-                   batch_size=section_arg(settings, "features")["batch_size"])  # fmt: skip
+    gist_step(prepared.path, gist.path, batch_size=section_arg(settings, "features")["batch_size"])

@@ -8,9 +8,13 @@ from components.image import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def report(
-    prepared: Input[Dataset], results: Input[Dataset], settings: str, profile: str,
-    pipeline_run_id: str, document: Output[Markdown],
-):  # fmt: skip
+    prepared: Input[Dataset],
+    results: Input[Dataset],
+    settings: str,
+    profile: str,
+    pipeline_run_id: str,
+    document: Output[Markdown],
+):
     """Write the results document (the tables `shdh evaluate` writes into docs/results.md) and
     attach it to the pipeline's MLflow parent run as report/results.md.
 
@@ -32,7 +36,13 @@ def report(
     from shdh.report import write_report
 
     scores = json.loads((Path(results.path) / "metrics.json").read_text())
-    write_report(document.path, scores, [], dataset=prepared.metadata["dataset"],
-                            n=section_arg(settings, "evaluate")["n"])  # fmt: skip
-    tracking.attach_text(parent_of_pipeline(pipeline_run_id), Path(document.path).read_text(),
-                         "report/results.md")  # fmt: skip
+    write_report(
+        document.path,
+        scores,
+        [],
+        dataset=prepared.metadata["dataset"],
+        n=section_arg(settings, "evaluate")["n"],
+    )
+    tracking.attach_text(
+        parent_of_pipeline(pipeline_run_id), Path(document.path).read_text(), "report/results.md"
+    )

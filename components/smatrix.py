@@ -8,9 +8,12 @@ from components.image import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def smatrix(
-    prepared: Input[Dataset], labels: Input[Dataset], settings: str, seed: int,
+    prepared: Input[Dataset],
+    labels: Input[Dataset],
+    settings: str,
+    seed: int,
     similarity: Output[Dataset],
-):  # fmt: skip
+):
     """Write the S-matrix artifact (shdh smatrix; paper Eq. 1-3 by shared depth).
 
     Inputs:
@@ -25,5 +28,10 @@ def smatrix(
     from shdh.steps.smatrix import smatrix as smatrix_step
 
     cfg = section_arg(settings, "smatrix")
-    smatrix_step(labels.path, similarity.path, prepared_dir=prepared.path,
-                  sample_size=cfg["sample_size"], seed=seed)  # fmt: skip
+    smatrix_step(
+        labels.path,
+        similarity.path,
+        prepared_dir=prepared.path,
+        sample_size=cfg["sample_size"],
+        seed=seed,
+    )

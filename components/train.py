@@ -8,10 +8,17 @@ from components.image import IMAGE
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)
 def train(
-    prepared: Input[Dataset], similarity: Input[Dataset], method: str, bits: int,
-    own_seed: int, settings: str, seed: int, profile: str, pipeline_run_id: str,
+    prepared: Input[Dataset],
+    similarity: Input[Dataset],
+    method: str,
+    bits: int,
+    own_seed: int,
+    settings: str,
+    seed: int,
+    profile: str,
+    pipeline_run_id: str,
     model: Output[Model],
-):  # fmt: skip
+):
     """Train a deep hashing network (shdh train --method METHOD --bits BITS).
 
     Inputs:
@@ -42,11 +49,19 @@ def train(
 
     section = section_arg(settings, "train")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
-        plan = fit_plan(section, method, bits, own_seed_arg(own_seed), seed=seed,
-                        models_root=models_dir)
+        plan = fit_plan(
+            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
+        )
         key = checkpoint_store.fit_key(method, bits, plan.seed)
         checkpoints = checkpoint_store.from_env(pipeline_run_id, key)
         context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fit(plan, prepared_dir=prepared.path, smatrix_path=similarity.path, progress=False,
-                  resume="auto", checkpoints=checkpoints, **context)
+        out = fit(
+            plan,
+            prepared_dir=prepared.path,
+            smatrix_path=similarity.path,
+            progress=False,
+            resume="auto",
+            checkpoints=checkpoints,
+            **context,
+        )
         save_model(out, model)

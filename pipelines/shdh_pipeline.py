@@ -110,19 +110,37 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
         fetched = prepare_op(data=data, seed=seed, data_version=data_version)
         prepared = step(fetched).outputs["prepared"]
         labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
-        similarity = step(smatrix_op(prepared=prepared, labels=labels, settings=smatrix,
-                                     seed=seed)).outputs["similarity"]  # fmt: skip
-        opened = step(start_op(prepared=prepared, profile=profile, pipeline_run_id=run_id,
-                               seed=seed, data=data, tree=tree, smatrix=smatrix,
-                               features=features, train=train, baselines=baselines,
-                               evaluate=evaluate))  # fmt: skip
+        similarity = step(
+            smatrix_op(prepared=prepared, labels=labels, settings=smatrix, seed=seed)
+        ).outputs["similarity"]
+        opened = step(
+            start_op(
+                prepared=prepared,
+                profile=profile,
+                pipeline_run_id=run_id,
+                seed=seed,
+                data=data,
+                tree=tree,
+                smatrix=smatrix,
+                features=features,
+                train=train,
+                baselines=baselines,
+                evaluate=evaluate,
+            )
+        )
         inputs: dict[str, Any] = {"deep_runs": [], "shallow_runs": []}
         if deep_runs:
             planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
             with dsl.ParallelFor(planned.output, parallelism=cap("train")) as item:
-                fit = train_op(prepared=prepared, similarity=similarity, method=item.method,
-                               bits=item.bits, own_seed=item.own_seed, settings=train,
-                               **tracked)  # fmt: skip
+                fit = train_op(
+                    prepared=prepared,
+                    similarity=similarity,
+                    method=item.method,
+                    bits=item.bits,
+                    own_seed=item.own_seed,
+                    settings=train,
+                    **tracked,
+                )
                 step(fit.after(opened))
                 if settings is not None:
                     apply_training(fit, settings, gpu_image(IMAGE))
@@ -131,15 +149,27 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
             gist = step(features_op(prepared=prepared, settings=features)).outputs["gist"]
             planned = step(plan_op(train=train, baselines=baselines, kind="shallow"))
             with dsl.ParallelFor(planned.output, parallelism=cap("baseline")) as item:
-                fit = baseline_op(prepared=prepared, similarity=similarity, gist=gist,
-                                  method=item.method, bits=item.bits,
-                                  own_seed=item.own_seed, settings=baselines,
-                                  **tracked)  # fmt: skip
+                fit = baseline_op(
+                    prepared=prepared,
+                    similarity=similarity,
+                    gist=gist,
+                    method=item.method,
+                    bits=item.bits,
+                    own_seed=item.own_seed,
+                    settings=baselines,
+                    **tracked,
+                )
                 step(fit.after(opened))
-            inputs.update(shallow_runs=planned.output, gist=gist,
-                          shallow_models=dsl.Collected(fit.outputs["model"]))  # fmt: skip
-        scored = step(evaluate_op(prepared=prepared, similarity=similarity, settings=evaluate,
-                                  **tracked, **inputs))  # fmt: skip
+            inputs.update(
+                shallow_runs=planned.output,
+                gist=gist,
+                shallow_models=dsl.Collected(fit.outputs["model"]),
+            )
+        scored = step(
+            evaluate_op(
+                prepared=prepared, similarity=similarity, settings=evaluate, **tracked, **inputs
+            )
+        )
         written = step(
             report_op(
                 prepared=prepared,

@@ -170,10 +170,17 @@ def _style(method: str) -> str:
 
 def wr_at_n_figure(by_method: dict[str, Curves], path: str | Path, *, title: str) -> Path:
     """Fig. 3 g-l: WR@n against n, one line per method."""
-    lines = [(_label(m), np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n,
-              _style(m)) for m in _ordered(by_method)]  # fmt: skip
-    return _draw(Path(path), f"Weighted recall WR@n, {title}", "number of retrieved items n",
-                 "weighted recall WR@n", lines)  # fmt: skip
+    lines = [
+        (_label(m), np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n, _style(m))
+        for m in _ordered(by_method)
+    ]
+    return _draw(
+        Path(path),
+        f"Weighted recall WR@n, {title}",
+        "number of retrieved items n",
+        "weighted recall WR@n",
+        lines,
+    )
 
 
 def radius_figure(by_method: dict[str, Curves], path: str | Path, *, title: str) -> Path:
@@ -187,9 +194,13 @@ def radius_figure(by_method: dict[str, Curves], path: str | Path, *, title: str)
         c = by_method[m]
         span = float(c.radius_real[-1]) or 1.0
         lines.append((_label(m), c.radius_real / span, c.wr_at_radius, _style(m)))
-    return _draw(Path(path), f"Weighted recall by radius, {title}",
-                 "weighted Hamming radius / its maximum", "weighted recall within the radius",
-                 lines)  # fmt: skip
+    return _draw(
+        Path(path),
+        f"Weighted recall by radius, {title}",
+        "weighted Hamming radius / its maximum",
+        "weighted recall within the radius",
+        lines,
+    )
 
 
 def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -> tuple[Path, int]:
@@ -200,9 +211,15 @@ def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -
         bits = sorted(b for mm, b in curves if mm == m)
         wr = [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
         lines.append((_label(m), bits, wr, "k:o" if m == "random" else "-o"))
-    _draw(Path(path), f"WR@{depth} against code length", "code length (bits)",
-          f"weighted recall WR@{depth}", lines, xticks=sorted({b for _, b in curves}),
-          full_range=False)  # fmt: skip
+    _draw(
+        Path(path),
+        f"WR@{depth} against code length",
+        "code length (bits)",
+        f"weighted recall WR@{depth}",
+        lines,
+        xticks=sorted({b for _, b in curves}),
+        full_range=False,
+    )
     return Path(path), depth
 
 
@@ -236,14 +253,30 @@ def alpha_figure(sweep: list[dict[str, Any]], path: str | Path) -> Path:
     """Fig. 5: NDCG@100 against alpha (the weight of E2), mean and spread over seeds."""
     alphas = sorted({r["alpha"] for r in sweep})
     lines = []
-    for key, label in (("ndcg_list@100", "NDCG@100 (list ideal, the paper's)"),
-                       ("ndcg@100", "NDCG@100 (database ideal)")):  # fmt: skip
+    for key, label in (
+        ("ndcg_list@100", "NDCG@100 (list ideal, the paper's)"),
+        ("ndcg@100", "NDCG@100 (database ideal)"),
+    ):
         values = [[r[key] for r in sweep if r["alpha"] == a] for a in alphas]
-        lines.append((label, alphas, [float(np.mean(v)) for v in values], "-o",
-                      [float(np.std(v)) for v in values]))  # fmt: skip
+        lines.append(
+            (
+                label,
+                alphas,
+                [float(np.mean(v)) for v in values],
+                "-o",
+                [float(np.std(v)) for v in values],
+            )
+        )
     seeds = len({r.get("seed") for r in sweep})
-    return _draw(Path(path), f"SHDH's sensitivity to alpha ({seeds} seeds)", "alpha (weight of E2)",
-                 "NDCG@100", lines, xlog=True, xticks=alphas)  # fmt: skip
+    return _draw(
+        Path(path),
+        f"SHDH's sensitivity to alpha ({seeds} seeds)",
+        "alpha (weight of E2)",
+        "NDCG@100",
+        lines,
+        xlog=True,
+        xticks=alphas,
+    )
 
 
 def write_figures(
@@ -257,24 +290,42 @@ def write_figures(
     figures = []
     for bits in bits_all:
         by_method = {m: c for (m, b), c in curves.items() if b == bits}
-        path = radius_figure(by_method, plots_dir / f"wr_by_radius-{bits}.png",
-                             title=f"{bits} bits")  # fmt: skip
-        figures.append(Figure(path, f"Fig. 3 (a-f): weighted recall within each weighted "
-                                    f"Hamming radius, {bits} bits."))  # fmt: skip
+        path = radius_figure(
+            by_method, plots_dir / f"wr_by_radius-{bits}.png", title=f"{bits} bits"
+        )
+        figures.append(
+            Figure(
+                path,
+                f"Fig. 3 (a-f): weighted recall within each weighted Hamming radius, {bits} bits.",
+            )
+        )
     for bits in bits_all:
         by_method = {m: c for (m, b), c in curves.items() if b == bits}
         path = wr_at_n_figure(by_method, plots_dir / f"wr_at_n-{bits}.png", title=f"{bits} bits")
-        figures.append(Figure(path, f"Fig. 3 (g-l): weighted recall WR@n for n = 1.."
-                                    f"{len(next(iter(by_method.values())).wr_at_n)}, "
-                                    f"{bits} bits."))  # fmt: skip
+        figures.append(
+            Figure(
+                path,
+                f"Fig. 3 (g-l): weighted recall WR@n for n = 1.."
+                f"{len(next(iter(by_method.values())).wr_at_n)}, "
+                f"{bits} bits.",
+            )
+        )
     path, depth = wr_vs_bits_figure(curves, plots_dir / "wr_vs_bits.png")
-    note = "" if depth == FIG4_N else (f" (the paper's WR@{FIG4_N} needs evaluate.curve_max >= "
-                                       f"{FIG4_N}; this run kept {depth})")  # fmt: skip
+    note = (
+        ""
+        if depth == FIG4_N
+        else (
+            f" (the paper's WR@{FIG4_N} needs evaluate.curve_max >= "
+            f"{FIG4_N}; this run kept {depth})"
+        )
+    )
     figures.append(Figure(path, f"Fig. 4: WR@{depth} against the code length{note}."))
     if alpha_sweep:
         bits = "/".join(str(b) for b in sorted({r.get("bits", "?") for r in alpha_sweep}))
         path = alpha_figure(alpha_sweep, plots_dir / "alpha.png")
-        caption = (f"Fig. 5: SHDH's NDCG@100 against alpha, mean and standard deviation over "
-                   f"seeds, {bits} bits ({ALPHA_FILE}).")  # fmt: skip
+        caption = (
+            f"Fig. 5: SHDH's NDCG@100 against alpha, mean and standard deviation over "
+            f"seeds, {bits} bits ({ALPHA_FILE})."
+        )
         figures.append(Figure(path, caption))
     return figures

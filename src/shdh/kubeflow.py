@@ -94,7 +94,6 @@ def pipeline_arguments(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-
 def project_root() -> Path:
     """The checkout that holds pipelines/ and components/: the working directory, else the one
     this package was installed from in editable mode."""
@@ -154,9 +153,11 @@ KUBEFLOW_SOURCE = "kubeflow-pipelines:shdh"  # the source name of Kubeflow's run
 
 
 def run_context(
-    metadata: dict[str, Any], profile: str, pipeline_run_id: str,
+    metadata: dict[str, Any],
+    profile: str,
+    pipeline_run_id: str,
     settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The MLflow tags and parent run of a Kubeflow run: the same tags as a DVC run's, with
     the dataset and raw-data hash that `prepare` put in the prepared artifact's metadata.
     The start step passes its `settings`: it creates the parent (they become its params) or
@@ -169,18 +170,22 @@ def run_context(
             f"the prepared dataset artifact's metadata lacks {missing} (written by the prepare "
             "component)"
         )
-    tags = {"dataset": str(metadata["dataset"]), "profile": profile,
-            "dvc_data_md5": str(metadata["dvc_data_md5"]),
-            **tracking.source_tags(KUBEFLOW_SOURCE, "JOB")}  # fmt: skip
-    return parent_run.pipeline_context(
-        pipeline_run_id, tags, settings, reopen=settings is not None
-    )
+    tags = {
+        "dataset": str(metadata["dataset"]),
+        "profile": profile,
+        "dvc_data_md5": str(metadata["dvc_data_md5"]),
+        **tracking.source_tags(KUBEFLOW_SOURCE, "JOB"),
+    }
+    return parent_run.pipeline_context(pipeline_run_id, tags, settings, reopen=settings is not None)
 
 
 def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict[str, Any]:
     """The pipeline's parameters as one settings dict, the layout of params.yaml."""
-    return {"profile": profile, "seed": seed,
-            **{name: section_arg(text, name) for name, text in sections.items()}}  # fmt: skip
+    return {
+        "profile": profile,
+        "seed": seed,
+        **{name: section_arg(text, name) for name, text in sections.items()},
+    }
 
 
 def save_model(model_dir: str | Path, model: Any) -> None:

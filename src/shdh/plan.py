@@ -167,6 +167,7 @@ def planned_fits(
     for method, bits, own_seed in planned_runs(params):
         section = "train" if is_deep(method) else "baselines"
         root = roots.get(section) or models_root(params, method)
-        fits.append(fit_plan(params[section], method, bits, own_seed, seed=params["seed"],
-                             models_root=root))  # fmt: skip
+        fits.append(
+            fit_plan(params[section], method, bits, own_seed, seed=params["seed"], models_root=root)
+        )
     return fits

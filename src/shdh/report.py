@@ -67,16 +67,28 @@ def _short_key(key: str, n: int) -> str:
 
 def seeds_line(metrics: dict[str, Any]) -> str:
     """The caption that says a table's cells are means over seeds, or nothing for one seed."""
-    counts = sorted({int(row["seeds"]) for by_bits in metrics.values()
-                     for row in by_bits.values() if "seeds" in row})  # fmt: skip
+    counts = sorted(
+        {
+            int(row["seeds"])
+            for by_bits in metrics.values()
+            for row in by_bits.values()
+            if "seeds" in row
+        }
+    )
     if not counts:
         return ""
-    return (f"Each cell: mean ± sample standard deviation over {'/'.join(map(str, counts))} "
-            "seeds (metrics_by_seed.json has every fit).\n")  # fmt: skip
+    return (
+        f"Each cell: mean ± sample standard deviation over {'/'.join(map(str, counts))} "
+        "seeds (metrics_by_seed.json has every fit).\n"
+    )
 
 
-def _table1(rows: dict[str, dict[int, dict[str, float | None]]], bits: list[int], n: int,
-            metrics=_TABLE1_METRICS) -> str:  # fmt: skip
+def _table1(
+    rows: dict[str, dict[int, dict[str, float | None]]],
+    bits: list[int],
+    n: int,
+    metrics=_TABLE1_METRICS,
+) -> str:
     """Rows = methods, columns = each metric at each bit length: the paper's Table 1 layout."""
     head = "| method | " + " | ".join(f"{m}@{n} {b}" for m, _, _ in metrics for b in bits) + " |"
     lines = [head, "|---|" + "---:|" * (len(metrics) * len(bits))]
@@ -100,13 +112,17 @@ def results_doc(
     """
     from shdh.paper_results import TABLES
 
-    ours = {m: {int(b): {_short_key(k, n): v for k, v in row.items()}
-                for b, row in by_bits.items()} for m, by_bits in metrics.items()}  # fmt: skip
+    ours = {
+        m: {int(b): {_short_key(k, n): v for k, v in row.items()} for b, row in by_bits.items()}
+        for m, by_bits in metrics.items()
+    }
     bits = sorted({b for by_bits in ours.values() for b in by_bits})
     paper_key = "iaprtc12" if dataset.startswith("iaprtc") else "cifar100"
     paper_bits, paper = TABLES[paper_key]
-    paper_rows = {m: {b: {key: vals[i] for key, vals in cols.items()}
-                      for i, b in enumerate(paper_bits)} for m, cols in paper.items()}  # fmt: skip
+    paper_rows = {
+        m: {b: {key: vals[i] for key, vals in cols.items()} for i, b in enumerate(paper_bits)}
+        for m, cols in paper.items()
+    }
     paper_metrics = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG", "ndcg", 4))
     paper_name = {"cifar100": "Table 1, CIFAR-100", "iaprtc12": "Table 2, IAPRTC-12"}[paper_key]
     parts = [
@@ -132,10 +148,12 @@ def results_doc(
 # ACG, 10.7-16.7% DCG, 8.7-11.4% NDCG; the +H variants over their plain versions; deep methods
 # over shallow ones.
 DEEP, SHALLOW = ("shdh", "dpsh"), ("itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h")
-CLAIMS = (("SHDH over DPSH", ("shdh",), ("dpsh",)),
-          ("KSH+H over KSH", ("ksh+h",), ("ksh",)),
-          ("COSDISH+H over COSDISH", ("cosdish+h",), ("cosdish",)),
-          ("best deep over best shallow", DEEP, SHALLOW))  # fmt: skip
+CLAIMS = (
+    ("SHDH over DPSH", ("shdh",), ("dpsh",)),
+    ("KSH+H over KSH", ("ksh+h",), ("ksh",)),
+    ("COSDISH+H over COSDISH", ("cosdish+h",), ("cosdish",)),
+    ("best deep over best shallow", DEEP, SHALLOW),
+)
 # (label, our key, the paper's key): the paper's NDCG is our list-ideal variant.
 _CLAIM_METRICS = (("ACG", "acg", "acg"), ("DCG", "dcg", "dcg"), ("NDCG", "ndcg_list", "ndcg"))
 
@@ -145,8 +163,11 @@ def _relative_gain(rows, better, worse, bits: int, key: str) -> float | None:
     has no value there)."""
 
     def best(methods) -> float | None:
-        values = [rows[m][bits][key] for m in methods
-                  if rows.get(m, {}).get(bits, {}).get(key) is not None]  # fmt: skip
+        values = [
+            rows[m][bits][key]
+            for m in methods
+            if rows.get(m, {}).get(bits, {}).get(key) is not None
+        ]
         return max(values) if values else None
 
     a, b = best(better), best(worse)
@@ -240,12 +261,15 @@ def report_from_results(
             f"{metrics_path}: cannot read the metrics ({err}); run `shdh evaluate`"
         ) from err
     curves, dataset, n = load_curves(results_dir / CURVES_FILE)
-    unscored = sorted({f"{m}-{b}" for m, b in curves} - {f"{m}-{b}" for m in metrics
-                                                          for b in metrics[m]})  # fmt: skip
+    unscored = sorted(
+        {f"{m}-{b}" for m, b in curves} - {f"{m}-{b}" for m in metrics for b in metrics[m]}
+    )
     if unscored:
-        raise ValueError(f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
-                         f"{results_dir / CURVES_FILE} has: the two files are from different "
-                         "runs; rerun `shdh evaluate`")  # fmt: skip
+        raise ValueError(
+            f"{metrics_path}: no metrics for {', '.join(unscored)}, which "
+            f"{results_dir / CURVES_FILE} has: the two files are from different "
+            "runs; rerun `shdh evaluate`"
+        )
     figures = write_figures(curves, results_dir / PLOTS_DIR, alpha_sweep(alpha_sweep_path))
     write_report(report_path, metrics, figures, dataset=dataset, n=n)
     return figures
@@ -258,8 +282,9 @@ def alpha_sweep(path: str | Path | None) -> list[dict[str, Any]] | None:
     return load_alpha_sweep(path) if path is not None and Path(path).is_file() else None
 
 
-def write_report(path: str | Path, metrics: dict[str, Any], figures: list[Figure], *,
-                 dataset: str, n: int) -> Path:  # fmt: skip
+def write_report(
+    path: str | Path, metrics: dict[str, Any], figures: list[Figure], *, dataset: str, n: int
+) -> Path:
     """Refresh the generated tables and figures of a report such as docs/results.md (the
     analysis around them is kept); figures are linked relative to the document. A new report
     is titled after the dataset and says how it is kept up to date."""

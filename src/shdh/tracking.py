@@ -30,8 +30,13 @@ from shdh.mlflow_store import (
     tracking_uri,
 )
 
-__all__ = ["DEFAULT_EXPERIMENT", "TrackingUnavailableError", "check_server", "experiment_name",
-           "tracking_uri"]  # fmt: skip
+__all__ = [
+    "DEFAULT_EXPERIMENT",
+    "TrackingUnavailableError",
+    "check_server",
+    "experiment_name",
+    "tracking_uri",
+]
 
 log = logging.getLogger(__name__)
 PARENT_TAG = "mlflow.parentRunId"
@@ -167,8 +172,12 @@ def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | No
         )
         return None
     if parent_run_id is not None and ref.get("parent_run_id") != parent_run_id:
-        log.info("%s belongs to pipeline run %s; starting a run under %s", path,
-                 ref.get("parent_run_id"), parent_run_id)  # fmt: skip
+        log.info(
+            "%s belongs to pipeline run %s; starting a run under %s",
+            path,
+            ref.get("parent_run_id"),
+            parent_run_id,
+        )
         return None
     return ref.get("run_id")
 
@@ -255,9 +264,12 @@ def log_encoder(hasher_dir: str | Path, example: Any) -> str:
         signature=encoder_signature(tuple(example.shape[1:]), hasher.n_bits),
         input_example=example,
         pip_requirements=_encoder_requirements(),
-        metadata={"method": hasher.name, "n_bits": int(hasher.n_bits),
-                  "segment_sizes": [int(s) for s in hasher.segment_sizes()]},
-    )  # fmt: skip
+        metadata={
+            "method": hasher.name,
+            "n_bits": int(hasher.n_bits),
+            "segment_sizes": [int(s) for s in hasher.segment_sizes()],
+        },
+    )
     mlflow.set_tag(MODEL_URI_TAG, info.model_uri)
     return info.model_uri
 

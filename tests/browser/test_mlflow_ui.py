@@ -60,8 +60,11 @@ def track_two_pipeline_runs(url: str, work: Path) -> dict[str, Any]:
         second.write_text(yaml.safe_dump(changed, sort_keys=False))
         from shdh.cli import main
 
-        rerun = [c for c in dvc_commands(changed) if c.startswith(("shdh train --method",
-                                                                   "shdh evaluate"))]  # fmt: skip
+        rerun = [
+            c
+            for c in dvc_commands(changed)
+            if c.startswith(("shdh train --method", "shdh evaluate"))
+        ]
         for command in rerun:
             assert main([*command.split()[1:], "--params", str(second)]) == 0, command
     return {"first": first, "second": second, "scores": scores, "params": params}
@@ -77,11 +80,18 @@ def tracked(server, tmp_path_factory) -> dict[str, Any]:
     client = mlflow.MlflowClient(tracking_uri=server)
     experiment = client.get_experiment_by_name("shdh")
     found = client.search_runs([experiment.experiment_id], max_results=200)
-    parents = sorted((r for r in found if r.data.tags.get("shdh.role") == "pipeline"),
-                     key=lambda r: r.info.start_time)  # fmt: skip
-    children = {p.info.run_id: {r.info.run_name: r for r in found
-                                if r.data.tags.get("mlflow.parentRunId") == p.info.run_id}
-                for p in parents}  # fmt: skip
+    parents = sorted(
+        (r for r in found if r.data.tags.get("shdh.role") == "pipeline"),
+        key=lambda r: r.info.start_time,
+    )
+    children = {
+        p.info.run_id: {
+            r.info.run_name: r
+            for r in found
+            if r.data.tags.get("mlflow.parentRunId") == p.info.run_id
+        }
+        for p in parents
+    }
     return {**runs, "experiment": experiment, "parents": parents, "children": children}
 
 
@@ -110,8 +120,11 @@ def test_the_runs_table_shows_each_pipeline_run_and_unfolds_into_its_methods(
     assert set(tracked["children"][second.info.run_id]) == set(children)
     ui.open_model_training(browser, server, experiment.experiment_id)
     for parent in (first, second):
-        wait_for(lambda p=parent: p.info.run_name in ui.row_text(browser, p.info.run_id),
-                 f"the pipeline run {parent.info.run_name}", browser)  # fmt: skip
+        wait_for(
+            lambda p=parent: p.info.run_name in ui.row_text(browser, p.info.run_id),
+            f"the pipeline run {parent.info.run_name}",
+            browser,
+        )
     ui.show_metric_column(browser, "ndcg_at_100")
     ui.expand_run(browser, first.info.run_name)
     for name, run in children.items():
@@ -141,8 +154,9 @@ def test_comparing_two_methods_shows_both_metrics(server, tracked, browser):
 
 def test_comparing_two_pipeline_runs_shows_each_method_beside_itself(server, tracked, browser):
     first, second = tracked["parents"]
-    ui.open_comparison(browser, server, first.info.experiment_id,
-                       [first.info.run_id, second.info.run_id])  # fmt: skip
+    ui.open_comparison(
+        browser, server, first.info.experiment_id, [first.info.run_id, second.info.run_id]
+    )
     assert ui.compare_row(browser, "train.epochs") == ["1", "2"]
     for method in ("dpsh", "shdh"):
         key = f"ndcg_at_100/{method}-16"

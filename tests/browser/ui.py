@@ -23,11 +23,13 @@ WINDOW = (1680, 1000)
 def browser_paths() -> tuple[str, str]:
     """Debian's chromium and chromedriver, or a failure naming the install command."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    missing = [name for name, path in (("chromium", chromium), ("chromedriver", driver))
-               if path is None]  # fmt: skip
+    missing = [
+        name for name, path in (("chromium", chromium), ("chromedriver", driver)) if path is None
+    ]
     if missing:
-        pytest.fail(f"{' and '.join(missing)} not found: run `{INSTALL}` (as root; `make test` "
-                    "does it)")  # fmt: skip
+        pytest.fail(
+            f"{' and '.join(missing)} not found: run `{INSTALL}` (as root; `make test` does it)"
+        )
     return str(chromium), str(driver)
 
 
@@ -41,8 +43,14 @@ def start_browser() -> Any:
     chromium, driver = browser_paths()
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 f"--window-size={WINDOW[0]},{WINDOW[1]}", "--hide-scrollbars"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        "--hide-scrollbars",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(driver), options=options)
 
@@ -60,8 +68,10 @@ def wait_for(check: Callable[[], Any], what: str, browser: Any, timeout: float =
             last = exc
         time.sleep(0.5)
     text = page_text(browser)
-    pytest.fail(f"the MLflow UI did not show {what} in {timeout:.0f} s ({last}); "
-                f"{browser.current_url}\npage text:\n{text[:3000]}")  # fmt: skip
+    pytest.fail(
+        f"the MLflow UI did not show {what} in {timeout:.0f} s ({last}); "
+        f"{browser.current_url}\npage text:\n{text[:3000]}"
+    )
 
 
 def page_text(browser: Any) -> str:
@@ -100,11 +110,17 @@ def open_model_training(browser: Any, url: str, experiment_id: str) -> None:
     """Open the experiment and switch the sidebar from GenAI to Model training, as a new user
     must: MLflow 3.17 opens every experiment in its GenAI view until that toggle is switched."""
     browser.get(f"{url}/#/experiments/{experiment_id}")
-    toggle = wait_for(lambda: by_xpath(browser, "//*[normalize-space(text())='Model training']"),
-                      "the GenAI / Model training toggle", browser)  # fmt: skip
+    toggle = wait_for(
+        lambda: by_xpath(browser, "//*[normalize-space(text())='Model training']"),
+        "the GenAI / Model training toggle",
+        browser,
+    )
     click(browser, toggle[0])
-    wait_for(lambda: "/runs" in browser.current_url and by_xpath(browser, "//div[@role='row']"),
-             "the runs table", browser)  # fmt: skip
+    wait_for(
+        lambda: "/runs" in browser.current_url and by_xpath(browser, "//div[@role='row']"),
+        "the runs table",
+        browser,
+    )
     close_assistant(browser)
 
 
@@ -119,11 +135,16 @@ def show_metric_column(browser: Any, metric: str) -> None:
     from selenium.webdriver.common.keys import Keys
 
     click(browser, by_xpath(browser, "//button[normalize-space(.)='Columns']")[0])
-    search = wait_for(lambda: by_xpath(browser, "//input[@placeholder='Search columns']"),
-                      "the column search", browser)[0]  # fmt: skip
+    search = wait_for(
+        lambda: by_xpath(browser, "//input[@placeholder='Search columns']"),
+        "the column search",
+        browser,
+    )[0]
     search.send_keys(metric)
-    box = (f"//div[contains(@class,'tree-treenode')][.//span[contains(@class,'tree-title')]"
-           f"[normalize-space(.)='{metric}']]//span[contains(@class,'tree-checkbox')]")  # fmt: skip
+    box = (
+        f"//div[contains(@class,'tree-treenode')][.//span[contains(@class,'tree-title')]"
+        f"[normalize-space(.)='{metric}']]//span[contains(@class,'tree-checkbox')]"
+    )
     wait_for(lambda: by_xpath(browser, box), f"the column {metric}", browser)[0].click()
     search.send_keys(Keys.ESCAPE)
 
@@ -133,8 +154,9 @@ def expand_run(browser: Any, run_name: str) -> None:
     row = f"//div[@role='row'][.//a[normalize-space(.)='{run_name}']]"
     button = wait_for(
         lambda: by_xpath(browser, f"{row}//button[contains(@data-component-id,'runnamecell')]"),
-        f"the expander of {run_name}", browser,
-    )  # fmt: skip
+        f"the expander of {run_name}",
+        browser,
+    )
     click(browser, button[0])
 
 
@@ -204,8 +226,11 @@ def compare_row(browser: Any, key: str) -> list[str]:
     """The values in the row of `key` (a metric or param) of the run comparison page: the
     cells of its grids drawn level with the key's cell (by their offset in the grid, which is
     what ties a value to its name), the row then scrolled into view."""
-    values = wait_for(lambda: browser.execute_script(_ROW_SCRIPT, key),
-                      f"the row {key} of the comparison", browser)  # fmt: skip
+    values = wait_for(
+        lambda: browser.execute_script(_ROW_SCRIPT, key),
+        f"the row {key} of the comparison",
+        browser,
+    )
     time.sleep(0.5)  # the grids redraw after the scroll
     browser.execute_script(_LEVEL_SCRIPT)
     return values
@@ -229,8 +254,9 @@ def open_comparison(browser: Any, url: str, experiment_id: str, run_ids: list[st
     import json
     import urllib.parse
 
-    query = urllib.parse.urlencode({"runs": json.dumps(run_ids),
-                                    "experiments": json.dumps([experiment_id])})  # fmt: skip
+    query = urllib.parse.urlencode(
+        {"runs": json.dumps(run_ids), "experiments": json.dumps([experiment_id])}
+    )
     browser.get(f"{url}/#/compare-runs?{query}")
     browser.refresh()
     wait_for(lambda: "Run details" in page_text(browser), "the comparison page", browser)

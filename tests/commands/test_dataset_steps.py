@@ -42,17 +42,20 @@ def test_table_dataset_reads_paths_and_labels_from_csv(tmp_path):
     raw = make_demo_folder(tmp_path / "photos", n_per_leaf=3)
     rows = sorted(p.relative_to(raw) for p in raw.rglob("*.png"))
     table = tmp_path / "items.csv"
-    table.write_text("file,path\n" + "".join(
-        f"photos/{p},{p.parent.as_posix()}\n" for p in rows))  # fmt: skip
-    ancestors, tree = _prepare(tmp_path, table, "table",
-                               table={"image_column": "file", "label_column": "path"})  # fmt: skip
+    table.write_text("file,path\n" + "".join(f"photos/{p},{p.parent.as_posix()}\n" for p in rows))
+    ancestors, tree = _prepare(
+        tmp_path, table, "table", table={"image_column": "file", "label_column": "path"}
+    )
     assert ancestors.shape == (18, 4) and tree.height == 4
 
 
 def test_cifar100_from_a_mirror_with_the_builtin_tree(tmp_path):
     archive, md5s, _ = write_cifar100_archive(tmp_path)
-    params = smoke_params(tmp_path, tmp_path / "raw", data={
-        "dataset": "cifar100", "sources": [archive.as_uri()], "verify": False})  # fmt: skip
+    params = smoke_params(
+        tmp_path,
+        tmp_path / "raw",
+        data={"dataset": "cifar100", "sources": [archive.as_uri()], "verify": False},
+    )
     run_steps(params, ["fetch"], ["prepare"], ["tree"])
     ancestors = np.load(tmp_path / "tree" / "ancestors.npy")
     tree = LabelTree.load(tmp_path / "tree" / "tree.json")
@@ -63,8 +66,9 @@ def test_cifar100_from_a_mirror_with_the_builtin_tree(tmp_path):
 
 def test_cifar100_verification_refuses_an_archive_that_is_not_the_official_one(tmp_path, caplog):
     archive, _, _ = write_cifar100_archive(tmp_path)
-    params = smoke_params(tmp_path, tmp_path / "raw", data={
-        "dataset": "cifar100", "sources": [archive.as_uri()]})  # fmt: skip
+    params = smoke_params(
+        tmp_path, tmp_path / "raw", data={"dataset": "cifar100", "sources": [archive.as_uri()]}
+    )
     assert main(["fetch", "--params", str(params)]) == 1
     assert "md5 mismatch: expected eb9058c3a382ffc7106e4002c42a8d85" in caplog.text
     assert not (tmp_path / "raw" / "cifar-100-python").exists()

@@ -41,8 +41,11 @@ def test_a_folder_tree_with_repeated_names_and_every_reader_setting(tmp_path, sh
     ancestors = np.load(tmp_path / "tree" / "ancestors.npy")
     inner = ds.labels.tolist().index("warm/red")
     assert ancestors[inner, 3] == -1 and ancestors[inner, 2] >= 0
-    circles = {tree.path(int(a)) for a, label in zip(ancestors[:, 3], ds.labels, strict=True)
-               if label.endswith("/circle")}  # fmt: skip
+    circles = {
+        tree.path(int(a))
+        for a, label in zip(ancestors[:, 3], ds.labels, strict=True)
+        if label.endswith("/circle")
+    }
     assert len(circles) == 6  # one circle node per colour, all named "circle"
 
 
@@ -63,14 +66,19 @@ def test_a_table_with_its_own_columns_and_repeated_names(tmp_path, shapes):
 
 def test_a_tree_json_with_repeated_names_and_a_label_it_lacks(tmp_path, shapes, caplog):
     tree_file = tmp_path / "tree.json"
-    tree_file.write_text(json.dumps({"format": "shdh-label-tree/1", "root": "shapes",
-                                     "paths": list(SHAPE_LEAVES)}))  # fmt: skip
-    params = smoke_params(tmp_path, shapes, data={"dataset": "folder"},
-                          tree={"source": str(tree_file)})  # fmt: skip
+    tree_file.write_text(
+        json.dumps({"format": "shdh-label-tree/1", "root": "shapes", "paths": list(SHAPE_LEAVES)})
+    )
+    params = smoke_params(
+        tmp_path, shapes, data={"dataset": "folder"}, tree={"source": str(tree_file)}
+    )
     run_steps(params, ["prepare"], ["tree"])
     assert LabelTree.load(tmp_path / "tree" / "tree.json") == LabelTree.load(tree_file)
-    tree_file.write_text(json.dumps({"format": "shdh-label-tree/1", "root": "shapes",
-                                     "paths": list(SHAPE_LEAVES[1:])}))  # fmt: skip
+    tree_file.write_text(
+        json.dumps(
+            {"format": "shdh-label-tree/1", "root": "shapes", "paths": list(SHAPE_LEAVES[1:])}
+        )
+    )
     assert main(["tree", "--params", str(params)]) == 1
     assert f"tree.source {tree_file}: the data's label at position 24: label path " in caplog.text
     assert "'warm/red/circle' is not in the tree" in caplog.text

@@ -265,17 +265,21 @@ def test_train_fits_every_code_length_of_every_baseline_in_one_process(tmp_path,
     assert sorted(p.name for p in (models / "itq").iterdir()) == ["itq-10", "itq-16"]
     # KMH's 4-bit subspaces do not divide 10 bits: it runs at 16 only, as evaluate expects
     assert sorted(p.name for p in (models / "kmh").iterdir()) == ["kmh-16"]
-    runs = {json.loads((d / "mlflow_run.json").read_text())["run_id"]
-            for d in (models / "itq").iterdir()}  # fmt: skip
+    runs = {
+        json.loads((d / "mlflow_run.json").read_text())["run_id"]
+        for d in (models / "itq").iterdir()
+    }
     assert len(runs) == 2  # one MLflow run per method and code length
 
 
 @pytest.mark.slow  # end to end: raw data to metrics
 def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path, fashion_raw):
     params = smoke_params(
-        tmp_path, fashion_raw, train={"methods": ["shdh"], "seeds": [3, 4]},
+        tmp_path,
+        fashion_raw,
+        train={"methods": ["shdh"], "seeds": [3, 4]},
         baselines={"methods": ["itq"], "seeds": [3, 4]},
-    )  # fmt: skip
+    )
     run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     run_steps(params, ["train", "--method", "shdh", "--no-progress"], ["train", "--baselines"])
     run_steps(params, ["evaluate"])

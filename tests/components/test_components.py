@@ -23,8 +23,19 @@ from tests.conftest import write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.slow
-COMPONENTS = ("prepare", "tree", "smatrix", "features", "plan", "start", "train", "baseline",
-              "evaluate", "report", "register")  # fmt: skip
+COMPONENTS = (
+    "prepare",
+    "tree",
+    "smatrix",
+    "features",
+    "plan",
+    "start",
+    "train",
+    "baseline",
+    "evaluate",
+    "report",
+    "register",
+)
 
 
 def component(name: str):
@@ -72,48 +83,79 @@ def chain(tmp_path_factory):
         component("tree").python_func(prepared=prepared, settings=args["tree"], labels=labels)
         similarity = artifact(dsl.Dataset, art["similarity"])
         component("smatrix").python_func(
-            prepared=prepared, labels=labels, settings=args["smatrix"], seed=0,
+            prepared=prepared,
+            labels=labels,
+            settings=args["smatrix"],
+            seed=0,
             similarity=similarity,
-        )  # fmt: skip
+        )
         gist = artifact(dsl.Dataset, art["gist"])
         component("features").python_func(prepared=prepared, settings=args["features"], gist=gist)
         plan = component("plan").python_func
-        runs = {kind: plan(train=args["train"], baselines=args["baselines"], kind=kind)
-                for kind in ("deep", "shallow")}  # fmt: skip
-        parent = component("start").python_func(prepared=prepared, profile="smoke",
-                                                pipeline_run_id="kfp-run-1",
-                                                **start_settings(args))  # fmt: skip
+        runs = {
+            kind: plan(train=args["train"], baselines=args["baselines"], kind=kind)
+            for kind in ("deep", "shallow")
+        }
+        parent = component("start").python_func(
+            prepared=prepared, profile="smoke", pipeline_run_id="kfp-run-1", **start_settings(args)
+        )
         models = {}
         for kind, name in (("deep", "train"), ("shallow", "baseline")):
             for run in runs[kind]:
                 model = artifact(dsl.Model, tmp / "artifacts" / f"{name}-{run['method']}")
                 extra = {"gist": gist} if kind == "shallow" else {}
                 component(name).python_func(
-                    prepared=prepared, similarity=similarity, method=run["method"],
-                    bits=run["bits"], own_seed=run["own_seed"],
-                    settings=args["train" if kind == "deep" else "baselines"], model=model,
-                    **extra, **tracked,
-                )  # fmt: skip
-                models.setdefault(kind, []).append(artifact(dsl.Model, Path(model.path),
-                                                            model.metadata))  # fmt: skip
+                    prepared=prepared,
+                    similarity=similarity,
+                    method=run["method"],
+                    bits=run["bits"],
+                    own_seed=run["own_seed"],
+                    settings=args["train" if kind == "deep" else "baselines"],
+                    model=model,
+                    **extra,
+                    **tracked,
+                )
+                models.setdefault(kind, []).append(
+                    artifact(dsl.Model, Path(model.path), model.metadata)
+                )
         results = artifact(dsl.Dataset, art["results"])
         metrics = artifact(dsl.Metrics, art["metrics"])
         component("evaluate").python_func(
-            prepared=prepared, similarity=similarity, deep_runs=runs["deep"],
-            shallow_runs=runs["shallow"], settings=args["evaluate"], results=results,
-            metrics=metrics, deep_models=models["deep"], shallow_models=models["shallow"],
-            gist=gist, **tracked,
-        )  # fmt: skip
+            prepared=prepared,
+            similarity=similarity,
+            deep_runs=runs["deep"],
+            shallow_runs=runs["shallow"],
+            settings=args["evaluate"],
+            results=results,
+            metrics=metrics,
+            deep_models=models["deep"],
+            shallow_models=models["shallow"],
+            gist=gist,
+            **tracked,
+        )
         document = artifact(dsl.Markdown, art["document"])
-        component("report").python_func(prepared=prepared, results=results,
-                                        settings=args["evaluate"], profile="smoke",
-                                        pipeline_run_id="kfp-run-1", document=document)  # fmt: skip
+        component("report").python_func(
+            prepared=prepared,
+            results=results,
+            settings=args["evaluate"],
+            profile="smoke",
+            pipeline_run_id="kfp-run-1",
+            document=document,
+        )
         registered = component("register").python_func(
             parent_run_id=parent, model_name="shdh-encoder", metric="ndcg_at_100", alias="champion"
         )
-    out.update(prepared=prepared, runs=runs, parent=parent, models=models, metrics=metrics,
-               results=Path(results.path), document=Path(document.path), mirror=mirror,
-               registered=registered)  # fmt: skip
+    out.update(
+        prepared=prepared,
+        runs=runs,
+        parent=parent,
+        models=models,
+        metrics=metrics,
+        results=Path(results.path),
+        document=Path(document.path),
+        mirror=mirror,
+        registered=registered,
+    )
     return out
 
 
@@ -259,17 +301,21 @@ def test_start_fails_fast_naming_an_unreachable_tracking_server(chain, monkeypat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     started = time.monotonic()
     with pytest.raises(tracking.TrackingUnavailableError, match=uri):
-        component("start").python_func(prepared=chain["prepared"], profile="smoke",
-                                       pipeline_run_id="kfp-run-2",
-                                       **start_settings(chain["args"]))  # fmt: skip
+        component("start").python_func(
+            prepared=chain["prepared"],
+            profile="smoke",
+            pipeline_run_id="kfp-run-2",
+            **start_settings(chain["args"]),
+        )
     assert time.monotonic() - started < 30
 
 
 def test_a_prepared_artifact_without_its_metadata_is_refused(chain, tmp_path):
     bare = artifact(dsl.Dataset, Path(chain["prepared"].path))
     with pytest.raises(ValueError, match="dvc_data_md5"):
-        component("start").python_func(prepared=bare, profile="smoke", pipeline_run_id="x",
-                                       **start_settings(chain["args"]))  # fmt: skip
+        component("start").python_func(
+            prepared=bare, profile="smoke", pipeline_run_id="x", **start_settings(chain["args"])
+        )
 
 
 def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
@@ -277,8 +323,9 @@ def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
 
     labels = artifact(dsl.Dataset, tmp_path / "labels")
     with pytest.raises(ConfigError, match="'tree'"):
-        component("tree").python_func(prepared=chain["prepared"], settings="{source: dataset",
-                                      labels=labels)  # fmt: skip
+        component("tree").python_func(
+            prepared=chain["prepared"], settings="{source: dataset", labels=labels
+        )
     assert not Path(labels.path).exists()
 
 

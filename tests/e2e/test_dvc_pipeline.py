@@ -100,8 +100,11 @@ def test_queued_experiments_track_into_the_repositorys_own_store(clone):
     sh(["dvc", "repro"], dest, env)  # the baseline: the queued runs retrain SHDH only
     names = {"alpha-quarter": "0.25", "alpha-three-quarters": "0.75"}
     for name, alpha in names.items():
-        sh(["dvc", "exp", "run", "--queue", "-n", name, "-S", f"train.shdh.alpha={alpha}"],
-           dest, env)  # fmt: skip
+        sh(
+            ["dvc", "exp", "run", "--queue", "-n", name, "-S", f"train.shdh.alpha={alpha}"],
+            dest,
+            env,
+        )
     start = time.monotonic()
     out = sh(["dvc", "exp", "run", "--run-all", "-j", "2"], dest, env)
     print(f"two queued smoke experiments, -j 2: {time.monotonic() - start:.0f} s")
@@ -110,8 +113,11 @@ def test_queued_experiments_track_into_the_repositorys_own_store(clone):
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{dest / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("shdh")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
-    parents = {r.data.tags.get("dvc.exp_name"): r for r in runs
-               if r.data.tags.get("shdh.role") == "pipeline"}  # fmt: skip
+    parents = {
+        r.data.tags.get("dvc.exp_name"): r
+        for r in runs
+        if r.data.tags.get("shdh.role") == "pipeline"
+    }
     assert set(names) <= set(parents)
     metrics = json.loads((dest / "results" / "metrics.json").read_text())
     expected = {f"{method}-16-seed0" for method in metrics}  # every method and the floor

@@ -24,8 +24,14 @@ from tests.conftest import REPO
 from tests.e2e.clone import clone_repo, sh
 
 pytestmark = pytest.mark.slow
-PUBLISHED = ("docs/results.md", "docs/results-paper.md", "results/metrics.json",
-             "results/table.md", "results/curves.npz", "results/paper/metrics.json")  # fmt: skip
+PUBLISHED = (
+    "docs/results.md",
+    "docs/results-paper.md",
+    "results/metrics.json",
+    "results/table.md",
+    "results/curves.npz",
+    "results/paper/metrics.json",
+)
 RESULTS = Path("results/shapes/smoke")
 
 
@@ -45,16 +51,25 @@ def shapes(tmp_path_factory):
     applied = sh(["shdh", "profile", "apply", "smoke"], dest, env)
     assert f"results go to {RESULTS}" in applied
     # one deep and one shallow method: every kind of stage, at a fraction of the cost
-    set_params(dest, data={"max_items": None}, train={"methods": ["shdh"]},
-               baselines={"methods": ["itq"]})  # fmt: skip
+    set_params(
+        dest, data={"max_items": None}, train={"methods": ["shdh"]}, baselines={"methods": ["itq"]}
+    )
     return dest, env
 
 
 def test_a_tree_with_repeated_leaf_names_runs_through_dvc_repro(shapes):
     dest, env = shapes
     out = sh(["dvc", "repro"], dest, env)
-    for stage in ("inputs", "prepare", "tree", "smatrix", "features", "train@shdh",
-                  "baselines", "evaluate"):  # fmt: skip
+    for stage in (
+        "inputs",
+        "prepare",
+        "tree",
+        "smatrix",
+        "features",
+        "train@shdh",
+        "baselines",
+        "evaluate",
+    ):
         assert f"Running stage '{stage}'" in out, stage
     tree = LabelTree.load(dest / "artifacts" / "tree" / "tree.json")
     assert tree.names[0] == "shapes" and tree.names.count("circle") == 6
@@ -96,8 +111,11 @@ def test_editing_each_input_reruns_the_stage_that_reads_it(shapes):
     set_params(dest, tree={"source": "trees/shapes.json"})
     assert "Running stage 'tree'" in sh(["dvc", "repro", "tree"], dest, env)
     assert "tree" not in changed_stages(dest, env)
-    tree_file.write_text(json.dumps({"format": "shdh-label-tree/1", "root": "shapes",
-                                     "paths": list(reversed(SHAPE_LEAVES))}))  # fmt: skip
+    tree_file.write_text(
+        json.dumps(
+            {"format": "shdh-label-tree/1", "root": "shapes", "paths": list(reversed(SHAPE_LEAVES))}
+        )
+    )
     assert "tree" in changed_stages(dest, env)
     out = sh(["dvc", "repro", "tree"], dest, env)
     assert "Running stage 'tree'" in out and "Running stage 'prepare'" not in out
@@ -113,8 +131,7 @@ def test_a_table_and_the_images_it_names_are_inputs_of_download(shapes):
         for i in range(3)
     ]
     (dest / "shapes.csv").write_text("\n".join(rows) + "\n")
-    set_params(dest, data={"dataset": "table", "raw_dir": "shapes.csv"},
-               tree={"source": "dataset"})  # fmt: skip
+    set_params(dest, data={"dataset": "table", "raw_dir": "shapes.csv"}, tree={"source": "dataset"})
     assert "Running stage 'prepare'" in sh(["dvc", "repro", "prepare"], dest, env)
     assert "prepare" not in changed_stages(dest, env)
     image = dest / "shapes" / "warm" / "red" / "square" / "square_001.png"  # named by the table

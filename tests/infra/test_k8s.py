@@ -448,8 +448,11 @@ def test_train_scheduling_values_make_a_valid_pod(target):
     if data["train.accelerator_type"]:
         limits[data["train.accelerator_type"]] = data["train.accelerator_limit"]
     requests = {"cpu": data["train.cpu_request"], "memory": data["train.memory_request"]}
-    container = {"name": "train", "image": "shdh:test",
-                 "resources": {"limits": limits, "requests": requests}}  # fmt: skip
+    container = {
+        "name": "train",
+        "image": "shdh:test",
+        "resources": {"limits": limits, "requests": requests},
+    }
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

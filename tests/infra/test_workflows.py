@@ -101,8 +101,13 @@ def test_one_name_for_the_image_setting_everywhere():
     from components.image import IMAGE_ENV
 
     assert IMAGE_ENV == "SHDH_IMAGE"
-    files = [REPO / "README.md", REPO / "Dockerfile", *(REPO / "docs").glob("*.md"), *WORKFLOWS,
-             *(REPO / "k8s").rglob("*.yaml")]  # fmt: skip
+    files = [
+        REPO / "README.md",
+        REPO / "Dockerfile",
+        *(REPO / "docs").glob("*.md"),
+        *WORKFLOWS,
+        *(REPO / "k8s").rglob("*.yaml"),
+    ]
     for path in files:
         text = path.read_text()
         assert not re.search(r"(?<![A-Z_])IMAGE\b(?!_)", text.replace("SHDH_IMAGE", "")), path

@@ -80,16 +80,19 @@ def wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> None
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {process.returncode}:\n"
-                               f"{log_path.read_text()[-4000:]}")  # fmt: skip
+            raise RuntimeError(
+                f"mlflow server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
             time.sleep(0.5)
-    raise RuntimeError(f"mlflow server at {url} not healthy after {START_TIMEOUT_S:.0f} s:\n"
-                       f"{log_path.read_text()[-4000:]}")  # fmt: skip
+    raise RuntimeError(
+        f"mlflow server at {url} not healthy after {START_TIMEOUT_S:.0f} s:\n"
+        f"{log_path.read_text()[-4000:]}"
+    )
 
 
 def write_auth_config(path: Path, database_uri: str) -> Path:
@@ -97,10 +100,16 @@ def write_auth_config(path: Path, database_uri: str) -> Path:
     (run here as it runs there, with the database URI in the environment)."""
     manifest = yaml.safe_load_all((REPO / "k8s" / "base" / "mlflow.yaml").read_text())
     deployment = next(d for d in manifest if d["kind"] == "Deployment")
-    (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"]
-               if c["name"] == "write-auth-config"]  # fmt: skip
-    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": database_uri,
-           "MLFLOW_AUTH_CONFIG_PATH": str(path)}  # fmt: skip
+    (init,) = [
+        c
+        for c in deployment["spec"]["template"]["spec"]["initContainers"]
+        if c["name"] == "write-auth-config"
+    ]
+    env = {
+        **os.environ,
+        "MLFLOW_BACKEND_STORE_URI": database_uri,
+        "MLFLOW_AUTH_CONFIG_PATH": str(path),
+    }
     assert init["command"] == ["python", "-c"]
     subprocess.run([sys.executable, "-c", init["args"][0]], env=env, check=True, timeout=60)
     return path
@@ -113,17 +122,31 @@ def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
     command = [
-        str(Path(sys.executable).parent / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", *store,
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        *store,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     # Background jobs (GenAI evaluation) are not used; off, the server starts sooner.
     env = {**os.environ, **env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log_path = root / "server.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, cwd=root,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            start_new_session=True,
+        )
     try:
         wait_for_health(url, process, log_path)
         yield {"url": url, "process": process, "log": log_path}
@@ -137,12 +160,20 @@ def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
     # k8s/base/mlflow.yaml's set-up: the users' table in the server's database (here a file),
     # the administrator from the Secret's MLflow credentials.
     auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
-    env = {**s3_server.env(), "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
-           "MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_AUTH_ADMIN_USERNAME": USER,
-           "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret"}  # fmt: skip
-    store = ["--artifacts-destination", f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
-             "--app-name", "basic-auth"]  # fmt: skip
+    env = {
+        **s3_server.env(),
+        "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
+        "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
+        "MLFLOW_AUTH_ADMIN_USERNAME": USER,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret",
+    }
+    store = [
+        "--artifacts-destination",
+        f"s3://{s3_server.bucket}/{ARTIFACT_PREFIX}",
+        "--app-name",
+        "basic-auth",
+    ]
     with serve(root, store, env) as server:
         yield server
 
@@ -168,12 +199,16 @@ def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server
     experiment = get_json(f"{api}/experiments/get-by-name", experiment_name="shdh")["experiment"]
     search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
     runs = post_json(f"{api}/runs/search", search)["runs"]
-    tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
-            for r in runs}  # fmt: skip
+    tags = {
+        r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs
+    }
     (parent,) = [r for r in runs if tags[r["info"]["run_id"]].get("shdh.role") == "pipeline"]
     parent_id = parent["info"]["run_id"]
-    children = {r["info"]["run_name"]: r for r in runs
-                if tags[r["info"]["run_id"]].get("mlflow.parentRunId") == parent_id}  # fmt: skip
+    children = {
+        r["info"]["run_name"]: r
+        for r in runs
+        if tags[r["info"]["run_id"]].get("mlflow.parentRunId") == parent_id
+    }
     assert set(children) == SMOKE_RUNS and len(runs) == len(SMOKE_RUNS) + 1
     data_md5 = yaml.safe_load((REPO / "data.dvc").read_text())["outs"][0]["md5"]
     for run_id in [parent_id, *(c["info"]["run_id"] for c in children.values())]:
@@ -185,16 +220,17 @@ def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server
     shdh = children["shdh-16-seed0"]
     metrics = {m["key"]: m["value"] for m in shdh["data"]["metrics"]}
     assert metrics["ndcg_at_100"] == pytest.approx(scores["shdh"]["16"]["ndcg@100"], abs=1e-6)
-    history = get_json(f"{api}/metrics/get-history", run_id=shdh["info"]["run_id"],
-                       metric_key="loss")["metrics"]  # fmt: skip
+    history = get_json(
+        f"{api}/metrics/get-history", run_id=shdh["info"]["run_id"], metric_key="loss"
+    )["metrics"]
     assert [m["step"] for m in history] == [1]  # one smoke epoch
 
     # Artifacts: listed and downloaded through the server's proxy, byte for byte.
     listed = get_json(f"{api}/artifacts/list", run_id=shdh["info"]["run_id"], path="codes")
     assert [f["path"] for f in listed["files"]] == ["codes/shdh-16.npz"]
-    url = (f"{mlflow_server['url']}/get-artifact?"
-           + urllib.parse.urlencode({"path": "codes/shdh-16.npz",
-                                     "run_uuid": shdh["info"]["run_id"]}))  # fmt: skip
+    url = f"{mlflow_server['url']}/get-artifact?" + urllib.parse.urlencode(
+        {"path": "codes/shdh-16.npz", "run_uuid": shdh["info"]["run_id"]}
+    )
     with urllib.request.urlopen(authorised(urllib.request.Request(url)), timeout=30) as response:
         downloaded = response.read()
     assert downloaded == (smoke_run["results"] / "codes" / "shdh-16.npz").read_bytes()
@@ -209,9 +245,10 @@ def test_artifacts_live_in_the_s3_bucket(mlflow_server, smoke_run, s3_server):
     keys = [item["Key"] for item in listing.get("Contents", [])]
     while listing.get("IsTruncated"):
         listing = s3_server.client().list_objects_v2(
-            Bucket=s3_server.bucket, Prefix=ARTIFACT_PREFIX,
+            Bucket=s3_server.bucket,
+            Prefix=ARTIFACT_PREFIX,
             ContinuationToken=listing["NextContinuationToken"],
-        )  # fmt: skip
+        )
         keys += [item["Key"] for item in listing.get("Contents", [])]
     assert any(k.endswith("/codes/shdh-16.npz") for k in keys)
     assert any(k.endswith("/checkpoint/checkpoint.pt") for k in keys)
@@ -223,8 +260,10 @@ def test_the_parent_run_tells_the_story_of_the_pipeline_run(mlflow_server, smoke
     experiment = get_json(f"{api}/experiments/get-by-name", experiment_name="shdh")["experiment"]
     kind = {t["key"]: t["value"] for t in experiment["tags"]}["mlflow.experimentKind"]
     assert kind == "custom_model_development"
-    search = {"experiment_ids": [experiment["experiment_id"]],
-              "filter": "tags.`shdh.role` = 'pipeline'"}  # fmt: skip
+    search = {
+        "experiment_ids": [experiment["experiment_id"]],
+        "filter": "tags.`shdh.role` = 'pipeline'",
+    }
     (parent,) = post_json(f"{api}/runs/search", search)["runs"]
     assert parent["info"]["status"] == "FINISHED"
     tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}

@@ -49,16 +49,20 @@ def smoke_settings(methods: Collection[str] | None = None) -> dict[str, Any]:
 def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
     """The same settings with every path inside workdir (paths change no result)."""
     paths = {
-        "data": {"raw_dir": str(workdir / "data" / "fashion-mnist"),
-                 "prepared_dir": str(workdir / "artifacts" / "prepared")},
+        "data": {
+            "raw_dir": str(workdir / "data" / "fashion-mnist"),
+            "prepared_dir": str(workdir / "artifacts" / "prepared"),
+        },
         "tree": {"out_dir": str(workdir / "artifacts" / "tree")},
         "smatrix": {"out": str(workdir / "artifacts" / "smatrix.npz")},
         "features": {"out": str(workdir / "artifacts" / "gist.npy")},
         "train": {"models_dir": str(workdir / "artifacts" / "models")},
         "baselines": {"models_dir": str(workdir / "artifacts" / "baselines")},
-        "evaluate": {"results_dir": str(workdir / "results"),
-                     "report": str(workdir / "docs" / "results.md")},
-    }  # fmt: skip
+        "evaluate": {
+            "results_dir": str(workdir / "results"),
+            "report": str(workdir / "docs" / "results.md"),
+        },
+    }
     path = workdir / "params.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(deep_merge(params, paths), sort_keys=False))
@@ -84,8 +88,10 @@ def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> 
                 )
             continue
         matrix = stage.get("matrix", {})
-        axes = [lookup(_REF.fullmatch(v).group(1), {}) if isinstance(v, str) else v
-                for v in matrix.values()]  # fmt: skip
+        axes = [
+            lookup(_REF.fullmatch(v).group(1), {}) if isinstance(v, str) else v
+            for v in matrix.values()
+        ]
         for values in itertools.product(*axes):
             item = dict(zip(matrix, values, strict=True))
             commands.append(_REF.sub(lambda m, i=item: str(lookup(m.group(1), i)), stage["cmd"]))

@@ -19,9 +19,12 @@ from shdh.kubeflow import pipeline_arguments, resolve_params
 from tests.conftest import REPO
 from tests.infra.manifests import rendered_text as render_overlay
 
-RESOURCE_FIELDS = {"resourceCpuRequest": "cpu_request", "resourceCpuLimit": "cpu_limit",
-                   "resourceMemoryRequest": "memory_request",
-                   "resourceMemoryLimit": "memory_limit"}  # fmt: skip
+RESOURCE_FIELDS = {
+    "resourceCpuRequest": "cpu_request",
+    "resourceCpuLimit": "cpu_limit",
+    "resourceMemoryRequest": "memory_request",
+    "resourceMemoryLimit": "memory_limit",
+}
 SECRET_VALUE = "wJalrXUtnFEMI-not-a-real-secret-K7MDENG"
 ACCESS_KEY_VALUE = "AKIAIOSFODNN7EXAMPLE"
 
@@ -119,8 +122,10 @@ def test_every_task_gets_config_secret_and_the_sizes_of_its_step(smoke):
         (config,) = settings["configMapAsEnv"]
         (secret,) = settings["secretAsEnv"]
         assert config["configMapName"] == "shdh-config", name
-        assert {k["envVar"] for k in config["keyToEnv"]} >= {"MLFLOW_TRACKING_URI",
-                                                             "MLFLOW_EXPERIMENT_NAME"}  # fmt: skip
+        assert {k["envVar"] for k in config["keyToEnv"]} >= {
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_EXPERIMENT_NAME",
+        }
         assert secret["secretName"] == "shdh-credentials", name
         assert {k["secretKey"] for k in secret["keyToEnv"]} == {
             "AWS_ACCESS_KEY_ID",
@@ -152,8 +157,12 @@ def test_dev_trains_on_the_cpu_in_the_runtime_image(smoke):
 def test_train_tasks_retry_with_backoff_within_a_deadline_and_loops_are_capped(smoke):
     spec, platform, _ = smoke
     data = overlay_data("dev")
-    (train_task,) = [t for c in spec["components"].values() for n, t in c.get("dag", {}).get(
-        "tasks", {}).items() if t["componentRef"]["name"] == "comp-train"]  # fmt: skip
+    (train_task,) = [
+        t
+        for c in spec["components"].values()
+        for n, t in c.get("dag", {}).get("tasks", {}).items()
+        if t["componentRef"]["name"] == "comp-train"
+    ]
     assert train_task["retryPolicy"] == {
         "maxRetryCount": int(data["train.retries"]),
         "backoffDuration": "60s",
@@ -161,12 +170,20 @@ def test_train_tasks_retry_with_backoff_within_a_deadline_and_loops_are_capped(s
         "backoffMaxDuration": "28800s",  # dev: 8h
     }
     assert platform["executors"]["exec-train"]["activeDeadlineSeconds"] == "7200"  # dev: 2h
-    caps = {tuple(body): root_tasks(spec)[loop]["iteratorPolicy"]["parallelismLimit"]
-            for loop, body in loop_bodies(spec).items()}  # fmt: skip
-    assert caps == {("train",): int(data["train.parallelism"]),
-                    ("baseline",): int(data["baseline.parallelism"])}  # fmt: skip
-    others = [t for c in spec["components"].values() for n, t in c.get("dag", {}).get(
-        "tasks", {}).items() if t["componentRef"]["name"] != "comp-train"]  # fmt: skip
+    caps = {
+        tuple(body): root_tasks(spec)[loop]["iteratorPolicy"]["parallelismLimit"]
+        for loop, body in loop_bodies(spec).items()
+    }
+    assert caps == {
+        ("train",): int(data["train.parallelism"]),
+        ("baseline",): int(data["baseline.parallelism"]),
+    }
+    others = [
+        t
+        for c in spec["components"].values()
+        for n, t in c.get("dag", {}).get("tasks", {}).items()
+        if t["componentRef"]["name"] != "comp-train"
+    ]
     assert others and not any("retryPolicy" in t for t in others)
 
 
@@ -185,8 +202,11 @@ def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(tmp_path, monkey
     assert {e["container"]["image"] for n, e in executors.items() if n != "exec-train"} == {
         DEFAULT_IMAGE
     }
-    assert all("accelerator" not in e["container"]["resources"] for e in executors.values()
-               if e is not executors["exec-train"])  # fmt: skip
+    assert all(
+        "accelerator" not in e["container"]["resources"]
+        for e in executors.values()
+        if e is not executors["exec-train"]
+    )
     kube = platform["executors"]["exec-train"]
     assert kube["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
     assert kube["tolerations"] == [
@@ -212,14 +232,30 @@ def test_no_credential_reaches_the_compiled_yaml(smoke):
 def test_settings_come_from_the_configmap_as_kubectl_prints_it(tmp_path, monkeypatch):
     """--settings: `kubectl get configmap shdh-pipeline -o json` from a cluster with other
     labels, taints and sizes than the repository's overlays."""
-    data = {**overlay_data("gpu"), "train.accelerator_limit": "2", "train.cpu_limit": "6",
-            "train.node_selector": json.dumps({"pool": "a100", "zone": "b"}),
-            "train.tolerations": json.dumps([
+    data = {
+        **overlay_data("gpu"),
+        "train.accelerator_limit": "2",
+        "train.cpu_limit": "6",
+        "train.node_selector": json.dumps({"pool": "a100", "zone": "b"}),
+        "train.tolerations": json.dumps(
+            [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute",
-                 "tolerationSeconds": 60}])}  # fmt: skip
-    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
-                 "metadata": {"name": "shdh-pipeline", "namespace": "team"}}  # fmt: skip
+                {
+                    "key": "spot",
+                    "operator": "Equal",
+                    "value": "yes",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 60,
+                },
+            ]
+        ),
+    }
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "data": data,
+        "metadata": {"name": "shdh-pipeline", "namespace": "team"},
+    }
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(configmap))
     spec, platform, _ = compile_with(tmp_path, monkeypatch, "--settings", str(path))
@@ -276,9 +312,17 @@ def test_without_baselines_there_is_no_shallow_branch(tmp_path, monkeypatch):
 
 def test_param_overrides_and_typos(tmp_path, monkeypatch, caplog):
     spec, _, _ = compile_with(
-        tmp_path, monkeypatch, "--profile", "smoke", "--param", "train.epochs=4",
-        "--param", "baselines.ksh.n_anchors=20", "--param", "data.max_items=null",
-    )  # fmt: skip
+        tmp_path,
+        monkeypatch,
+        "--profile",
+        "smoke",
+        "--param",
+        "train.epochs=4",
+        "--param",
+        "baselines.ksh.n_anchors=20",
+        "--param",
+        "data.max_items=null",
+    )
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     defaults = {name: p["defaultValue"] for name, p in parameters.items()}
     assert json.loads(defaults["train"])["epochs"] == 4
@@ -298,10 +342,25 @@ def test_image_is_chosen_at_compile_time(tmp_path):
     out = tmp_path / "pipeline.yaml"
     env = {k: v for k, v in os.environ.items() if k != "SHDH_IMAGE"}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "shdh"), "pipeline", "compile", "--profile", "smoke",
-         "--overlay", "gpu", "--image", "registry.example/team/shdh:abc123", "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "shdh"),
+            "pipeline",
+            "compile",
+            "--profile",
+            "smoke",
+            "--overlay",
+            "gpu",
+            "--image",
+            "registry.example/team/shdh:abc123",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
     images = {name: e["container"]["image"] for name, e in executors.items()}

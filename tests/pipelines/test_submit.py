@@ -114,8 +114,12 @@ class RecordingKubeflow:
         else:
             pipeline_id, version_name = query["pipelineid"][0], query["name"][0]
         number = sum(map(len, self.versions.values())) + 1
-        version = {"pipeline_id": pipeline_id, "display_name": version_name,
-                   "pipeline_version_id": f"version-{number}", "pipeline_spec": spec}  # fmt: skip
+        version = {
+            "pipeline_id": pipeline_id,
+            "display_name": version_name,
+            "pipeline_version_id": f"version-{number}",
+            "pipeline_spec": spec,
+        }
         self.versions.setdefault(pipeline_id, []).insert(0, version)  # newest first
         return 200, self.pipelines[pipeline_id] if path.endswith("/upload") else version
 
@@ -124,8 +128,11 @@ class RecordingKubeflow:
         if "filter" not in query:
             return None
         predicates = json.loads(query["filter"][0])["predicates"]
-        return next(p["string_value"] if "string_value" in p else p["stringValue"]
-                    for p in predicates if p["key"] in ("display_name", "name"))  # fmt: skip
+        return next(
+            p["string_value"] if "string_value" in p else p["stringValue"]
+            for p in predicates
+            if p["key"] in ("display_name", "name")
+        )
 
     @staticmethod
     def _uploaded_file(headers, body: bytes) -> dict:
@@ -192,8 +199,20 @@ def _in_the_checkout(monkeypatch):
 
 def test_submit_uploads_the_spec_and_starts_a_run_with_the_settings(kubeflow):
     server, host = kubeflow
-    assert submit(host, "--experiment", "team-a", "--param", "train.epochs=3",
-                  "--run-name", "try-1", "--service-account", "shdh-pipeline") == 0  # fmt: skip
+    assert (
+        submit(
+            host,
+            "--experiment",
+            "team-a",
+            "--param",
+            "train.epochs=3",
+            "--run-name",
+            "try-1",
+            "--service-account",
+            "shdh-pipeline",
+        )
+        == 0
+    )
     assert server.requests[0]["path"] == f"{API}/healthz"  # asked before anything is uploaded
     (upload,) = [r for r in server.requests if r["path"].endswith("/pipelines/upload")]
     spec = upload["spec"]
@@ -224,8 +243,9 @@ def test_submit_follows_the_overlay_it_is_given(kubeflow):
     server, host = kubeflow
     assert submit(host) == 0
     assert submit(host, "--overlay", "gpu") == 0
-    specs = {v["pipeline_version_id"]: v["pipeline_spec"] for vs in server.versions.values()
-             for v in vs}  # fmt: skip
+    specs = {
+        v["pipeline_version_id"]: v["pipeline_spec"] for vs in server.versions.values() for v in vs
+    }
     dev_spec, gpu_spec = [
         specs[run["pipeline_version_reference"]["pipeline_version_id"]] for run in server.runs
     ]
@@ -233,8 +253,9 @@ def test_submit_follows_the_overlay_it_is_given(kubeflow):
     gpu_train = gpu_spec["deploymentSpec"]["executors"]["exec-train"]["container"]
     assert "accelerator" not in dev_train["resources"]
     assert gpu_train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    devices = [json.loads(run["runtime_config"]["parameters"]["train"])["device"]
-               for run in server.runs]  # fmt: skip
+    devices = [
+        json.loads(run["runtime_config"]["parameters"]["train"])["device"] for run in server.runs
+    ]
     assert devices == ["cpu", "cuda"]
 
 
@@ -307,10 +328,12 @@ def test_a_session_cookie(kubeflow):
 
 @pytest.mark.parametrize(
     ("given", "words"),
-    [((), "wants credentials (HTTP 401)"),
-     (("--token", "stale-token"), "refused the credentials (HTTP 401)"),
-     (("--cookie", "authservice_session=expired"), "refused the credentials (HTTP 401)")],
-)  # fmt: skip
+    [
+        ((), "wants credentials (HTTP 401)"),
+        (("--token", "stale-token"), "refused the credentials (HTTP 401)"),
+        (("--cookie", "authservice_session=expired"), "refused the credentials (HTTP 401)"),
+    ],
+)
 def test_refused_credentials_are_one_line_and_nothing_is_uploaded(kubeflow, caplog, given, words):
     server, host = kubeflow
     server.multi_user, server.token = True, TOKEN

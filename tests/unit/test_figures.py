@@ -37,8 +37,11 @@ def _curves(length: int, bits: int, level: float) -> Curves:
 
 
 def _run(length: int = 50) -> dict[tuple[str, int], Curves]:
-    return {(m, b): _curves(length, b, lvl) for b in (16, 32)
-            for m, lvl in (("shdh", 0.9), ("itq", 0.6), ("random", 0.1))}  # fmt: skip
+    return {
+        (m, b): _curves(length, b, lvl)
+        for b in (16, 32)
+        for m, lvl in (("shdh", 0.9), ("itq", 0.6), ("random", 0.1))
+    }
 
 
 def _row(x: float) -> dict[str, float]:
@@ -60,12 +63,16 @@ def test_curves_round_trip(tmp_path):
     ("arrays", "message"),
     [
         ({"n": np.array(100)}, "field 'dataset' is missing"),
-        ({"dataset": np.array("d"), "n": np.array(1), "shdh/x/wr_at_n": np.zeros(3)},
-         "field 'shdh/x/wr_at_n' is not METHOD/BITS/"),
-        ({"dataset": np.array("d"), "n": np.array(1), "shdh/16/wr_at_n": np.zeros(3)},
-         "field 'shdh/16/radius' is missing"),
+        (
+            {"dataset": np.array("d"), "n": np.array(1), "shdh/x/wr_at_n": np.zeros(3)},
+            "field 'shdh/x/wr_at_n' is not METHOD/BITS/",
+        ),
+        (
+            {"dataset": np.array("d"), "n": np.array(1), "shdh/16/wr_at_n": np.zeros(3)},
+            "field 'shdh/16/radius' is missing",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_curves_files_are_named_with_the_field(tmp_path, arrays, message):
     path = tmp_path / CURVES_FILE
     np.savez(path, **arrays)
@@ -83,8 +90,13 @@ def test_an_unreadable_curves_file_says_to_rerun_evaluate(tmp_path):
 def test_every_figure_is_written_with_a_caption(tmp_path):
     figures = write_figures(_run(), tmp_path / "plots")
     names = [f.path.name for f in figures]
-    assert names == ["wr_by_radius-16.png", "wr_by_radius-32.png", "wr_at_n-16.png",
-                     "wr_at_n-32.png", "wr_vs_bits.png"]  # fmt: skip
+    assert names == [
+        "wr_by_radius-16.png",
+        "wr_by_radius-32.png",
+        "wr_at_n-16.png",
+        "wr_at_n-32.png",
+        "wr_vs_bits.png",
+    ]
     assert all(f.path.read_bytes()[:8] == PNG for f in figures)
     assert figures[0].caption.startswith("Fig. 3 (a-f)") and "16 bits" in figures[0].caption
     assert figures[2].caption.startswith("Fig. 3 (g-l)") and "n = 1..50" in figures[2].caption
@@ -101,8 +113,10 @@ def test_fig4_at_the_papers_depth_when_the_curves_reach_it(tmp_path):
 
 def _results(tmp_path, curves=None):
     results = tmp_path / "results"
-    metrics = {m: {str(b): _row(x) for b in (16, 32)}
-               for m, x in (("shdh", 2.0), ("itq", 1.0), ("random", 0.5))}  # fmt: skip
+    metrics = {
+        m: {str(b): _row(x) for b in (16, 32)}
+        for m, x in (("shdh", 2.0), ("itq", 1.0), ("random", 0.5))
+    }
     results.mkdir()
     (results / "metrics.json").write_text(json.dumps(metrics))
     save_curves(results / CURVES_FILE, curves or _run(), dataset="fashion-mnist-h", n=100)
@@ -136,8 +150,10 @@ def test_shdh_report_command(tmp_path, capsys, caplog):
     results = _results(tmp_path)
     params = tmp_path / "params.yaml"
     report = tmp_path / "out.md"
-    settings = deep_merge(load_params(REPO / "params.yaml"), {"evaluate": {
-        "results_dir": str(results), "n": 100, "report": str(report)}})  # fmt: skip
+    settings = deep_merge(
+        load_params(REPO / "params.yaml"),
+        {"evaluate": {"results_dir": str(results), "n": 100, "report": str(report)}},
+    )
     params.write_text(yaml.safe_dump(settings))
     assert main(["report", "--params", str(params)]) == 0
     assert "wr_vs_bits.png" in capsys.readouterr().out and "| SHDH |" in report.read_text()
@@ -147,14 +163,22 @@ def test_shdh_report_command(tmp_path, capsys, caplog):
 
 
 def _sweep_row(variant: str, seed: int, ndcg: float) -> dict:
-    return {"variant": variant, "seed": seed, "bits": 64, "ndcg@100": ndcg,
-            "ndcg_list@100": ndcg + 0.1}  # fmt: skip
+    return {
+        "variant": variant,
+        "seed": seed,
+        "bits": 64,
+        "ndcg@100": ndcg,
+        "ndcg_list@100": ndcg + 0.1,
+    }
 
 
 @pytest.mark.slow  # draws every figure three times
 def test_fig5_comes_from_a_saved_alpha_sweep(tmp_path):
-    rows = [_sweep_row(f"shdh:alpha={a}", s, 0.7 + 0.01 * s + a / 100)
-            for a in (0.25, 1, 4) for s in (0, 1, 2)]  # fmt: skip
+    rows = [
+        _sweep_row(f"shdh:alpha={a}", s, 0.7 + 0.01 * s + a / 100)
+        for a in (0.25, 1, 4)
+        for s in (0, 1, 2)
+    ]
     rows.append(_sweep_row("dpsh", 0, 0.8))  # other variants of the benchmark are left out
     results = _results(tmp_path)
     sweep_path = tmp_path / "elsewhere" / ALPHA_FILE  # evaluate.alpha_sweep, not in results_dir
@@ -174,12 +198,16 @@ def test_fig5_comes_from_a_saved_alpha_sweep(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("{}", "expected a list of runs"),
-     (json.dumps([{"variant": "dpsh", "seed": 0}]), "no 'shdh:alpha=...' runs"),
-     (json.dumps([{"variant": "shdh:alpha=1", "ndcg@100": 0.5}]),
-      "run 0 \\(shdh:alpha=1\\): field 'ndcg_list@100' is missing"),
-     ("not json", "cannot read the alpha sweep")],
-)  # fmt: skip
+    [
+        ("{}", "expected a list of runs"),
+        (json.dumps([{"variant": "dpsh", "seed": 0}]), "no 'shdh:alpha=...' runs"),
+        (
+            json.dumps([{"variant": "shdh:alpha=1", "ndcg@100": 0.5}]),
+            "run 0 \\(shdh:alpha=1\\): field 'ndcg_list@100' is missing",
+        ),
+        ("not json", "cannot read the alpha sweep"),
+    ],
+)
 def test_a_bad_alpha_sweep_is_named(tmp_path, content, message):
     path = tmp_path / ALPHA_FILE
     path.write_text(content)

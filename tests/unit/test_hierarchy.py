@@ -73,8 +73,10 @@ def test_segment_sizes_default_is_levels() -> None:
     assert h.LAYOUTS == ("levels", "paper")
 
 
-@pytest.mark.parametrize(("n_bits", "K", "layout"), [(1, 3, "levels"), (5, 7, "levels"),
-                                                     (2, 3, "paper"), (6, 7, "paper")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n_bits", "K", "layout"),
+    [(1, 3, "levels"), (5, 7, "levels"), (2, 3, "paper"), (6, 7, "paper")],
+)
 def test_segment_sizes_too_few_bits(n_bits: int, K: int, layout: str) -> None:
     with pytest.raises(ValueError) as err:
         h.segment_sizes(n_bits, K, layout)
@@ -448,8 +450,18 @@ def test_cifar100_constants() -> None:
     fine, coarse, f2c = h.CIFAR100_FINE, h.CIFAR100_COARSE, h.CIFAR100_FINE_TO_COARSE
     assert len(fine) == 100 and len(set(fine)) == 100
     assert list(fine) == sorted(fine)  # the official meta file lists them alphabetically
-    assert fine[:10] == ("apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee",
-                         "beetle", "bicycle", "bottle")  # fmt: skip
+    assert fine[:10] == (
+        "apple",
+        "aquarium_fish",
+        "baby",
+        "bear",
+        "beaver",
+        "bed",
+        "bee",
+        "beetle",
+        "bicycle",
+        "bottle",
+    )
     assert list(coarse) == list(CIFAR100_GROUPS)
     assert len(f2c) == 100 and sorted(set(f2c)) == list(range(20))
     assert all(f2c.count(c) == 5 for c in range(20))

@@ -284,9 +284,12 @@ def test_streaming_writer_failure_leaves_the_old_dataset(tmp_path):
 
 @pytest.mark.parametrize(
     "kept, problem",
-    [(np.array([2, 1]), "not ascending"), (np.array([0, 9]), "not ascending"),
-     (np.array([], dtype=np.int64), "no items left")],
-)  # fmt: skip
+    [
+        (np.array([2, 1]), "not ascending"),
+        (np.array([0, 9]), "not ascending"),
+        (np.array([], dtype=np.int64), "no items left"),
+    ],
+)
 def test_streaming_writer_rejects_bad_kept_positions(tmp_path, kept, problem):
     labels, ids = fields(3)
     with pytest.raises(DataFormatError, match=problem):

@@ -140,7 +140,8 @@ def test_the_core_needs_only_torch_numpy_and_numba(imports):
         for module, names in sorted(imports.external.items())
         if layer_of(module) == CORE
         for name, line in sorted(names.items())
-        if name not in CORE_THIRD_PARTY and not import_graph.is_stdlib(name)
+        if name not in CORE_THIRD_PARTY
+        and not import_graph.is_stdlib(name)
         and module not in FIT_ONLY.get(name, ())
     ]
     assert not extra, (

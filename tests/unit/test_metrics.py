@@ -267,11 +267,21 @@ def test_radius_curve_over_the_first_queries_only() -> None:
     sizes, weights = [7, 6], (2 / 3, 1 / 3)
     full, full_curves = evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, sizes, weights, n=7)
     for m, chunk in [(4, 3), (4, None), (1, 2), (20, None)]:
-        result, curves = evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, sizes, weights,
-                                  n=7, chunk=chunk, radius_queries=m)  # fmt: skip
+        result, curves = evaluate(
+            pack_codes(q),
+            pack_codes(db),
+            q_anc,
+            db_anc,
+            sizes,
+            weights,
+            n=7,
+            chunk=chunk,
+            radius_queries=m,
+        )
         assert result == pytest.approx(full, abs=1e-12)  # the table metrics use every query
-        _, first = evaluate(pack_codes(q[:m]), pack_codes(db), q_anc[:m], db_anc, sizes,
-                            weights, n=7)  # fmt: skip
+        _, first = evaluate(
+            pack_codes(q[:m]), pack_codes(db), q_anc[:m], db_anc, sizes, weights, n=7
+        )
         np.testing.assert_allclose(curves.wr_at_radius, first.wr_at_radius, atol=1e-12)
         np.testing.assert_allclose(curves.wr_at_n, full_curves.wr_at_n, atol=1e-12)
     with pytest.raises(ValueError, match="radius_queries must be >= 1"):

@@ -30,9 +30,12 @@ def trained(tmp_path_factory):
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         raw = write_fashion_mnist_raw(tmp / "raw")
         params = smoke_params(
-            tmp, raw, train={"methods": ["shdh"], "epochs": 1},
-            baselines={"methods": []}, evaluate={"report": str(tmp / "results.md")},
-        )  # fmt: skip
+            tmp,
+            raw,
+            train={"methods": ["shdh"], "epochs": 1},
+            baselines={"methods": []},
+            evaluate={"report": str(tmp / "results.md")},
+        )
         run_steps(params, ["prepare"], ["tree"], ["smatrix"])
         run_steps(params, ["train", "--method", "shdh", "--bits", "16", "--no-progress"])
         run_steps(params, ["evaluate"])
@@ -81,10 +84,25 @@ def test_mlflow_models_predict_returns_the_pipeline_codes(store, tmp_path):
     (tmp_path / "input.json").write_text(json.dumps({"inputs": images.tolist()}))
     mlflow_cli = Path(sys.executable).parent / "mlflow"
     proc = subprocess.run(
-        [str(mlflow_cli), "models", "predict", "-m", uri, "-i", str(tmp_path / "input.json"),
-         "-t", "json", "-o", str(tmp_path / "out.json"), "--env-manager", "local"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(mlflow_cli),
+            "models",
+            "predict",
+            "-m",
+            uri,
+            "-i",
+            str(tmp_path / "input.json"),
+            "-t",
+            "json",
+            "-o",
+            str(tmp_path / "out.json"),
+            "--env-manager",
+            "local",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     predicted = np.asarray(json.loads((tmp_path / "out.json").read_text())["predictions"])
     expected = load_codes(store["tmp"] / "results" / "codes" / "shdh-16.npz").query_codes

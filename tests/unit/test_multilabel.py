@@ -263,12 +263,22 @@ def test_smatrix_with_sets_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(t.shared_block(rows, cols), s.shared_block(rows, cols))
     bad = tmp_path / "bad.npz"
     data = {k: getattr(s, k) for k in ("weights", "int_weights", "s_by_shared", "sample_idx")}
-    np.savez(bad, format=np.array("shdh-smatrix/1"), ancestors=sets[:, :, :0],
-             sample_shared=s.sample_shared, **data)  # fmt: skip
+    np.savez(
+        bad,
+        format=np.array("shdh-smatrix/1"),
+        ancestors=sets[:, :, :0],
+        sample_shared=s.sample_shared,
+        **data,
+    )
     with pytest.raises(ValueError, match=r"bad.npz: key 'ancestors' has shape .*M >= 1"):
         SMatrix.load(bad)
-    np.savez(bad, format=np.array("shdh-smatrix/1"), ancestors=sets[None],
-             sample_shared=s.sample_shared, **data)  # fmt: skip
+    np.savez(
+        bad,
+        format=np.array("shdh-smatrix/1"),
+        ancestors=sets[None],
+        sample_shared=s.sample_shared,
+        **data,
+    )
     with pytest.raises(ValueError, match=r"bad.npz: key 'ancestors' must be a 2-D or 3-D int32"):
         SMatrix.load(bad)
 
@@ -567,21 +577,44 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
     images, sets = _multilabel_images(40, seed=12)
     assert sets.shape[2] == 2
     config = TrainConfig(
-        n_bits=12, width=1 / 16, image_size=8, batch_size=16, device="cpu", epochs=2,
+        n_bits=12,
+        width=1 / 16,
+        image_size=8,
+        batch_size=16,
+        device="cpu",
+        epochs=2,
         memory_bank=memory_bank,
-    )  # fmt: skip
+    )
     u = list(layer_weights(4))
     loss = SHDHObjective().for_layout([4, 4, 4], [2, 3, 4], u)
-    result = train(config, images, sets, np.arange(40), tmp_path, progress=None,
-                   segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4], layer_weights=u,
-                   loss_fn=loss)  # fmt: skip
+    result = train(
+        config,
+        images,
+        sets,
+        np.arange(40),
+        tmp_path,
+        progress=None,
+        segment_sizes=[4, 4, 4],
+        segment_levels=[2, 3, 4],
+        layer_weights=u,
+        loss_fn=loss,
+    )
     assert len(result.history) == 2
     assert all(math.isfinite(e["loss"]) and e["e1"] > 0 for e in result.history)
     assert result.checkpoint_path.is_file()
     with pytest.raises(ValueError, match=r"ancestors must be an \(N, K\) int array"):
-        train(config, images, sets[:, :, :, None], np.arange(40), tmp_path / "x",
-              progress=None, segment_sizes=[4, 4, 4], segment_levels=[2, 3, 4],
-              layer_weights=u, loss_fn=loss)  # fmt: skip
+        train(
+            config,
+            images,
+            sets[:, :, :, None],
+            np.arange(40),
+            tmp_path / "x",
+            progress=None,
+            segment_sizes=[4, 4, 4],
+            segment_levels=[2, 3, 4],
+            layer_weights=u,
+            loss_fn=loss,
+        )
 
 
 @pytest.mark.parametrize("cls", [SHDH, DPSH])

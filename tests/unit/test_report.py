@@ -30,8 +30,13 @@ def test_results_table_lists_methods_then_the_random_floor():
 
 
 def _row(acg: float, ndcg_list: float) -> dict[str, float]:
-    return {"acg@100": acg, "dcg@100": 10 * acg, "ndcg@100": ndcg_list - 0.1,
-            "ndcg_list@100": ndcg_list, "wr@100": 0.01}  # fmt: skip
+    return {
+        "acg@100": acg,
+        "dcg@100": 10 * acg,
+        "ndcg@100": ndcg_list - 0.1,
+        "ndcg_list@100": ndcg_list,
+        "wr@100": 0.01,
+    }
 
 
 def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
@@ -43,8 +48,9 @@ def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
     figure = ("../p/wr-32.png", "Fig. 3 (g-l): WR@n, 32 bits.")
     doc = results_doc(metrics, dataset="fashion-mnist-h", n=100, figures=[figure])
     ours = doc.split("### This run")[1].split("\n\n")[2].splitlines()
-    assert ours[0] == ("| method | ACG@100 32 | ACG@100 64 | DCG@100 32 | DCG@100 64 | "
-                       "NDCG@100 32 | NDCG@100 64 |")  # fmt: skip
+    assert ours[0] == (
+        "| method | ACG@100 32 | ACG@100 64 | DCG@100 32 | DCG@100 64 | NDCG@100 32 | NDCG@100 64 |"
+    )
     # paper order (KMH first, SHDH last), random codes after every method; blanks as "-"
     assert [r.split("|")[1].strip() for r in ours[2:]] == ["KMH", "SHDH", "random codes (floor)"]
     assert ours[2].split("|")[2:8] == [" 1.5000 ", " - ", " 15.0000 ", " - ", " 0.8000 ", " - "]
@@ -88,12 +94,17 @@ def test_the_papers_claims_are_checked_against_this_run():
         "ksh+h": {"32": _row(0.5, 0.4)},
     }
     doc = results_doc(metrics, dataset="fashion-mnist-h", n=100)
-    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
-            for line in doc.split("### The paper's claims")[1].splitlines()
-            if line.startswith("| ") and "claim" not in line}  # fmt: skip
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
+        for line in doc.split("### The paper's claims")[1].splitlines()
+        if line.startswith("| ") and "claim" not in line
+    }
     # SHDH's ACG: +100% at 32 bits, -25% at 64; the paper's CIFAR-100 ratios beside them.
     assert [c.strip() for c in rows[("SHDH over DPSH", "ACG")]] == [
-        "+100.0% / -25.0%", "+12.5% / +15.1% / +18.4%", "partly"]  # fmt: skip
+        "+100.0% / -25.0%",
+        "+12.5% / +15.1% / +18.4%",
+        "partly",
+    ]
     assert rows[("SHDH over DPSH", "NDCG")][2].strip() == "yes"  # 0.9 / 0.8, list ideal
     assert rows[("KSH+H over KSH", "ACG")][2].strip() == "no"
     # best deep (DPSH's 4.0 at 64 bits) over best shallow (KSH; nothing at 64 bits)

@@ -43,8 +43,10 @@ def test_each_location_belongs_to_one_dataset_and_profile(in_tmp):
         "results/paper",
         "docs/results-paper.md",
     )
-    assert results_location("shapes", None) == ("results/shapes/custom",
-                                                "results/shapes/custom/report.md")  # fmt: skip
+    assert results_location("shapes", None) == (
+        "results/shapes/custom",
+        "results/shapes/custom/report.md",
+    )
 
 
 def test_a_dataset_is_named_after_its_folder_table_or_name():

@@ -47,31 +47,54 @@ def test_the_shipped_params_and_every_profile_are_valid(tmp_path):
 # more of each kind: (key, value, the one-line message after "params.yaml: ").
 ERRORS = [
     ("train.epochs", 2.5, "train.epochs: expected an integer >= 1, got 2.5"),
-    ("train.bits", 16, "train.bits: expected a non-empty list of integers >= 1, got 16 "
-                       "(write a list: [16])"),
+    (
+        "train.bits",
+        16,
+        "train.bits: expected a non-empty list of integers >= 1, got 16 (write a list: [16])",
+    ),
     ("train.epochs", "two", "train.epochs: expected an integer >= 1, got 'two'"),
     ("seed", -3, "seed: expected an integer >= 0, got -3"),
-    ("data.skip_bad_imgs", True,
-     "unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?"),
+    (
+        "data.skip_bad_imgs",
+        True,
+        "unknown setting data.skip_bad_imgs; did you mean data.skip_bad_images?",
+    ),
     ("train.epochz", 3, "unknown setting train.epochz; did you mean train.epochs?"),
     ("train.shdh.alfa", 1.0, "unknown setting train.shdh.alfa; did you mean train.shdh.alpha?"),
-    ("baselines.ksh+h.n_anchor", 3,
-     "unknown setting baselines.ksh+h.n_anchor; did you mean baselines.ksh+h.n_anchors?"),
-    ("train.lr", "1e-3", "train.lr: expected a number > 0, got '1e-3' (YAML read it as text: "
-                         "write numbers like 1e-3 as 1.0e-3)"),
-    ("train.methods", ["shdh", "dphs"],
-     "train.methods[1]: expected one of shdh, dpsh, oracle, got 'dphs'; did you mean dpsh?"),
-    ("baselines.methods", ["shdh"], "baselines.methods[0]: expected one of itq, kmh, ksh, "
-                                    "ksh+h, lfh, cosdish, cosdish+h, got 'shdh'"),
-    ("train.seeds", [1, 1], "train.seeds: expected null or a non-empty list of integers >= 0, "
-                            "each once, got [1, 1]"),
+    (
+        "baselines.ksh+h.n_anchor",
+        3,
+        "unknown setting baselines.ksh+h.n_anchor; did you mean baselines.ksh+h.n_anchors?",
+    ),
+    (
+        "train.lr",
+        "1e-3",
+        "train.lr: expected a number > 0, got '1e-3' (YAML read it as text: "
+        "write numbers like 1e-3 as 1.0e-3)",
+    ),
+    (
+        "train.methods",
+        ["shdh", "dphs"],
+        "train.methods[1]: expected one of shdh, dpsh, oracle, got 'dphs'; did you mean dpsh?",
+    ),
+    (
+        "baselines.methods",
+        ["shdh"],
+        "baselines.methods[0]: expected one of itq, kmh, ksh, "
+        "ksh+h, lfh, cosdish, cosdish+h, got 'shdh'",
+    ),
+    (
+        "train.seeds",
+        [1, 1],
+        "train.seeds: expected null or a non-empty list of integers >= 0, each once, got [1, 1]",
+    ),
     ("data.query_fraction", 1, "data.query_fraction: expected a number > 0 and < 1, got 1"),
     ("data.inner_labels", "yes", "data.inner_labels: expected true or false, got 'yes'"),
     ("data.name", "a/b", "data.name: expected null or a name without '/' or '|', got 'a/b'"),
     ("tree.source", "builtin:cifar", "tree.source: unknown built-in tree 'builtin:cifar'"),
     ("evaluate", None, "evaluate: expected a mapping of settings, got null"),
     ("trian", {}, "unknown setting trian; did you mean train?"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("key", "value", "message"), ERRORS, ids=[e[0] for e in ERRORS])
@@ -121,8 +144,11 @@ def test_kubeflow_compile_and_components_check_the_same_way(tmp_path):
     with pytest.raises(ConfigError, match=r"train.epochs: expected an integer >= 1, got 2.5"):
         resolve_params(REPO / "params.yaml", "smoke", ["train.epochs=2.5"], REPO / "profiles")
     bad = json.dumps(PARAMS["data"] | {"skip_bad_imgs": True})
-    with pytest.raises(ConfigError, match=r"^pipeline parameter 'data': unknown setting "
-                                          r"data.skip_bad_imgs; did you mean"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"^pipeline parameter 'data': unknown setting "
+        r"data.skip_bad_imgs; did you mean",
+    ):
         section_arg(bad, "data")
     assert section_arg(json.dumps(PARAMS["train"]), "train") == PARAMS["train"]
 
@@ -141,7 +167,10 @@ def _kwargs(method: str) -> set[str]:
 
     signature = inspect.signature(get_hasher_class(method).__init__)
     return {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY} - {
-        "n_bits", "seed", "work_dir"}  # fmt: skip
+        "n_bits",
+        "seed",
+        "work_dir",
+    }
 
 
 def _keys(cls: type) -> set[str]:
@@ -156,10 +185,18 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     from shdh.nets.hashing import HEAD_INITS
 
     s = sections
-    by_method = {"shdh": s.SHDHSettings, "dpsh": s.DPSHSettings, "oracle": s.OracleSettings,
-                 "itq": s.ITQSettings, "kmh": s.KMHSettings, "ksh": s.KSHSettings,
-                 "ksh+h": s.KSHSettings, "lfh": s.LFHSettings, "cosdish": s.COSDISHSettings,
-                 "cosdish+h": s.COSDISHSettings}  # fmt: skip
+    by_method = {
+        "shdh": s.SHDHSettings,
+        "dpsh": s.DPSHSettings,
+        "oracle": s.OracleSettings,
+        "itq": s.ITQSettings,
+        "kmh": s.KMHSettings,
+        "ksh": s.KSHSettings,
+        "ksh+h": s.KSHSettings,
+        "lfh": s.LFHSettings,
+        "cosdish": s.COSDISHSettings,
+        "cosdish+h": s.COSDISHSettings,
+    }
     for method, cls in by_method.items():
         assert _keys(cls) == _kwargs(method), method
     shared = set.intersection(*(_kwargs(m) for m in sections.DEEP_METHODS))

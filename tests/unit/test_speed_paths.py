@@ -16,9 +16,13 @@ from shdh import similarity
 
 @pytest.mark.parametrize(
     "pool",
-    [np.array([], dtype=np.int64), np.array([5]), np.array([9, 3, 3, 7, 0, 9, 1]),
-     np.arange(12).reshape(3, 4)[:, ::-1]],
-)  # fmt: skip
+    [
+        np.array([], dtype=np.int64),
+        np.array([5]),
+        np.array([9, 3, 3, 7, 0, 9, 1]),
+        np.arange(12).reshape(3, 4)[:, ::-1],
+    ],
+)
 def test_sorted_unique_equals_np_unique(pool: np.ndarray) -> None:
     np.testing.assert_array_equal(similarity._sorted_unique(pool), np.unique(pool))
 

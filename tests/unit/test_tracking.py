@@ -122,8 +122,11 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     client = mlflow.MlflowClient()
     opened = client.get_run(parent)
     assert opened.info.status == "RUNNING"
-    assert opened.data.params == {"train.epochs": "1", "train.bits": "[16]",
-                                  "baselines.ksh_h.n_anchors": "5"}  # fmt: skip
+    assert opened.data.params == {
+        "train.epochs": "1",
+        "train.bits": "[16]",
+        "baselines.ksh_h.n_anchors": "5",
+    }
     with pytest.raises(RuntimeError, match="boom"):
         with tracking.run(run_name="shdh-16-seed0", parent_run_id=parent):
             raise RuntimeError("boom")
@@ -149,10 +152,15 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     assert done.info.status == "FINISHED"
     assert "| shdh | 16 | 0.5 |" in done.data.tags["mlflow.note.content"]
     assert done.data.metrics == {"ndcg_at_100/ksh_h-16": 0.25, "seeds/ksh_h-16": 2.0}
-    listed = {a.path for d in ("figures", "report", "results")
-              for a in client.list_artifacts(parent, d)}  # fmt: skip
-    assert listed == {"figures/wr_at_n-16.png", "report/results.md", "results/table.md",
-                      "results/metrics.json"}  # fmt: skip
+    listed = {
+        a.path for d in ("figures", "report", "results") for a in client.list_artifacts(parent, d)
+    }
+    assert listed == {
+        "figures/wr_at_n-16.png",
+        "report/results.md",
+        "results/table.md",
+        "results/metrics.json",
+    }
 
 
 def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
@@ -190,10 +198,15 @@ def test_concurrent_writers_from_temp_workspaces_lose_nothing(tmp_path, monkeypa
     for i in range(2):
         temp = repo / ".dvc" / "tmp" / "exps" / f"tmp{i}"
         temp.mkdir(parents=True)
-        writers.append(subprocess.Popen(
-            [sys.executable, "-c", WRITER, f"exp{i}", "3", "20"], cwd=temp,
-            env={**env, "DVC_ROOT": str(repo)}, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        writers.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, f"exp{i}", "3", "20"],
+                cwd=temp,
+                env={**env, "DVC_ROOT": str(repo)},
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for writer in writers:
         _, err = writer.communicate(timeout=600)
         assert writer.returncode == 0, err[-3000:]

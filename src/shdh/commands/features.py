@@ -16,8 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     params, features = params_section(args, "features")
-    gist_step(params["data"]["prepared_dir"], features["out"],
-                   batch_size=features["batch_size"])  # fmt: skip
+    gist_step(params["data"]["prepared_dir"], features["out"], batch_size=features["batch_size"])
     return 0
 
 

@@ -57,8 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for p in (compile_p, run_p, submit_p):
         p.add_argument("--params", default="params.yaml", help="settings file (params.yaml)")
         p.add_argument("--profile", help="apply profiles/NAME.yaml on top (smoke, default, ...)")
-        p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting, e.g. train.epochs=2 (repeatable)")  # fmt: skip
+        p.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override one setting, e.g. train.epochs=2 (repeatable)",
+        )
     for p in (compile_p, submit_p):
         add_cluster_arguments(p)
     compile_p.add_argument("--out", default=DEFAULT_OUT, help=f"output file ({DEFAULT_OUT})")

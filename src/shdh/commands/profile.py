@@ -28,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("shdh profile apply: give a profile name")
     apply_profile(args.name, args.params, args.profiles_dir)
     evaluate = load_params(args.params)["evaluate"]
-    print(f"{args.params}: applied profile '{args.name}'; results go to "
-          f"{evaluate['results_dir']} (report: {evaluate.get('report')})")  # fmt: skip
+    print(
+        f"{args.params}: applied profile '{args.name}'; results go to "
+        f"{evaluate['results_dir']} (report: {evaluate.get('report')})"
+    )
     return 0
 
 

@@ -34,18 +34,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="METHOD",
         help=f"methods to fit, in turn ({', '.join(REGISTRY)})",
     )
-    methods.add_argument("--baselines", action="store_true",
-                         help="every shallow method in baselines.methods")  # fmt: skip
+    methods.add_argument(
+        "--baselines", action="store_true", help="every shallow method in baselines.methods"
+    )
     parser.add_argument(
-        "--bits", type=int, nargs="+", metavar="L",
+        "--bits",
+        type=int,
+        nargs="+",
+        metavar="L",
         help="code lengths (default: train.bits for deep methods, baselines.bits for shallow "
         "ones; KMH skips lengths its subspaces do not divide)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--resume", nargs="?", const="always", default="never", choices=RESUME_MODES,
+        "--resume",
+        nargs="?",
+        const="always",
+        default="never",
+        choices=RESUME_MODES,
         help="deep methods: continue from the last checkpoint: always (bare --resume), auto "
         "(only if its settings match; what dvc repro uses) or never",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -68,14 +76,21 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     bits_list = args.bits or method_bits(params, method)
     if not bits_list:
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
-    check_writable(models_root(params, method) / method, "train.models_dir"
-                   if deep else "baselines.models_dir")  # fmt: skip
+    check_writable(
+        models_root(params, method) / method, "train.models_dir" if deep else "baselines.models_dir"
+    )
     context = context if context is not None else pipeline_context(args, params)
     with tracking.failure_ends(context["parent_run_id"]):
         for bits in bits_list:
             for own_seed in section_seeds(section):
-                plan = fit_plan(section, method, bits, own_seed, seed=params["seed"],
-                                models_root=models_root(params, method))  # fmt: skip
+                plan = fit_plan(
+                    section,
+                    method,
+                    bits,
+                    own_seed,
+                    seed=params["seed"],
+                    models_root=models_root(params, method),
+                )
                 out = fit(
                     plan,
                     prepared_dir=params["data"]["prepared_dir"],

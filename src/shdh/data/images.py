@@ -33,8 +33,18 @@ log = logging.getLogger(__name__)
 
 PATH_SEP = "/"
 IMAGE_SUFFIXES = (
-    ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm",
-)  # fmt: skip
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".bmp",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".webp",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+)
 BATCH_SIZE = 256  # images per pool task: large enough to amortise the transfer, small for RAM
 POOL_MIN_ITEMS = 4 * BATCH_SIZE  # below this, starting processes costs more than it saves
 MAX_WORKERS = 4

@@ -59,8 +59,13 @@ def integer(minimum: int | None = None) -> Check:
     )
 
 
-def number(low: float | None = None, high: float | None = None, *, open_low: bool = False,
-           open_high: bool = False) -> Check:  # fmt: skip
+def number(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> Check:
     """A finite int or float in [low, high]; open_low/open_high make an end exclusive."""
     parts = []
     if low is not None:
@@ -88,8 +93,9 @@ def choice(*values: str) -> Check:
 
 
 def optional(check: Check) -> Check:
-    return Check(f"null or {check.noun}", f"nulls or {check.nouns}",
-                 lambda v: v is None or check.accepts(v))  # fmt: skip
+    return Check(
+        f"null or {check.noun}", f"nulls or {check.nouns}", lambda v: v is None or check.accepts(v)
+    )
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,9 @@ def list_of(
 ) -> ListCheck:
     noun = f"{'a non-empty list' if min_len else 'a list'} of {item.nouns}"
     noun = f"null or {noun}" if nullable else noun
-    return ListCheck(noun, f"lists of {item.nouns}", lambda v: True, item, min_len, distinct,
-                     nullable)  # fmt: skip
+    return ListCheck(
+        noun, f"lists of {item.nouns}", lambda v: True, item, min_len, distinct, nullable
+    )
 
 
 @dataclass(frozen=True)

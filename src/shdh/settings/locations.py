@@ -81,15 +81,20 @@ def owner(path: str | Path) -> tuple[str, str] | None:
 
 
 def check_results_location(
-    params: Mapping[str, Any], source: str, *, results_dir: str | None = None,
+    params: Mapping[str, Any],
+    source: str,
+    *,
+    results_dir: str | None = None,
     report: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse, before any work, a results folder or report that belongs to another dataset or
     profile; the message gives the two settings to use instead."""
     evaluate = params["evaluate"]
     label, profile = dataset_label(params["data"]), params.get("profile") or NO_PROFILE
-    places = (("evaluate.results_dir", results_dir or evaluate["results_dir"]),
-              ("evaluate.report", report or evaluate.get("report")))  # fmt: skip
+    places = (
+        ("evaluate.results_dir", results_dir or evaluate["results_dir"]),
+        ("evaluate.report", report or evaluate.get("report")),
+    )
     for key, path in places:
         found = owner(path) if path else None
         if found is not None and found != (label, profile):
@@ -110,7 +115,8 @@ def fitting_location(params: Mapping[str, Any]) -> dict[str, str]:
     want = dict(zip(("results_dir", "report"), results_location(label, profile), strict=True))
     evaluate = params["evaluate"]
     return {
-        key: want[key] if evaluate.get(key) and owner(evaluate[key]) not in (None, (label, profile))
+        key: want[key]
+        if evaluate.get(key) and owner(evaluate[key]) not in (None, (label, profile))
         else evaluate.get(key)
         for key in want
-    }  # fmt: skip
+    }

@@ -130,18 +130,26 @@ def _overrides(name: str, own: list[tuple[str, Any, Any]], doc: str) -> type:
     return cls
 
 
-SHDHSettings = _overrides("SHDHSettings", [
-    ("layout", str, setting(choice(*LAYOUTS), "levels (K-1 segments) or paper (K)", "levels")),
-    ("alpha", float, setting(number(0), "weight of E2", 1.0)),
-    ("e1", str, setting(choice(*E1_MODES), "per-level fit or the matrix form", "levels")),
-    ("e2", str, setting(choice(*E2_MODES), "balance, trace or none", "balance")),
-    ("target", str, setting(choice(*TARGETS), "rho target when s^k = 0", "signed")),
-    ("memory_bank", bool, setting(BOOL, "also pair the batch with past outputs", False)),
-], "SHDH's own settings (train.shdh).")  # fmt: skip
-DPSHSettings = _overrides("DPSHSettings", [
-    ("eta", float, setting(number(0), "weight of the quantisation term", 10.0)),
-    ("memory_bank", bool, setting(BOOL, "the original's bank of all outputs", False)),
-], "DPSH's own settings (train.dpsh).")  # fmt: skip
+SHDHSettings = _overrides(
+    "SHDHSettings",
+    [
+        ("layout", str, setting(choice(*LAYOUTS), "levels (K-1 segments) or paper (K)", "levels")),
+        ("alpha", float, setting(number(0), "weight of E2", 1.0)),
+        ("e1", str, setting(choice(*E1_MODES), "per-level fit or the matrix form", "levels")),
+        ("e2", str, setting(choice(*E2_MODES), "balance, trace or none", "balance")),
+        ("target", str, setting(choice(*TARGETS), "rho target when s^k = 0", "signed")),
+        ("memory_bank", bool, setting(BOOL, "also pair the batch with past outputs", False)),
+    ],
+    "SHDH's own settings (train.shdh).",
+)
+DPSHSettings = _overrides(
+    "DPSHSettings",
+    [
+        ("eta", float, setting(number(0), "weight of the quantisation term", 10.0)),
+        ("memory_bank", bool, setting(BOOL, "the original's bank of all outputs", False)),
+    ],
+    "DPSH's own settings (train.dpsh).",
+)
 OracleSettings = _overrides("OracleSettings", [], "The classifier oracle's settings.")
 
 

@@ -70,8 +70,14 @@ def _mirrors(sources, official: str, dataset: str) -> list[str]:
 
 
 # The folder and table readers' options, with their defaults: data settings of the same names.
-READER_DEFAULTS = {"image_size": 32, "color": True, "skip_bad_images": False, "workers": None,
-                   "inner_labels": False, "name": None}  # fmt: skip
+READER_DEFAULTS = {
+    "image_size": 32,
+    "color": True,
+    "skip_bad_images": False,
+    "workers": None,
+    "inner_labels": False,
+    "name": None,
+}
 
 
 def prepare_options(data: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +92,15 @@ def prepare_options(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _convert(dataset: str, raw_dir: Path, out: Path, *, verify: bool,
-             reader: dict[str, Any], table: dict | None) -> LabelTree:  # fmt: skip
+def _convert(
+    dataset: str,
+    raw_dir: Path,
+    out: Path,
+    *,
+    verify: bool,
+    reader: dict[str, Any],
+    table: dict | None,
+) -> LabelTree:
     """Write raw_dir's items as a dataset directory at `out`; return the label tree they carry.
 
     Folder and table datasets stream their images straight into `out` (their size is unknown
@@ -156,14 +169,19 @@ def prepare(
     out_dir = Path(out_dir)
     check_writable(out_dir, "data.prepared_dir")
     with atomic_dir(out_dir) as tmp:
-        label_tree = _convert(dataset, Path(raw_dir), tmp / "dataset", verify=verify,
-                              reader=reader, table=table)  # fmt: skip
+        label_tree = _convert(
+            dataset, Path(raw_dir), tmp / "dataset", verify=verify, reader=reader, table=table
+        )
         ds = load_dataset(tmp / "dataset")
         if max_items is not None and max_items < len(ds.ids):
             rng = np.random.default_rng(seed)
             keep = np.sort(rng.choice(len(ds.ids), max_items, replace=False))
-            subset = Dataset(images=np.asarray(ds.images[keep]), labels=ds.labels[keep],
-                             ids=ds.ids[keep], name=ds.name)  # fmt: skip
+            subset = Dataset(
+                images=np.asarray(ds.images[keep]),
+                labels=ds.labels[keep],
+                ids=ds.ids[keep],
+                name=ds.name,
+            )
             save_dataset(subset, tmp / "dataset")
             ds = subset
         split = make_split(len(ds.ids), query_fraction=query_fraction, seed=seed)

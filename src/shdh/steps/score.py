@@ -131,8 +131,12 @@ def score(
     scored: list[Scored] = []
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
     cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    context = {"results_dir": results_dir, "eval_params": eval_params, "tags": tags,
-               "parent_run_id": parent_run_id}  # fmt: skip
+    context = {
+        "results_dir": results_dir,
+        "eval_params": eval_params,
+        "tags": tags,
+        "parent_run_id": parent_run_id,
+    }
     for plan in fits:
         imported = _imported_codes(codes_from, plan, split.items())
         if imported is not None:
@@ -181,8 +185,16 @@ def _score_model(
     encode_s = time.perf_counter() - start
     codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
     run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, context["parent_run_id"])
-    result = _score(codes, plan.method, plan.bits, plan.name, plan.seed, run_id,
-                    extra={"encode_seconds": encode_s}, **context)  # fmt: skip
+    result = _score(
+        codes,
+        plan.method,
+        plan.bits,
+        plan.name,
+        plan.seed,
+        run_id,
+        extra={"encode_seconds": encode_s},
+        **context,
+    )
     return result, {"fit_seconds": _fit_seconds(plan.out_dir), "encode_seconds": encode_s}
 
 
@@ -192,15 +204,20 @@ def _score_imported(
     """Score codes trained elsewhere; keep their fit record (the card, the settings)."""
     if codes.n_bits != plan.bits:
         raise ValueError(f"{plan.name}: the imported codes hold {codes.n_bits} bits")
-    context = {**context, "tags": {**(context["tags"] or {}),
-                                   "trained_on": str(record.get("device", ""))}}  # fmt: skip
+    context = {
+        **context,
+        "tags": {**(context["tags"] or {}), "trained_on": str(record.get("device", ""))},
+    }
     extra = {"encode_seconds": record.get("encode_seconds", 0.0)}
-    result = _score(codes, plan.method, plan.bits, plan.name, plan.seed, None, extra=extra,
-                    **context)  # fmt: skip
+    result = _score(
+        codes, plan.method, plan.bits, plan.name, plan.seed, None, extra=extra, **context
+    )
     fits_dir = context["results_dir"] / FITS_DIR
     atomic_write_text(fits_dir / f"{plan.name}.json", json.dumps(record, indent=2) + "\n")
-    timing = {"fit_seconds": record.get("fit_seconds"),
-              "encode_seconds": record.get("encode_seconds")}  # fmt: skip
+    timing = {
+        "fit_seconds": record.get("fit_seconds"),
+        "encode_seconds": record.get("encode_seconds"),
+    }
     return result, timing
 
 
@@ -212,8 +229,11 @@ def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored
             q = random_codes(len(split.q_idx), bits, seed)
             db = random_codes(len(split.db_idx), bits, seed + 1)
             name = f"random-{bits}" if own_seed is None else f"random-{bits}-seed{own_seed}"
-            scored.append(_score(split.codes(q, db, [bits], [1.0]), "random", bits, name, seed,
-                                 None, **context))  # fmt: skip
+            scored.append(
+                _score(
+                    split.codes(q, db, [bits], [1.0]), "random", bits, name, seed, None, **context
+                )
+            )
     return scored
 
 
@@ -333,8 +353,9 @@ def eval_workers(value: int | None) -> int:
 
         return available_cpus()
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"params.yaml: evaluate.workers: expected a positive int or null, "
-                         f"got {value!r}")  # fmt: skip
+        raise ValueError(
+            f"params.yaml: evaluate.workers: expected a positive int or null, got {value!r}"
+        )
     return value
 
 
