@@ -1,0 +1,2 @@
+"""The datasets: readers of each upstream format, verified downloads, the on-disk format and the
+seeded split."""

@@ -1,0 +1,1 @@
+"""The networks: the CNN-F backbone (cnnf) and the segmented hashing head (hashing)."""
