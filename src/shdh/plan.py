@@ -14,6 +14,7 @@ from typing import Any
 
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
+from shdh.loop import LOOP_FIELDS, LoopSettings
 from shdh.steps.fit import Fit
 
 # Keys of the `train` section that configure the pipeline rather than a method.
@@ -67,31 +68,42 @@ def is_deep(method: str) -> bool:
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
     """Constructor arguments for `method` from its params.yaml section.
 
-    Deep methods share the backbone and loop settings of `train` plus their own sub-mapping
-    (`train.shdh`, `train.dpsh`); shallow ones take only their sub-mapping of `baselines`.
-    Keys the method's constructor does not take are refused by name, so a typo cannot be
-    silently ignored.
+    Deep methods take the backbone and loop settings of `train` as one LoopSettings (their
+    `loop`), with their own sub-mapping (`train.shdh`, `train.oracle`) able to override any of
+    them, plus their own settings (SHDH's layout and loss, DPSH's eta; `reduction` is shared).
+    Shallow ones take only their sub-mapping of `baselines`. Keys the method does not take are
+    refused by name, so a typo cannot be silently ignored.
     """
     cls = get_hasher_class(method)
     accepted = {
         p.name
         for p in inspect.signature(cls.__init__).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - {"n_bits", "seed", "work_dir"}
+    } - {"n_bits", "seed", "work_dir", "loop"}
     own = section.get(method) or {}
     if not isinstance(own, dict):
         raise ConfigError(f"params.yaml: '{method}' settings must be a mapping, got {own!r}")
-    unknown = sorted(set(own) - accepted)
+    if not is_deep(method):
+        unknown = sorted(set(own) - accepted)
+        if unknown:
+            raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
+        return dict(own)
+    loop_keys = set(LOOP_FIELDS)
+    unknown = sorted(set(own) - accepted - loop_keys)
     if unknown:
         raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
-    if not is_deep(method):
-        return dict(own)
     skip = set(PIPELINE_KEYS) | {m for m in section if isinstance(section[m], dict)}
-    strays = sorted(set(section) - skip - accepted)
+    shared = {k: v for k, v in section.items() if k not in skip}
+    strays = sorted(set(shared) - accepted - loop_keys)
     if strays:
         raise ConfigError(f"params.yaml: train: settings {strays} are not {method}'s")
-    shared = {k: v for k, v in section.items() if k not in skip and k in accepted}
-    return {**shared, **own}
+    merged = {**shared, **own}
+    loop = {k: v for k, v in merged.items() if k in loop_keys}
+    try:
+        params = {"loop": LoopSettings(**loop)}
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"params.yaml: train: {err}") from err
+    return {**params, **{k: v for k, v in merged.items() if k in accepted}}
 
 
 def method_bits(params: dict[str, Any], method: str) -> list[int]:

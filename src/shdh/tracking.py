@@ -11,6 +11,7 @@ filtered and compared in one UI.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -326,6 +327,8 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in mapping.items():
         name = f"{prefix}{key}"
+        if dataclasses.is_dataclass(value):  # a settings object, e.g. a deep method's loop
+            value = dataclasses.asdict(value)
         if isinstance(value, dict):
             flat.update(flatten(value, f"{name}."))
         else:

@@ -30,8 +30,9 @@ from torch import nn
 
 from shdh.atomic import atomic_path
 from shdh.devices import resolve_device
+from shdh.loop import TrainConfig
 from shdh.nets.cnnf import to_input
-from shdh.nets.hashing import HEAD_INITS, HashingNet, build_model
+from shdh.nets.hashing import HashingNet, build_model
 
 log = logging.getLogger(__name__)
 
@@ -52,54 +53,6 @@ LossFn = Callable[
 
 class TrainingDivergedError(RuntimeError):
     """The loss became NaN or inf; the last good checkpoint was left as it was."""
-
-
-@dataclass
-class TrainConfig:
-    """The backbone and the loop, shared by every deep method; a method's own settings travel
-    with its loss (shdh.losses.Loss)."""
-
-    n_bits: int = 64  # network outputs L (the code length, or the oracle's class count)
-    width: float = 1.0  # CNN-F width multiplier; 1.0 = conv 64/256, fc 4096
-    image_size: int = 32  # network input side; 28x28 inputs are padded to it
-    epochs: int = 10
-    batch_size: int = 128  # paper: minibatch 128
-    lr: float = 0.01  # paper: 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    lr_decay: float = 2 / 3  # paper: lr *= 2/3 ...
-    lr_decay_every: int = 20  # ... every 20 "iterations", read as epochs
-    grad_clip: float = 10.0  # max gradient norm; 0 = off (the "sum" scale blows up without it)
-    head_init: str = "default"  # "default" (fan-in) | "paper" (U[0, 0.001]: the h~=0 saddle)
-    memory_bank: bool = False  # also pair the batch with detached past outputs (as DPSH does)
-    seed: int = 0
-    device: str = "auto"  # "auto" = cuda when available, else cpu
-    bf16: bool = True  # bf16 autocast for the network on CUDA (never on CPU)
-    num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
-    compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
-
-    def __post_init__(self) -> None:
-        if self.head_init not in HEAD_INITS:
-            raise ValueError(
-                f"TrainConfig.head_init must be one of {HEAD_INITS}, got {self.head_init!r}"
-            )
-        checks = {
-            "n_bits": self.n_bits >= 1,
-            "width": self.width > 0,
-            "image_size": self.image_size >= 8,
-            "epochs": self.epochs >= 1,
-            "batch_size": self.batch_size >= 2,
-            "lr": self.lr > 0,
-            "momentum": 0 <= self.momentum < 1,
-            "weight_decay": self.weight_decay >= 0,
-            "lr_decay": 0 < self.lr_decay <= 1,
-            "lr_decay_every": self.lr_decay_every >= 1,
-            "grad_clip": self.grad_clip >= 0,
-            "num_threads": self.num_threads is None or self.num_threads >= 1,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"TrainConfig.{name} is out of range: {getattr(self, name)!r}")
 
 
 @dataclass

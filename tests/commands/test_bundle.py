@@ -92,7 +92,8 @@ rng = np.random.default_rng(0)
 leaf = rng.integers(0, 4, 96)
 images = (rng.random((96, 28, 28)) * 255).astype(np.uint8)
 anc = np.stack([np.zeros(96, int), 1 + leaf // 2, 3 + leaf], axis=1)
-hasher = SHDH(n_bits=8, width=1 / 16, epochs=1, batch_size=32, device="cpu")
+from shdh.loop import LoopSettings
+hasher = SHDH(n_bits=8, loop=LoopSettings(width=1 / 16, epochs=1, batch_size=32, device="cpu"))
 hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"))
 codes = pack_codes(hasher.encode(images))
 metrics, _ = evaluate(codes[:16], codes[16:], anc[:16], anc[16:], hasher.segment_sizes(),

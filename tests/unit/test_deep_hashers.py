@@ -5,7 +5,6 @@ common contract (codes, seeds, save/load, pair labels, bad images) is test_hashe
 
 import json
 import shutil
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,9 @@ from shdh.hashers.base import Hasher
 from shdh.hashers.deep import DPSH, RUN_FILE, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
+from shdh.loop import LoopSettings
 from shdh.training import CHECKPOINT_NAME, TrainConfig
+from tests.unit.toys import deep_hasher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -50,7 +51,7 @@ def _pairs(method: str, anc: np.ndarray = TRAIN[1]) -> PairSimilarity:
 
 
 def _fit(method: str, data=TRAIN, **params) -> Hasher:
-    hasher = get_hasher_class(method)(**(TINY | {"epochs": 3} | params))
+    hasher = deep_hasher(get_hasher_class(method), **(TINY | {"epochs": 3} | params))
     return hasher.fit(data[0], _pairs(method, data[1]))
 
 
@@ -93,7 +94,7 @@ def test_load_refuses_the_state_of_another_bit_length_or_width(fitted, tmp_path:
         DPSH.load(tmp_path / "dpsh")
     fitted["shdh"].save(tmp_path / "shdh")
     params = json.loads((tmp_path / "shdh" / "params.json").read_text())
-    params["params"]["width"] = 0.25
+    params["params"]["loop"]["width"] = 0.25
     (tmp_path / "shdh" / "params.json").write_text(json.dumps(params))
     with pytest.raises(ValueError, match="network weights do not fit shdh with width=0.25"):
         SHDH.load(tmp_path / "shdh")
@@ -103,7 +104,9 @@ def test_load_refuses_the_state_of_another_bit_length_or_width(fitted, tmp_path:
 def test_resume_continues_to_the_same_model(method: str, fitted, tmp_path: Path) -> None:
     first = _fit(method, epochs=1, work_dir=str(tmp_path))
     assert (tmp_path / CHECKPOINT_NAME).is_file() and (tmp_path / RUN_FILE).is_file()
-    resumed = get_hasher_class(method)(**(TINY | {"epochs": 3, "work_dir": str(tmp_path)}))
+    resumed = deep_hasher(
+        get_hasher_class(method), **(TINY | {"epochs": 3, "work_dir": str(tmp_path)})
+    )
     resumed.fit(TRAIN[0], _pairs(method), resume="always")
     assert resumed.history_[0] == first.history_[0]  # epoch 1 was not retrained
     np.testing.assert_array_equal(resumed.encode(QUERIES[0]), fitted[method].encode(QUERIES[0]))
@@ -114,11 +117,11 @@ def test_resume_continues_to_the_same_model(method: str, fitted, tmp_path: Path)
 def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
     small = (TRAIN[0][:32], TRAIN[1][:32])
     _fit("dpsh", data=small, epochs=1, work_dir=str(tmp_path))
-    other_eta = DPSH(**(TINY | {"epochs": 1, "eta": 1.0, "work_dir": str(tmp_path)}))
+    other_eta = deep_hasher(DPSH, **(TINY | {"epochs": 1, "eta": 1.0, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match=r"hasher\.json: cannot resume: parameter 'eta'"):
         other_eta.fit(small[0], _pairs("dpsh", small[1]), resume="always")
     flipped = small[0][::-1].copy()
-    same_params = DPSH(**(TINY | {"epochs": 1, "work_dir": str(tmp_path)}))
+    same_params = deep_hasher(DPSH, **(TINY | {"epochs": 1, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match="field 'data_sha256'"):
         same_params.fit(flipped, _pairs("dpsh", small[1]), resume="always")
     other_eta.fit(small[0], _pairs("dpsh", small[1]), resume="auto")  # retrains afresh
@@ -127,14 +130,15 @@ def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
 
 
 def test_params_map_onto_train_config() -> None:
-    """The wrappers' defaults are TrainConfig's, and every parameter reaches the config."""
-    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    """The wrappers take the loop settings as one LoopSettings, whose defaults the loop's own
+    config shares; every parameter reaches the config or the loss."""
     for cls in (SHDH, DPSH):
-        params = cls(n_bits=8).get_params()
-        for name, value in params.items():
-            if name in defaults and name != "n_bits":
-                assert value == defaults[name], (cls.name, name)
-    shdh = SHDH(n_bits=8, layout="paper", alpha=0.1, e2="trace", lr=0.05, width=0.5, epochs=3)
+        assert cls(n_bits=8).get_params()["loop"] == LoopSettings()
+        config = cls(n_bits=8, loop={"epochs": 2}).train_config()  # a saved params.json's form
+        assert config == TrainConfig(n_bits=8, epochs=2)
+    shdh = deep_hasher(
+        SHDH, n_bits=8, layout="paper", alpha=0.1, e2="trace", lr=0.05, width=0.5, epochs=3
+    )
     config, objective = shdh.train_config(), shdh.objective()
     assert (objective.alpha, objective.e2, config.lr, config.width, config.epochs) == (
         0.1,
@@ -144,7 +148,7 @@ def test_params_map_onto_train_config() -> None:
         3,
     )
     assert not config.memory_bank
-    dpsh = DPSH(n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True)
+    dpsh = deep_hasher(DPSH, n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True)
     assert dpsh.train_config().memory_bank and dpsh.train_config().grad_clip == 0.0
     assert dpsh.objective().reduction == "mean"
 
@@ -152,10 +156,10 @@ def test_params_map_onto_train_config() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: DPSH(**TINY, eta=-1.0), "dpsh: DPSHObjective: eta must be"),
-        (lambda: DPSH(**TINY, eta=float("nan")), "dpsh: DPSHObjective: eta must be"),
-        (lambda: SHDH(**(TINY | {"lr": 0.0})), r"shdh: TrainConfig\.lr is out of range"),
-        (lambda: SHDH(**TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
+        (lambda: deep_hasher(DPSH, **TINY, eta=-1.0), "dpsh: DPSHObjective: eta must be"),
+        (lambda: deep_hasher(DPSH, **TINY, eta=float("nan")), "dpsh: DPSHObjective: eta must"),
+        (lambda: deep_hasher(SHDH, **(TINY | {"lr": 0.0})), r"LoopSettings\.lr is out of range"),
+        (lambda: deep_hasher(SHDH, **TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
     ],
 )
 def test_bad_parameters(make, message: str) -> None:
@@ -165,6 +169,6 @@ def test_bad_parameters(make, message: str) -> None:
 
 def test_bad_resume_options() -> None:
     with pytest.raises(ValueError, match="resume='always' needs work_dir"):
-        DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume="always")
+        deep_hasher(DPSH, **TINY).fit(TRAIN[0], _pairs("dpsh"), resume="always")
     with pytest.raises(ValueError, match="resume must be one of"):
-        DPSH(**TINY).fit(TRAIN[0], _pairs("dpsh"), resume=True)
+        deep_hasher(DPSH, **TINY).fit(TRAIN[0], _pairs("dpsh"), resume=True)

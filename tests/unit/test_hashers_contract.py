@@ -22,6 +22,7 @@ or broken fails here loudly: it is never skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -37,7 +38,7 @@ from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
-from tests.unit.toys import TINY_NET, TREE, tree_set
+from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
 
 N_BITS = 16
 TOP_N = 50
@@ -93,7 +94,8 @@ def _make(name: str, work_dir, **params) -> Hasher:
     cls = get_hasher_class(name)  # a missing module fails here
     if spec.inputs == "images":  # checkpoints in the test's folder, not in a shared temp dir
         params["work_dir"] = str(work_dir)
-    return cls(**{"n_bits": N_BITS, "seed": 7, **spec.budget, **params})
+    params = {"n_bits": N_BITS, "seed": 7, **spec.budget, **params}
+    return deep_hasher(cls, **params) if spec.inputs == "images" else cls(**params)
 
 
 def _pairs(name: str, ancestors: np.ndarray, mode: str | None = None) -> PairSimilarity | None:
@@ -243,7 +245,12 @@ def test_save_load_round_trip(case: Case, tmp_path) -> None:
     hasher = case.hasher
     saved = hasher.save(tmp_path / "model")
     meta = json.loads((saved / "params.json").read_text())
-    assert meta == {"format": FORMAT, "method": case.name, "params": hasher.get_params()}
+    # params.json holds each parameter as JSON: a deep method's LoopSettings as its fields
+    params = {
+        k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+        for k, v in hasher.get_params().items()
+    }
+    assert meta == {"format": FORMAT, "method": case.name, "params": params}
     with np.load(saved / "state.npz", allow_pickle=False) as arrays:
         assert sorted(arrays.files) == sorted(hasher.state())
     for loader in (load_hasher, type(hasher).load):

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "shdh.losses": CORE,
     "shdh.nets*": CORE,
     "shdh.training": CORE,
+    "shdh.loop": CORE,
     "shdh.retrieval": CORE,
     "shdh.retrieval_kernel": CORE,
     "shdh.metrics": CORE,

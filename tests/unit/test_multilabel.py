@@ -23,6 +23,7 @@ from shdh.data.splits import make_split, save_split
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import LabelTree, TreeError, integer_layer_weights, layer_weights
+from shdh.loop import LoopSettings
 from shdh.losses import SHDHObjective, dpsh_loss, shdh_loss
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
@@ -620,7 +621,8 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
 @pytest.mark.parametrize("cls", [SHDH, DPSH])
 def test_deep_hashers_fit_on_sets(cls) -> None:
     images, sets = _multilabel_images(32, seed=13)
-    hasher = cls(n_bits=12, width=1 / 16, image_size=8, batch_size=16, device="cpu", epochs=1)
+    loop = LoopSettings(width=1 / 16, image_size=8, batch_size=16, device="cpu", epochs=1)
+    hasher = cls(n_bits=12, loop=loop)
     hasher.fit(images, PairSimilarity(sets, layer_weights(4), cls.supervision))
     codes = hasher.encode(images[:5])
     assert codes.shape == (5, 12) and set(np.unique(codes)) <= {-1, 1}

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shdh import training
 from shdh.hashers.oracle import Oracle, class_codes, node_pattern
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import LabelTree, layer_weights
-from tests.unit.toys import TINY_NET, TREE, tree_set
+from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -33,7 +34,7 @@ def test_classes_share_the_segments_of_their_shared_ancestors():
 def _fit(tmp_path, **extra) -> tuple[Oracle, np.ndarray, np.ndarray]:
     _, db_images, db_anc = tree_set(seed=1, per_leaf=40)
     params = {**TINY_NET, "epochs": 3, "lr": 0.05, **extra}
-    oracle = Oracle(n_bits=16, seed=7, work_dir=str(tmp_path / "w"), **params)
+    oracle = deep_hasher(Oracle, n_bits=16, seed=7, work_dir=str(tmp_path / "w"), **params)
     oracle.fit(db_images, PairSimilarity(db_anc, layer_weights(TREE.height), "hierarchical"))
     return oracle, db_images, db_anc
 
@@ -56,15 +57,26 @@ def test_codes_are_the_predicted_class_codes(tmp_path):
 def test_multi_label_data_is_refused_and_leaves_no_state():
     _, images, anc = tree_set(seed=1, per_leaf=4)
     sets = np.stack([anc, anc], axis=2)  # (N, K, 2): ancestor sets of a multi-label item
-    oracle = Oracle(n_bits=16, **TINY_NET)
+    oracle = deep_hasher(Oracle, n_bits=16, **TINY_NET)
     with pytest.raises(ValueError, match=r"oracle: needs one class path per item.*multi-label"):
         oracle.fit(images, PairSimilarity(sets, layer_weights(TREE.height), "hierarchical"))
     assert not oracle.is_fitted()
 
 
-def test_a_failed_fit_leaves_no_state():
+def test_a_failed_fit_leaves_no_state(monkeypatch):
+    """Training fails after the class table is made: none of it stays behind."""
+
+    def training_fails(*args, **kwargs):
+        raise RuntimeError("the training loop failed")
+
+    monkeypatch.setattr(training, "train", training_fails)
     _, images, anc = tree_set(seed=1, per_leaf=4)
-    oracle = Oracle(n_bits=16, **{**TINY_NET, "lr": -1.0})  # refused by the training config
-    with pytest.raises(ValueError, match="oracle"):
+    oracle = deep_hasher(Oracle, n_bits=16, **TINY_NET)
+    with pytest.raises(RuntimeError, match="the training loop failed"):
         oracle.fit(images, PairSimilarity(anc, layer_weights(TREE.height), "hierarchical"))
-    assert not oracle.is_fitted()
+    assert not oracle.is_fitted() and not hasattr(oracle, "classes_")
+
+
+def test_bad_loop_settings_are_refused_when_made():
+    with pytest.raises(ValueError, match=r"oracle: LoopSettings\.lr is out of range"):
+        Oracle(n_bits=16, loop={**TINY_NET, "lr": -1.0})  # a saved params.json's form

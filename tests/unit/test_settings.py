@@ -163,14 +163,16 @@ def test_a_profile_with_a_wrong_type_is_refused_and_leaves_the_file(tmp_path):
 
 
 def _kwargs(method: str) -> set[str]:
+    """What params.yaml may set for a method: its constructor's keywords, with a deep method's
+    `loop` spelled out as the loop settings it holds (shdh.plan.method_params)."""
     from shdh.hashers import get_hasher_class
+    from shdh.loop import LOOP_FIELDS
 
     signature = inspect.signature(get_hasher_class(method).__init__)
-    return {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY} - {
-        "n_bits",
-        "seed",
-        "work_dir",
-    }
+    kwargs = {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
+    if "loop" in kwargs:
+        kwargs = (kwargs - {"loop"}) | set(LOOP_FIELDS)
+    return kwargs - {"n_bits", "seed", "work_dir"}
 
 
 def _keys(cls: type) -> set[str]:
@@ -182,7 +184,7 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     cannot drift from the code it configures."""
     from shdh import losses
     from shdh.hashers import get_hasher_class
-    from shdh.nets.hashing import HEAD_INITS
+    from shdh.loop import HEAD_INITS
 
     s = sections
     by_method = {
@@ -201,6 +203,12 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
         assert _keys(cls) == _kwargs(method), method
     shared = set.intersection(*(_kwargs(m) for m in sections.DEEP_METHODS))
     assert _keys(sections.LoopSettings) == shared
+    # the schema's loop settings default to what the loop's own settings object does
+    from shdh.loop import LoopSettings
+
+    core = {f.name: f.default for f in dataclasses.fields(LoopSettings)}
+    schema = {yaml_key(f): f.default for f in dataclasses.fields(sections.LoopSettings)}
+    assert {k: v for k, v in schema.items() if k in core} == core
     for method in sections.DEEP_METHODS:
         assert get_hasher_class(method).input_kind == "images"
     for method in sections.SHALLOW_METHODS:

@@ -10,6 +10,7 @@ import pytest
 
 from shdh.hashers.deep import DPSH
 from shdh.hashers.supervision import PairSimilarity
+from shdh.loop import LoopSettings
 from shdh.losses import SHDHObjective
 from shdh.training import TrainConfig, encode, train
 
@@ -58,6 +59,7 @@ def test_shdh_cpu_fit_is_pinned(tmp_path: Path, memory_bank: bool, expected: str
 
 def test_dpsh_cpu_fit_is_pinned() -> None:
     images, anc = _data()
-    hasher = DPSH(n_bits=12, width=1 / 16, batch_size=16, epochs=2, device="cpu", seed=1)
+    loop = LoopSettings(width=1 / 16, batch_size=16, epochs=2, device="cpu")
+    hasher = DPSH(n_bits=12, loop=loop, seed=1)
     hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "label"))
     assert _digest(hasher.encode(images), hasher.history_) == "52528aa934291137"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from shdh.hierarchy import LabelTree
+from shdh.loop import LOOP_FIELDS, LoopSettings
 
 # The contract's tree: 3 superclasses x 3 classes under the root (K = 3).
 N_SUPER, N_CLASS = 3, 3
@@ -92,3 +93,11 @@ def toy_hierarchy(
     )
     order = rng.permutation(len(label))
     return X[order].astype(np.float32), anc[order]
+
+
+def deep_hasher(cls, **params):
+    """A deep hasher from flat settings, as params.yaml's train section writes them: the loop's
+    own go into its LoopSettings, the rest to the method (shdh.plan.method_params does the same
+    for a params file)."""
+    loop = {k: params.pop(k) for k in list(params) if k in LOOP_FIELDS}
+    return cls(loop=LoopSettings(**loop), **params)

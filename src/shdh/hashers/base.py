@@ -16,6 +16,7 @@ KSH+H and COSDISH from COSDISH+H, and nothing else does.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -96,7 +97,8 @@ class Hasher:
     def save(self, directory: str | Path) -> Path:
         state = self.state()
         with atomic_dir(directory) as tmp:
-            meta = {"format": FORMAT, "method": self.name, "params": self.get_params()}
+            params = {k: _jsonable(v) for k, v in self.get_params().items()}
+            meta = {"format": FORMAT, "method": self.name, "params": params}
             (tmp / "params.json").write_text(json.dumps(meta, indent=2) + "\n")
             np.savez(tmp / "state.npz", **state)
         return Path(directory)
@@ -153,3 +155,9 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{meta_path}: field 'format' is not '{FORMAT}'")
     return meta
+
+
+def _jsonable(value: Any) -> Any:
+    """A parameter as params.json holds it: a settings dataclass (a deep method's `loop`) as its
+    fields, which the constructor takes back."""
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value

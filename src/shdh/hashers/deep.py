@@ -27,6 +27,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,6 +38,7 @@ from shdh import training
 from shdh.atomic import atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
+from shdh.loop import DEFAULT_LOOP, LoopSettings
 from shdh.losses import DPSHObjective, Loss, SHDHObjective, check_labelled
 from shdh.nets.hashing import build_model
 
@@ -61,6 +63,10 @@ class _DeepHasher(Hasher):
         for name, parameter in inspect.signature(type(self).__init__).parameters.items():
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
                 setattr(self, name, arguments[name])
+        try:
+            self.loop = LoopSettings.of(self.loop)  # a mapping, from a saved params.json
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{self.name}: {err}") from err
 
     # -- for subclasses -----------------------------------------------------------------------
 
@@ -89,31 +95,12 @@ class _DeepHasher(Hasher):
     # -- parameters -> TrainConfig ------------------------------------------------------------
 
     def train_config(self) -> training.TrainConfig:
-        """The TrainConfig these parameters mean; checked by TrainConfig itself."""
-        shared = {
-            name: getattr(self, name)
-            for name in (
-                "n_bits",
-                "seed",
-                "width",
-                "image_size",
-                "epochs",
-                "batch_size",
-                "lr",
-                "momentum",
-                "weight_decay",
-                "lr_decay",
-                "lr_decay_every",
-                "grad_clip",
-                "head_init",
-                "device",
-                "bf16",
-                "num_threads",
-                "compile",
-            )
-        }
+        """The TrainConfig these parameters mean: the loop settings, the code length, the seed
+        and what the method adds (_config_fields); checked by TrainConfig itself."""
         try:
-            return training.TrainConfig(**shared, **self._config_fields())
+            return training.TrainConfig(
+                **asdict(self.loop), n_bits=self.n_bits, seed=self.seed, **self._config_fields()
+            )
         except (TypeError, ValueError) as err:
             raise ValueError(f"{self.name}: {err}") from err
 
@@ -184,7 +171,10 @@ class _DeepHasher(Hasher):
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return training.encode(  # (N, L) int8 +-1
-            self.model_, self._encode_input(X), device=self.device, num_threads=self.num_threads
+            self.model_,
+            self._encode_input(X),
+            device=self.loop.device,
+            num_threads=self.loop.num_threads,
         )
 
     def _encode_input(self, X: Any) -> np.ndarray:
@@ -213,6 +203,7 @@ class _DeepHasher(Hasher):
         so it compares equal to the file read back)."""
         skip = (*_RUNTIME_PARAMS, *self.code_only_params)
         params = {k: v for k, v in self.get_params().items() if k not in skip}
+        params["loop"] = {k: v for k, v in asdict(self.loop).items() if k not in skip}
         record = {"method": self.name, "params": params, "data_sha256": _fingerprint(images, pairs)}
         return json.loads(json.dumps(record))
 
@@ -322,17 +313,17 @@ class _DeepHasher(Hasher):
         model = build_model(
             in_channels=shape[2] if len(shape) == 3 else 1,
             n_bits=sum(net_sizes),
-            width=self.width,
-            image_size=self.image_size,
-            head_init=self.head_init,
+            width=self.loop.width,
+            image_size=self.loop.image_size,
+            head_init=self.loop.head_init,
             segment_sizes=net_sizes,
         )
         try:
             model.load_state_dict(net, strict=True)
         except RuntimeError as err:
             raise _StateError(
-                f"the network weights do not fit {self.name} with width={self.width}, "
-                f"image_size={self.image_size}: {err}"
+                f"the network weights do not fit {self.name} with width={self.loop.width}, "
+                f"image_size={self.loop.image_size}: {err}"
             ) from err
         self.model_ = model.eval()
         self.history_ = []  # the epoch history lives in the checkpoint, not in the model
@@ -362,28 +353,14 @@ class SHDH(LevelSegments, _DeepHasher):
         *,
         n_bits: int,
         seed: int = 0,
+        loop: LoopSettings = DEFAULT_LOOP,
         layout: str = "levels",
-        width: float = 1.0,
-        image_size: int = 32,
-        epochs: int = 10,
-        batch_size: int = 128,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 5e-4,
-        lr_decay: float = 2 / 3,
-        lr_decay_every: int = 20,
         alpha: float = 1.0,
         e1: str = "levels",
         e2: str = "balance",
         target: str = "signed",
         reduction: str = "sum",
-        grad_clip: float = 10.0,
-        head_init: str = "default",
         memory_bank: bool = False,
-        device: str = "auto",
-        bf16: bool = True,
-        num_threads: int | None = None,
-        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
@@ -441,24 +418,10 @@ class DPSH(_DeepHasher):
         *,
         n_bits: int,
         seed: int = 0,
+        loop: LoopSettings = DEFAULT_LOOP,
         eta: float = 10.0,
-        width: float = 1.0,
-        image_size: int = 32,
-        epochs: int = 10,
-        batch_size: int = 128,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 5e-4,
-        lr_decay: float = 2 / 3,
-        lr_decay_every: int = 20,
         reduction: str = "sum",
-        grad_clip: float = 10.0,
-        head_init: str = "default",
         memory_bank: bool = False,
-        device: str = "auto",
-        bf16: bool = True,
-        num_threads: int | None = None,
-        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)

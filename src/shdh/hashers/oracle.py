@@ -26,6 +26,7 @@ from torch.nn import functional
 from shdh import training
 from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _DeepHasher
 from shdh.hierarchy import segment_levels, segment_sizes
+from shdh.loop import DEFAULT_LOOP, LoopSettings
 from shdh.losses import REDUCTIONS, Loss
 
 
@@ -59,22 +60,8 @@ class Oracle(LevelSegments, _DeepHasher):
         *,
         n_bits: int,
         seed: int = 0,
-        width: float = 1.0,
-        image_size: int = 32,
-        epochs: int = 10,
-        batch_size: int = 128,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 5e-4,
-        lr_decay: float = 2 / 3,
-        lr_decay_every: int = 20,
+        loop: LoopSettings = DEFAULT_LOOP,
         reduction: str = "mean",
-        grad_clip: float = 10.0,
-        head_init: str = "default",
-        device: str = "auto",
-        bf16: bool = True,
-        num_threads: int | None = None,
-        compile: bool = False,
         work_dir: str | None = None,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
@@ -147,7 +134,9 @@ class Oracle(LevelSegments, _DeepHasher):
     def _predicted_index(self, X: np.ndarray) -> np.ndarray:
         """Row of classes_ (and class_codes_) with the highest logit, for each image."""
         images = self._encode_input(X)
-        z = training.outputs(self.model_, images, device=self.device, num_threads=self.num_threads)
+        z = training.outputs(
+            self.model_, images, device=self.loop.device, num_threads=self.loop.num_threads
+        )
         return z.argmax(dim=1).cpu().numpy()
 
     def _state_fields(self) -> tuple[str, ...]:

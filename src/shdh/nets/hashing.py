@@ -12,9 +12,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from shdh.loop import HEAD_INITS
 from shdh.nets.cnnf import CNNF
-
-HEAD_INITS = ("default", "paper")
 
 
 class HashingNet(nn.Module):

@@ -28,6 +28,7 @@ from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
+from shdh.loop import LoopSettings
 from shdh.progress import bars
 from shdh.steps.features import load_features
 from shdh.training import RESUME_MODES
@@ -111,7 +112,7 @@ def fit(
     cls = get_hasher_class(plan.method)
     params = dict(plan.params)
     if plan.deep:  # an explicit cuda without a usable GPU stops before any work
-        resolve_device(str(params.get("device", "auto")))
+        resolve_device(LoopSettings.of(params.get("loop")).device)
         params["work_dir"] = str(plan.out_dir / WORK_DIR)
     X, pairs = training_inputs(
         cls,
@@ -209,7 +210,7 @@ def _fit_deep(
     checkpoints: Any,
 ) -> None:
     """hasher.fit with each epoch logged, and uploaded to the checkpoint store if there is one."""
-    on_epoch = _epoch_logger(out_dir.name, hasher.epochs)
+    on_epoch = _epoch_logger(out_dir.name, hasher.loop.epochs)
     syncing = (
         contextlib.nullcontext(on_epoch)
         if checkpoints is None

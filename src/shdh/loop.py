@@ -1,0 +1,90 @@
+"""The deep methods' shared settings: the CNN-F backbone and the training loop.
+
+One dataclass, `LoopSettings`, is these settings everywhere: params.yaml's `train` section
+holds them (shdh.settings checks each value), every deep hasher takes one as its `loop`
+argument, and the training loop's `TrainConfig` is one plus the fit's own code length, seed
+and memory bank. A method's own settings travel with it (SHDH's layout and loss, DPSH's eta).
+Torch-free, so that checking a params file does not load PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+HEAD_INITS = ("default", "paper")  # the hashing head's initialisation (shdh.nets.hashing)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    width: float = 1.0  # CNN-F width multiplier; 1.0 = conv 64/256, fc 4096
+    image_size: int = 32  # network input side; 28x28 inputs are padded to it
+    epochs: int = 10
+    batch_size: int = 128  # paper: minibatch 128
+    lr: float = 0.01  # paper: 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    lr_decay: float = 2 / 3  # paper: lr *= 2/3 ...
+    lr_decay_every: int = 20  # ... every 20 "iterations", read as epochs
+    grad_clip: float = 10.0  # max gradient norm; 0 = off (the "sum" scale blows up without it)
+    head_init: str = "default"  # "default" (fan-in) | "paper" (U[0, 0.001]: the h~=0 saddle)
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    bf16: bool = True  # bf16 autocast for the network on CUDA (never on CPU)
+    num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
+    compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(
+                f"{name}.head_init must be one of {HEAD_INITS}, got {self.head_init!r}"
+            )
+        for key, ok in self._in_range().items():
+            if not ok:
+                raise ValueError(f"{name}.{key} is out of range: {getattr(self, key)!r}")
+
+    def _in_range(self) -> dict[str, bool]:
+        return {
+            "width": self.width > 0,
+            "image_size": self.image_size >= 8,
+            "epochs": self.epochs >= 1,
+            "batch_size": self.batch_size >= 2,
+            "lr": self.lr > 0,
+            "momentum": 0 <= self.momentum < 1,
+            "weight_decay": self.weight_decay >= 0,
+            "lr_decay": 0 < self.lr_decay <= 1,
+            "lr_decay_every": self.lr_decay_every >= 1,
+            "grad_clip": self.grad_clip >= 0,
+            "num_threads": self.num_threads is None or self.num_threads >= 1,
+        }
+
+    @classmethod
+    def of(cls, value: LoopSettings | dict[str, Any] | None) -> LoopSettings:
+        """A LoopSettings from itself, a mapping (a saved hasher's params.json) or None."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"loop: expected LoopSettings or a mapping, got {value!r}")
+        unknown = sorted(set(value) - set(LOOP_FIELDS))
+        if unknown:
+            raise ValueError(f"loop: unknown settings {unknown} (known: {list(LOOP_FIELDS)})")
+        return cls(**value)
+
+
+LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))
+DEFAULT_LOOP = LoopSettings()  # the hashers' default (frozen, so one instance serves all)
+
+
+@dataclass(frozen=True)
+class TrainConfig(LoopSettings):
+    """What one run of the training loop is: the shared settings, plus the fit's own output
+    width, seed and memory bank (pairing each batch with detached past outputs, as DPSH does)."""
+
+    n_bits: int = 64  # network outputs L (the code length, or the oracle's class count)
+    seed: int = 0
+    memory_bank: bool = False
+
+    def _in_range(self) -> dict[str, bool]:
+        return {"n_bits": self.n_bits >= 1, **super()._in_range()}
