@@ -25,7 +25,7 @@ import json
 import logging
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +244,8 @@ class _Fit:
         """What decides the codes: a record with these values belongs to this fit. Where and
         how fast it ran (device, threads, compilation) does not."""
         seed = fit_seed(int(self.bundle.settings.get("seed", 0)), self.own_seed)
-        params = {k: v for k, v in self.params.items() if k not in _RUNTIME}
+        params = {k: v for k, v in self.params.items() if k != "loop"}
+        params["loop"] = {k: v for k, v in asdict(self.params["loop"]).items() if k not in _RUNTIME}
         return {
             "method": self.method,
             "bits": self.bits,

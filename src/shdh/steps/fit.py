@@ -11,6 +11,7 @@ makes the `Fit`s); this step takes one and carries it out.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import shutil
@@ -128,7 +129,7 @@ def fit(
     if plan.deep and resume != "never":
         run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, parent_run_id)
     logged = {
-        **tracking.flatten(params),
+        **_logged_params(params),
         "method": plan.method,
         "bits": plan.bits,
         "seed": plan.seed,
@@ -155,6 +156,16 @@ def fit(
     atomic_write_text(plan.out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
     log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
     return plan.out_dir
+
+
+def _logged_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A fit's parameters as its MLflow run shows them: the loop settings by their own names
+    (epochs, width, lr), beside the method's, so that runs of every method share one column
+    per setting in the UI."""
+    flat = {k: v for k, v in params.items() if k not in ("loop", "work_dir")}
+    if "loop" in params:
+        flat = {**dataclasses.asdict(params["loop"]), **flat}
+    return tracking.flatten(flat)
 
 
 def _started(
