@@ -12,9 +12,13 @@ run: data
 	dvc repro
 	shdh results
 
-## test: set everything up, then run the whole test suite
+## test: set everything up, then run the whole test suite, its files spread over TEST_WORKERS
+## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once).
+## Most of the slow tests wait on child processes (dvc, shdh, servers), so two workers finish in
+## about two thirds of the time on two cores. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: data browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## test-fast: the unit tests less the `slow` and `integration` ones, for the edit-test loop
 ## (about 2 minutes on 2 busy cores; `make test` still runs everything, as CI does). Bytecode

@@ -118,9 +118,15 @@ class DPSHObjective:
         if eta == float("inf"):
             raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
 
-    def loss(self) -> Loss:
-        """The batch loss with labels checked once by the caller (check_labelled), not per
-        step: a label check reads tensor values, a host sync."""
+    def for_layout(
+        self,
+        segment_sizes: Sequence[int],
+        segment_levels: Sequence[int],
+        layer_weights: Sequence[float],
+    ) -> Loss:
+        """The batch loss for DPSH's one segment: the layout and the level weights do not
+        enter it (s_ij is the finest label). Labels are checked once by the caller
+        (check_labelled), not per step: a label check reads tensor values, a host sync."""
         fn = partial(dpsh_loss, eta=float(self.eta), reduction=self.reduction, check_labels=False)
         return Loss(fn, {"loss": "dpsh", **asdict(self)})
 

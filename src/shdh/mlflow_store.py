@@ -84,6 +84,18 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(urllib.parse.urlsplit(uri).path[1:] or ":memory:")
 
 
+def same_store(a: str | None, b: str) -> bool:
+    """Whether two tracking URIs name one store. MLflow exports the URI a client opened (with
+    client_uri's busy timeout) to the processes it starts, so the same SQLite file can be
+    spelled with and without query parameters."""
+    if a is None:
+        return False
+    path_a, path_b = sqlite_path(a), sqlite_path(b)
+    if path_a is None or path_b is None:
+        return a == b
+    return path_a == path_b
+
+
 def client_uri(uri: str) -> str:
     """The URI MLflow's client opens: a SQLite store with a busy timeout, so concurrent writers
     wait for each other instead of failing."""

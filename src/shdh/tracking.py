@@ -28,6 +28,7 @@ from shdh.mlflow_store import (
     check_server,
     configure,
     experiment_name,
+    same_store,
     tracking_uri,
 )
 
@@ -164,7 +165,7 @@ def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | No
     if not path.is_file():
         return None
     ref = json.loads(path.read_text())
-    if ref.get("tracking_uri") != tracking_uri():
+    if not same_store(ref.get("tracking_uri"), tracking_uri()):
         log.warning(
             "%s was tracked at %s; starting a new run at %s",
             path,

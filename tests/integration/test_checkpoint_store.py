@@ -232,7 +232,8 @@ def test_a_stored_checkpoint_of_other_settings_is_refused_and_named(
         fresh = train_here(inputs, "run-shared", tmp_path / "fresh")
     url = f"{inputs['store']}/run-shared/{FIT}/checkpoint.pt"
     refusals = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(url in m and "refused" in m and "parameter 'lr'" in m for m in refusals), refusals
+    named = [m for m in refusals if url in m and "refused" in m and "parameter 'loop.lr'" in m]
+    assert named, refusals
     assert "restored the checkpoint" not in caplog.text and "resuming" not in caplog.text
     assert [e["epoch"] for e in json.loads((fresh / "history.json").read_text())] == [1, 2, 3]
     np.testing.assert_array_equal(codes(fresh, inputs), uninterrupted)

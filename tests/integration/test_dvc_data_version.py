@@ -112,8 +112,9 @@ def test_the_first_step_pulls_the_pushed_version_and_mlflow_records_its_hash(
     assert prepared.metadata["data_source"] == "dvc"
     dataset, _ = load_prepared(prepared.path)
     assert len(dataset.ids) == 300
+    args = pipeline_arguments(smoke_settings())
     parent = component("start").python_func(
-        prepared=prepared, profile="smoke", pipeline_run_id="kfp-run-dvc"
+        prepared=prepared, pipeline_run_id="kfp-run-dvc", **args
     )
     mlflow.set_tracking_uri(tracking.tracking_uri())
     assert mlflow.MlflowClient().get_run(parent).data.tags["dvc_data_md5"] == md5

@@ -301,7 +301,7 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
 
     from shdh.cli import main
     from shdh.codes import load_codes
-    from shdh.steps import load_prepared
+    from shdh.steps.prepare import load_prepared
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
     for name, value in AUTH.items():

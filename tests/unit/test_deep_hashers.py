@@ -120,6 +120,9 @@ def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
     other_eta = deep_hasher(DPSH, **(TINY | {"epochs": 1, "eta": 1.0, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match=r"hasher\.json: cannot resume: parameter 'eta'"):
         other_eta.fit(small[0], _pairs("dpsh", small[1]), resume="always")
+    other_lr = deep_hasher(DPSH, **(TINY | {"epochs": 1, "lr": 0.5, "work_dir": str(tmp_path)}))
+    with pytest.raises(ValueError, match=r"cannot resume: parameter 'loop\.lr' is .* but 0\.5 now"):
+        other_lr.fit(small[0], _pairs("dpsh", small[1]), resume="always")
     flipped = small[0][::-1].copy()
     same_params = deep_hasher(DPSH, **(TINY | {"epochs": 1, "work_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match="field 'data_sha256'"):

@@ -56,6 +56,8 @@ class _DeepHasher(Hasher):
     """What SHDH and DPSH share: training through shdh.training, encoding, save/load."""
 
     input_kind: ClassVar[str] = "images"
+    # The method's loss settings (losses.py), built from the constructor arguments of its names.
+    objective_class: ClassVar[type[SHDHObjective] | type[DPSHObjective] | None] = None
 
     def _keep_arguments(self, arguments: dict[str, Any]) -> None:
         """Store each keyword argument of the constructor under its own name, where get_params()
@@ -70,22 +72,31 @@ class _DeepHasher(Hasher):
 
     # -- for subclasses -----------------------------------------------------------------------
 
+    def objective(self) -> Any:
+        """The method's loss settings, from its constructor arguments; checked when built, so
+        a bad setting fails before any work, naming the method."""
+        cls = self.objective_class
+        if cls is None:
+            raise TypeError(f"{self.name}: no objective_class")
+        try:
+            return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+        except ValueError as err:
+            raise ValueError(f"{self.name}: {err}") from err
+
     def _config_fields(self) -> dict[str, Any]:
         """The TrainConfig fields this method sets beyond the shared ones."""
-        raise NotImplementedError
+        self.objective()  # the loss settings checked before any work
+        return {"memory_bank": self.memory_bank}
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
         """(segment sizes, their 1-based tree levels) for a tree of height K."""
         raise NotImplementedError
 
     def _loss_fn(
-        self,
-        config: training.TrainConfig,
-        sizes: Sequence[int],
-        levels: Sequence[int],
-        layer_weights: Sequence[float],
+        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
     ) -> Loss:
-        raise NotImplementedError
+        """The batch loss for a code of these segments (the tree's level weights u_k)."""
+        return self.objective().for_layout(sizes, levels, layer_weights)
 
     def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
         """The network's output segments: the code's own, except for a method whose network
@@ -141,7 +152,7 @@ class _DeepHasher(Hasher):
         K = int(anc.shape[1])
         config = self.train_config()
         sizes, levels = self._layout(K)
-        loss_fn = self._loss_fn(config, sizes, levels, u)
+        loss_fn = self._loss_fn(sizes, levels, u)
         net_sizes, net_levels = self._net_layout(sizes, levels)
         config = dataclasses.replace(config, n_bits=sum(net_sizes))
         opts = self._fit_options
@@ -347,6 +358,7 @@ class SHDH(LevelSegments, _DeepHasher):
 
     name: ClassVar[str] = "shdh"
     supervision: ClassVar[str | None] = "hierarchical"
+    objective_class = SHDHObjective
 
     def __init__(
         self,
@@ -366,34 +378,8 @@ class SHDH(LevelSegments, _DeepHasher):
         super().__init__(n_bits=n_bits, seed=seed)
         self._keep_arguments(locals())
 
-    def _config_fields(self) -> dict[str, Any]:
-        self.objective()  # the loss settings checked before any work
-        return {"memory_bank": self.memory_bank}
-
-    def objective(self) -> SHDHObjective:
-        """SHDH's loss settings; checked when built."""
-        try:
-            return SHDHObjective(
-                alpha=self.alpha,
-                e1=self.e1,
-                e2=self.e2,
-                target=self.target,
-                reduction=self.reduction,
-            )
-        except ValueError as err:
-            raise ValueError(f"{self.name}: {err}") from err
-
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
         return segment_sizes(self.n_bits, K, self.layout), segment_levels(K, self.layout)
-
-    def _loss_fn(
-        self,
-        config: training.TrainConfig,
-        sizes: Sequence[int],
-        levels: Sequence[int],
-        layer_weights: Sequence[float],
-    ) -> Loss:
-        return self.objective().for_layout(sizes, levels, layer_weights)
 
 
 class DPSH(_DeepHasher):
@@ -412,6 +398,7 @@ class DPSH(_DeepHasher):
 
     name: ClassVar[str] = "dpsh"
     supervision: ClassVar[str | None] = "label"
+    objective_class = DPSHObjective
 
     def __init__(
         self,
@@ -427,27 +414,8 @@ class DPSH(_DeepHasher):
         super().__init__(n_bits=n_bits, seed=seed)
         self._keep_arguments(locals())
 
-    def _config_fields(self) -> dict[str, Any]:
-        self.objective()  # eta and reduction checked before any work
-        return {"memory_bank": self.memory_bank}
-
-    def objective(self) -> DPSHObjective:
-        try:
-            return DPSHObjective(eta=self.eta, reduction=self.reduction)
-        except ValueError as err:
-            raise ValueError(f"{self.name}: {err}") from err
-
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
         return [int(self.n_bits)], [int(K)]  # one segment; its "level" is the finest one
-
-    def _loss_fn(
-        self,
-        config: training.TrainConfig,
-        sizes: Sequence[int],
-        levels: Sequence[int],
-        layer_weights: Sequence[float],
-    ) -> Loss:
-        return self.objective().loss()
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         check_labelled(torch.as_tensor(np.asarray(pairs.ancestors)), "ancestors")
@@ -491,7 +459,18 @@ def _record_mismatch(path: Path, record: dict[str, Any]) -> str | None:
         if saved.get(key) != record[key]:
             return f"field '{key}' is {saved.get(key)!r} there but {record[key]!r} now"
     saved_params = saved.get("params") if isinstance(saved.get("params"), dict) else {}
-    for key, value in record["params"].items():
-        if saved_params.get(key) != value:
-            return f"parameter '{key}' is {saved_params.get(key)!r} there but {value!r} now"
+    return _params_mismatch(saved_params, record["params"])
+
+
+def _params_mismatch(saved: dict[str, Any], now: dict[str, Any], prefix: str = "") -> str | None:
+    """The first parameter that differs, by its dotted name (loop.lr), so the message points at
+    the one setting that changed rather than at a whole settings group."""
+    for key, value in now.items():
+        there = saved.get(key)
+        if isinstance(there, dict) and isinstance(value, dict):
+            found = _params_mismatch(there, value, f"{prefix}{key}.")
+            if found:
+                return found
+        elif there != value:
+            return f"parameter '{prefix}{key}' is {there!r} there but {value!r} now"
     return None

@@ -97,11 +97,7 @@ class Oracle(LevelSegments, _DeepHasher):
         self.class_codes_ = class_codes(self.class_paths_, sizes, levels, self.seed)
 
     def _loss_fn(
-        self,
-        config: training.TrainConfig,
-        sizes: Sequence[int],
-        levels: Sequence[int],
-        layer_weights: Sequence[float],
+        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
     ) -> Loss:
         """Cross-entropy on the finest class (its settings: the reduction)."""
         if self.reduction not in REDUCTIONS:

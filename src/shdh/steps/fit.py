@@ -128,17 +128,11 @@ def fit(
     run_id = None
     if plan.deep and resume != "never":
         run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, parent_run_id)
-    logged = {
-        **_logged_params(params),
-        "method": plan.method,
-        "bits": plan.bits,
-        "seed": plan.seed,
-        "n_train_items": len(X),
-        "segment_sizes": hasher_segments(hasher, pairs),
-    }
+    # A run reopened after an interruption already has its params.
+    logged = None if run_id else _run_params(plan, params, len(X), hasher_segments(hasher, pairs))
     with tracking.run(
         run_name=tracking.child_run_name(plan.method, plan.bits, plan.seed),
-        params=None if run_id else logged,
+        params=logged,
         tags={"method": plan.method, "bits": str(plan.bits), **started, **(tags or {})},
         run_id=run_id,
         parent_run_id=parent_run_id,
@@ -156,6 +150,18 @@ def fit(
     atomic_write_text(plan.out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
     log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
     return plan.out_dir
+
+
+def _run_params(plan: Fit, params: dict[str, Any], n_train: int, segments: Any) -> dict[str, Any]:
+    """The params of a fit's MLflow run: its settings, what it is, and what it trained on."""
+    return {
+        **_logged_params(params),
+        "method": plan.method,
+        "bits": plan.bits,
+        "seed": plan.seed,
+        "n_train_items": n_train,
+        "segment_sizes": segments,
+    }
 
 
 def _logged_params(params: dict[str, Any]) -> dict[str, Any]:
