@@ -2,14 +2,15 @@
 
 The machines this project is developed on reach no container registry, so the images cannot be
 built here. What they will hold can be weighed all the same: the Python distributions each
-image installs are the dependency closure of the `shdh` wheel (plus the `server` extra in the
-runtime image) at the versions of requirements.lock, which are the versions installed in the
-project's virtual environment. Each distribution's installed size is the sum of the sizes its
-RECORD lists. The runtime image takes PyTorch's CPU build instead of the CUDA one: give a CPU
-wheel with --cpu-torch-wheel and its unpacked size and its own requirements (no nvidia-*, no
-triton) are used. The base images and the Python of the GPU image are added as the approximate
-sizes their publishers show (--base-mb), so the totals are estimates: CI records the real size
-of every image it builds (.github/workflows/images.yml, the job summary).
+image installs are the dependency closure of the `shdh` wheel with its `pipeline` extra (and
+the `server` extra in the runtime image) at the versions of requirements.lock, which are the
+versions installed in the project's virtual environment. Each distribution's installed size is
+the sum of the sizes its RECORD lists. The runtime image takes PyTorch's CPU build instead of
+the CUDA one: give a CPU wheel with --cpu-torch-wheel and its unpacked size and its own
+requirements (no nvidia-*, no triton) are used. The base images and the Python of the GPU
+image are added as the approximate sizes their publishers show (--base-mb), so the totals are
+estimates: CI records the real size of every image it builds (.github/workflows/images.yml, the
+job summary).
 
     python benchmarks/image_sizes.py --cpu-torch-wheel /opt/wheels/torch-2.13.0+cpu-...whl
 """
@@ -17,22 +18,18 @@ of every image it builds (.github/workflows/images.yml, the job summary).
 from __future__ import annotations
 
 import argparse
-import re
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 # Unpacked sizes, in MB, of what each image starts from (approximate published figures).
 BASES = {
     "runtime": ("python:3.11.14-slim-bookworm", 125.0),
     "gpu": ("nvidia/cuda:13.0.3-base-ubuntu24.04 + uv's CPython 3.11.14 + uv", 250.0 + 95.0 + 40.0),
 }
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirements(dist: metadata.Distribution, extras: set[str]) -> list[Requirement]:
@@ -51,7 +48,7 @@ def closure(root: str, extras: set[str], replaced: dict[str, list[Requirement]])
     todo = [(root, extras)]
     while todo:
         name, wanted = todo.pop()
-        key = canonical(name)
+        key = canonicalize_name(name)
         if key in seen:
             continue
         seen.add(key)
@@ -83,12 +80,12 @@ def wheel_facts(path: Path) -> tuple[float, list[Requirement]]:
 
 
 def report(cpu_torch_wheel: Path | None) -> str:
-    gpu = closure("shdh", set(), {})
+    gpu = closure("shdh", {"pipeline"}, {})
     replaced, cpu_torch_mb = {}, None
     if cpu_torch_wheel is not None:
         cpu_torch_mb, reqs = wheel_facts(cpu_torch_wheel)
         replaced["torch"] = reqs
-    runtime = closure("shdh", {"server"}, replaced)
+    runtime = closure("shdh", {"pipeline", "server"}, replaced)
     rows = []
     for image, names in (("runtime", runtime), ("gpu", gpu)):
         sizes = {n: installed_mb(n) for n in names if n != "shdh"}

@@ -45,14 +45,15 @@ def train(
     from shdh import checkpoint_store
     from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
     from shdh.plan import fit_plan
-    from shdh.steps.fit import fit
+    from shdh.steps.fit import fit, run_name
 
     section = section_arg(settings, "train")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         plan = fit_plan(
             section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
         )
-        key = checkpoint_store.fit_key(method, bits, plan.seed)
+        # The seed always, so that the key names the fit whether or not the run fits several.
+        key = run_name(method, bits, plan.seed)
         checkpoints = checkpoint_store.from_env(pipeline_run_id, key)
         context = run_context(prepared.metadata, profile, pipeline_run_id)
         out = fit(

@@ -24,8 +24,8 @@ from shdh.atomic import atomic_write_text
 from tests import import_graph
 
 # How a `cmd:` names the code it runs: entry point -> where its command module STEP lives, the
-# first one that exists (the commands' package has had two names).
-COMMANDS: dict[str, tuple[str, ...]] = {"shdh": ("shdh.commands.{}", "shdh.stages.{}")}
+# first one that exists.
+COMMANDS: dict[str, tuple[str, ...]] = {"shdh": ("shdh.commands.{}",)}
 _SHELL_SEPARATORS = {"&&", "||", ";", "|"}
 HEADER = "the code this stage runs (make dvc-deps; tests/unit/test_dvc_deps.py)"
 Packages = Sequence[tuple[str, str]]

@@ -94,10 +94,6 @@ def scan(root: Path = REPO, packages=PACKAGES) -> Imports:
     return imports
 
 
-def graph(root: Path = REPO, packages=PACKAGES) -> dict[str, dict[str, int]]:
-    return scan(root, packages).edges
-
-
 def cycles(graph: Graph) -> list[list[str]]:
     """The strongly connected components of more than one module (or a module that imports
     itself), each sorted; Tarjan's algorithm."""

@@ -20,7 +20,6 @@ bundle fit gives the codes `shdh train` + `shdh evaluate` give, bit for bit.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import platform
@@ -34,11 +33,13 @@ import torch
 
 from shdh.atomic import atomic_path, atomic_write_text
 from shdh.codes import CODES_DIR, FITS_DIR, Codes, save_codes
+from shdh.data.download import sha256sum
 from shdh.data.splits import Split, training_subset
 from shdh.devices import resolve_device
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
+from shdh.loop import RUNTIME_FIELDS
 from shdh.plan import fit_seed, is_deep, method_params, run_name, section_seeds
 from shdh.progress import bars
 from shdh.retrieval import pack_codes
@@ -46,7 +47,6 @@ from shdh.retrieval import pack_codes
 log = logging.getLogger(__name__)
 
 MANIFEST = "bundle.json"  # what the folder was trained from, and where
-_RUNTIME = ("device", "num_threads", "compile")  # settings that change speed, not codes
 
 
 class BundleError(ValueError):
@@ -102,10 +102,6 @@ def read_bundle(path: str | Path) -> Bundle:
     path = Path(path)
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle file")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
@@ -121,7 +117,7 @@ def read_bundle(path: str | Path) -> Bundle:
     if not isinstance(settings, dict) or not isinstance(settings.get("train"), dict):
         raise BundleError(f"{path}: key 'settings': needs a 'train' mapping")
     fields = {k: arrays[k] for k in _KEYS if k != "settings"}
-    return Bundle(**fields, settings=settings, sha256=digest.hexdigest())
+    return Bundle(**fields, settings=settings, sha256=sha256sum(path))
 
 
 _KEYS = ("images", "ancestors", "ids", "query_idx", "db_idx", "layer_weights", "settings")
@@ -245,7 +241,8 @@ class _Fit:
         how fast it ran (device, threads, compilation) does not."""
         seed = fit_seed(int(self.bundle.settings.get("seed", 0)), self.own_seed)
         params = {k: v for k, v in self.params.items() if k != "loop"}
-        params["loop"] = {k: v for k, v in asdict(self.params["loop"]).items() if k not in _RUNTIME}
+        loop = asdict(self.params["loop"])
+        params["loop"] = {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}
         return {
             "method": self.method,
             "bits": self.bits,

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from shdh.atomic import atomic_path
+from shdh.data.download import s3_endpoint
 from shdh.steps.fit import RUN_REF, WORK_DIR
 
 log = logging.getLogger(__name__)
 
 STORE_ENV = "SHDH_CHECKPOINT_URL"
 EPOCH_KEY = "epoch"  # object metadata: the epoch a stored checkpoint ends
-_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _MISSING = ("404", "NoSuchKey", "NotFound")
 
 OnEpoch = Callable[[dict[str, Any]], None]
@@ -41,12 +41,6 @@ OnEpoch = Callable[[dict[str, Any]], None]
 
 class CheckpointStoreError(RuntimeError):
     """The store cannot be used: a malformed URL, a missing bucket, refused credentials."""
-
-
-def fit_key(method: str, bits: int, seed: int) -> str:
-    """The fit's part of the key, METHOD-BITS-seedS: the seed always, so that the key names the
-    fit whether or not the run fits several seeds."""
-    return f"{method}-{bits}-seed{seed}"
 
 
 def from_env(run_id: str, fit: str) -> FitCheckpoints | None:
@@ -68,7 +62,7 @@ def s3_client() -> Any:
     import boto3
     from botocore.config import Config
 
-    endpoint = next((os.environ[n] for n in _ENDPOINT_ENVS if os.environ.get(n)), None)
+    endpoint = s3_endpoint()
     config = Config(
         retries={"mode": "standard", "max_attempts": 5},
         s3={"addressing_style": "path"} if endpoint else None,

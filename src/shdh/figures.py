@@ -112,10 +112,6 @@ def ordered_methods(methods: Iterable[str]) -> list[str]:
     return sorted(methods, key=lambda m: (m == "random", rank.get(m, len(rank)), m))
 
 
-def _ordered(methods: Iterable[str]) -> list[str]:
-    return ordered_methods(methods)
-
-
 def _label(method: str) -> str:
     return "random codes" if method == "random" else DISPLAY.get(method, method)
 
@@ -172,7 +168,7 @@ def wr_at_n_figure(by_method: dict[str, Curves], path: str | Path, *, title: str
     """Fig. 3 g-l: WR@n against n, one line per method."""
     lines = [
         (_label(m), np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n, _style(m))
-        for m in _ordered(by_method)
+        for m in ordered_methods(by_method)
     ]
     return _draw(
         Path(path),
@@ -190,7 +186,7 @@ def radius_figure(by_method: dict[str, Curves], path: str | Path, *, title: str)
     and without weights share the axis; the radius is normalised by the code length.
     """
     lines = []
-    for m in _ordered(by_method):
+    for m in ordered_methods(by_method):
         c = by_method[m]
         span = float(c.radius_real[-1]) or 1.0
         lines.append((_label(m), c.radius_real / span, c.wr_at_radius, _style(m)))
@@ -207,7 +203,7 @@ def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -
     """Fig. 4: WR@N against the code length, N = min(10,000, the shortest saved curve)."""
     depth = min([FIG4_N, *(len(c.wr_at_n) for c in curves.values())])
     lines = []
-    for m in _ordered({m for m, _ in curves}):
+    for m in ordered_methods({m for m, _ in curves}):
         bits = sorted(b for mm, b in curves if mm == m)
         wr = [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
         lines.append((_label(m), bits, wr, "k:o" if m == "random" else "-o"))

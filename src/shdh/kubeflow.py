@@ -22,7 +22,7 @@ from shdh.atomic import atomic_dir
 from shdh.config import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
 
 # The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
-SECTIONS = ("data", "tree", "smatrix", "features", "train", "baselines", "evaluate")
+SECTIONS = tuple(settings.SECTIONS)
 
 
 def resolve_params(

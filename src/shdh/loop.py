@@ -74,6 +74,9 @@ class LoopSettings:
 
 
 LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))
+# The loop settings that change how fast a fit runs, never what it computes: a checkpoint resumes
+# under other values of them, and records that compare fits leave them out.
+RUNTIME_FIELDS = ("device", "num_threads", "compile")
 DEFAULT_LOOP = LoopSettings()  # the hashers' default (frozen, so one instance serves all)
 
 

@@ -29,6 +29,7 @@ grows with the bank size, so gradient clipping matters even more there.
 pairs, so that SHDH and DPSH differ in their loss only.
 """
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -113,9 +114,7 @@ class DPSHObjective:
     def __post_init__(self) -> None:
         _check_choice("reduction", self.reduction, REDUCTIONS, "DPSHObjective")
         eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, int | float) or not eta >= 0:
-            raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
-        if eta == float("inf"):
+        if isinstance(eta, bool) or not isinstance(eta, int | float) or not 0 <= eta < math.inf:
             raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
 
     def for_layout(

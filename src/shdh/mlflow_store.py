@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_EXPERIMENT = "shdh"
+URI_ENV = "MLFLOW_TRACKING_URI"  # the store, when set (else the repository's SQLite file)
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"  # MLflow's own variable for the experiment's name
 ORIGIN_ENV = "DVC_ROOT"  # set by DVC for every stage: the repository the experiment came from
 STORE_FILE = "mlflow.db"
@@ -70,7 +71,7 @@ def origin_root() -> Path:
 def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI, else the SQLite store of the repository the run came from; a
     relative SQLite path is anchored at that repository, never at a temporary workspace."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{STORE_FILE}"
+    uri = os.environ.get(URI_ENV) or f"sqlite:///{STORE_FILE}"
     path = sqlite_path(uri)
     if path is not None and not path.is_absolute():
         return f"sqlite:///{origin_root() / path}"
@@ -82,18 +83,6 @@ def sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
     return Path(urllib.parse.urlsplit(uri).path[1:] or ":memory:")
-
-
-def same_store(a: str | None, b: str) -> bool:
-    """Whether two tracking URIs name one store. MLflow exports the URI a client opened (with
-    client_uri's busy timeout) to the processes it starts, so the same SQLite file can be
-    spelled with and without query parameters."""
-    if a is None:
-        return False
-    path_a, path_b = sqlite_path(a), sqlite_path(b)
-    if path_a is None or path_b is None:
-        return a == b
-    return path_a == path_b
 
 
 def client_uri(uri: str) -> str:
@@ -165,6 +154,10 @@ def configure(experiment: str | None = None) -> Any:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     mlflow.set_tracking_uri(client_uri(uri))
+    # MLflow exports the URI it is given for the processes it starts; export the store's own
+    # (absolute) URI instead, so that this process and its children name the store as
+    # tracking_uri() does, whatever spelling the client opened it with.
+    os.environ[URI_ENV] = uri
     if (uri, name) not in _ready:
         with _setup_lock(uri):
             _ready[(uri, name)] = ensure_experiment(mlflow.MlflowClient(), name, uri)

@@ -26,9 +26,7 @@ from shdh import mlflow_store
 from shdh.tracking import (
     PIPELINE_TAG,
     ROLE_TAG,
-    _configure,
     _param_value,
-    end_parent,
     flatten,
     metric_key,
 )
@@ -49,6 +47,14 @@ def find_parent(client: Any, experiment_id: str, pipeline_id: str) -> Any | None
     return found[0] if found else None
 
 
+def _client_and_experiment() -> tuple[Any, str]:
+    """An MLflow client and the experiment's id, with the store configured once."""
+    experiment_id = mlflow_store.experiment_id()  # configures the store and the experiment
+    import mlflow
+
+    return mlflow.MlflowClient(), experiment_id
+
+
 def open_parent(
     pipeline_id: str, tags: dict[str, str], settings: dict[str, Any] | None, reopen: bool = True
 ) -> str:
@@ -56,8 +62,7 @@ def open_parent(
     params, RUNNING; with `reopen`, an existing one is set RUNNING again (a rerun after a failed
     step). Kubeflow's training tasks run side by side, so only its start step reopens: a task
     that starts after a sibling failed must not undo the FAILED."""
-    client = _configure().MlflowClient()
-    experiment_id = mlflow_store.experiment_id()
+    client, experiment_id = _client_and_experiment()
     found = find_parent(client, experiment_id, pipeline_id)
     if found is not None:
         if reopen and found.info.status != "RUNNING":
@@ -92,7 +97,7 @@ def summarize(parent_run_id: str, results_dir: str | Path, report: str | Path | 
     as METRIC/METHOD-BITS metrics, the result files, figures and report as artifacts."""
     from mlflow.entities import Metric
 
-    client = _configure().MlflowClient()
+    client = mlflow_store.configure().MlflowClient()
     results_dir = Path(results_dir)
     table = (results_dir / "table.md").read_text()
     client.set_tag(parent_run_id, NOTE_TAG, description(table))
@@ -137,26 +142,13 @@ def score_metrics(scores: dict[str, Any]) -> dict[str, float]:
 
 def parent_of_pipeline(pipeline_id: str) -> str:
     """The parent run id of a pipeline run (by its pipeline id), or an error naming it."""
-    client = _configure().MlflowClient()
-    found = find_parent(client, mlflow_store.experiment_id(), pipeline_id)
+    found = find_parent(*_client_and_experiment(), pipeline_id)
     if found is None:
         raise ValueError(
             f"no MLflow pipeline run {pipeline_id} in experiment "
             f"'{mlflow_store.experiment_name()}' at {mlflow_store.tracking_uri()}: "
             "run the pipeline first, or give the parent run's id"
         )
-    return found.info.run_id
-
-
-def end_pipeline(pipeline_id: str, status: str) -> str | None:
-    """Close the parent of pipeline run `pipeline_id` when it exists (a run that failed before
-    its first tracked step has none); returns its run id."""
-    client = _configure().MlflowClient()
-    found = find_parent(client, mlflow_store.experiment_id(), pipeline_id)
-    if found is None:
-        return None
-    if found.info.status == "RUNNING" or status != "FINISHED":
-        end_parent(found.info.run_id, status)
     return found.info.run_id
 
 

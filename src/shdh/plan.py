@@ -15,16 +15,10 @@ from typing import Any
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.loop import LOOP_FIELDS, LoopSettings
-from shdh.steps.fit import Fit
+from shdh.steps.fit import Fit, is_deep, run_name
 
 # Keys of the `train` section that configure the pipeline rather than a method.
 PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
-
-
-def run_name(method: str, bits: int, seed: int | None = None) -> str:
-    """METHOD-BITS, or METHOD-BITS-seedS for one of several fits that differ only by seed: the
-    name of the model folder, the MLflow run and the codes file."""
-    return f"{method}-{bits}" if seed is None else f"{method}-{bits}-seed{seed}"
 
 
 def model_dir(models_dir: str | Path, method: str, bits: int, seed: int | None = None) -> Path:
@@ -58,11 +52,6 @@ def fit_seed(seed: int, own_seed: int | None) -> int:
     """The seed a fit actually uses: its own (one of `seeds`), else the master seed. Training,
     the random floor and metrics_by_seed.json all key a fit by it."""
     return seed if own_seed is None else own_seed
-
-
-def is_deep(method: str) -> bool:
-    """Deep methods train a network on images; the others fit GIST features."""
-    return get_hasher_class(method).input_kind == "images"
 
 
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:

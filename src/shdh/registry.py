@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.tracking import MODEL_URI_TAG, PARENT_TAG, _configure, metric_key
+from shdh.mlflow_store import configure
+from shdh.tracking import MODEL_URI_TAG, PARENT_TAG, metric_key
 
 DEFAULT_MODEL_NAME = "shdh-encoder"
 DEFAULT_METRIC = "ndcg_at_100"
@@ -41,7 +42,7 @@ class Registered:
 
 def best_run(parent_run_id: str, metric: str = DEFAULT_METRIC) -> Any:
     """The method run under `parent_run_id` with a logged encoder and the highest `metric`."""
-    client = _configure().MlflowClient()
+    client = configure().MlflowClient()
     metric = metric_key(metric)  # ndcg@100 is logged as ndcg_at_100
     parent = client.get_run(parent_run_id)
     children = client.search_runs(
@@ -107,7 +108,7 @@ def load_by_alias(name: str = DEFAULT_MODEL_NAME, alias: str = DEFAULT_ALIAS) ->
     """The encoder that `alias` of model `name` points to, as an MLflow pyfunc model."""
     import mlflow
 
-    _configure()
+    configure()
     return mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
 
 

@@ -28,7 +28,6 @@ from shdh.mlflow_store import (
     check_server,
     configure,
     experiment_name,
-    same_store,
     tracking_uri,
 )
 
@@ -58,10 +57,6 @@ def metric_key(name: str) -> str:
 def child_run_name(method: str, bits: int, seed: int) -> str:
     """A method run's name in the UI, the same for every front door: shdh-64-seed0."""
     return f"{method}-{bits}-seed{seed}"
-
-
-def _configure(experiment: str | None = None) -> Any:
-    return configure(experiment)
 
 
 GIT_COMMIT_ENV = "SHDH_GIT_COMMIT"
@@ -107,7 +102,7 @@ def run(
     FAILED. A new run gets the source tags, which `tags` may override (the front doors name
     themselves).
     """
-    mlflow = _configure(experiment)
+    mlflow = configure(experiment)
     kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
     if parent_run_id and not run_id:
         kwargs.update(parent_run_id=parent_run_id, nested=True)
@@ -165,7 +160,7 @@ def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | No
     if not path.is_file():
         return None
     ref = json.loads(path.read_text())
-    if not same_store(ref.get("tracking_uri"), tracking_uri()):
+    if ref.get("tracking_uri") != tracking_uri():
         log.warning(
             "%s was tracked at %s; starting a new run at %s",
             path,
@@ -225,7 +220,6 @@ def dvc_dir_md5(folder: str | Path) -> str:
 
 MODEL_ARTIFACT = "encoder"  # the logged model's name inside its run
 MODEL_URI_TAG = "shdh.model_uri"
-DEFAULT_SELECTION_METRIC = "ndcg_at_100"
 
 
 def encoder_signature(image_shape: tuple[int, ...], n_bits: int) -> Any:
@@ -319,7 +313,7 @@ def __getattr__(name: str) -> Any:
 
 def attach_text(run_id: str, text: str, artifact_file: str) -> None:
     """Add a text artifact to a finished run (the pipeline's parent) without reopening it."""
-    mlflow = _configure()
+    mlflow = configure()
     mlflow.MlflowClient().log_text(run_id, text, artifact_file)
 
 
@@ -339,7 +333,7 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def end_parent(parent_run_id: str, status: str = "FINISHED") -> None:
     """Close the parent run with `status` (FINISHED, FAILED or KILLED)."""
-    _configure().MlflowClient().set_terminated(parent_run_id, status)
+    configure().MlflowClient().set_terminated(parent_run_id, status)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from torch import nn
 
 from shdh.atomic import atomic_path
 from shdh.devices import resolve_device
-from shdh.loop import TrainConfig
+from shdh.loop import RUNTIME_FIELDS, TrainConfig
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HashingNet, build_model
 
@@ -40,7 +40,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 PROBE_SIZE = 1000  # training items whose codes are tracked across epochs
 # Fields that may differ between a checkpoint and the config resuming it: they do not change
 # what is computed (epochs may grow so that a finished run can be extended).
-_RESUMABLE_FIELDS = ("epochs", "device", "num_threads", "compile")
+_RESUMABLE_FIELDS = ("epochs", *RUNTIME_FIELDS)
 # "never" trains afresh; "always" continues the checkpoint and fails, naming it, when it is
 # missing or from other settings or data; "auto" continues a matching one, else starts afresh.
 RESUME_MODES = ("never", "auto", "always")
@@ -401,6 +401,7 @@ class _LossLog:
         self.n_steps, self.device = n_steps, device
         self.steps: list[int] = []  # the loop's step number of each record (lone items skip one)
         self.checked = 0
+        self.last = math.nan  # the last loss read back, for the progress bar
 
     def add(self, step: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> None:
         i = len(self.steps)
@@ -415,14 +416,13 @@ class _LossLog:
     def first_non_finite(self) -> tuple[int, float] | None:
         """(step, loss) of the first non-finite loss since the last check, or None."""
         new = self.values["loss"][self.checked : len(self.steps)].tolist() if self.steps else []
+        if new:  # the bar shows it: read with the check, not in a host sync of its own
+            self.last = new[-1]
         for offset, value in enumerate(new):
             if not math.isfinite(value):
                 return self.steps[self.checked + offset], value
         self.checked = len(self.steps)
         return None
-
-    def last_loss(self) -> float:
-        return self.values["loss"][len(self.steps) - 1].item()
 
     def means(self) -> dict[str, float]:
         """Per-step means; e1 and e2 are NaN for a loss without those parts (the oracle's)."""
@@ -657,7 +657,7 @@ class _Run:
         bad = losses.first_non_finite()
         if bad is None:
             if losses.steps:
-                bar.set_postfix(loss=f"{losses.last_loss():.4f}", refresh=False)
+                bar.set_postfix(loss=f"{losses.last:.4f}", refresh=False)
             return
         bar.close()
         step, value = bad

@@ -61,11 +61,12 @@ def data_hash(dvc_file: str | Path = "data.dvc") -> str:
 DVC_SOURCE = "dvc.yaml"  # the source name of DVC's runs in the UI
 
 
-def dvc_pipeline_id(params_file: str | Path) -> str:
-    """The pipeline run id of the DVC stages run with params_file (and data.dvc's data)."""
+def dvc_pipeline_id(params_file: str | Path, data_md5: str | None = None) -> str:
+    """The pipeline run id of the DVC stages run with params_file and the data of data.dvc
+    (data_md5, when the caller has read it already)."""
     from shdh import tracking
 
-    return tracking.pipeline_run_id(Path(params_file).read_text(), data_hash())
+    return tracking.pipeline_run_id(Path(params_file).read_text(), data_md5 or data_hash())
 
 
 def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +75,8 @@ def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[s
     from shdh import parent_run, tracking
 
     tags = {**run_tags(params), **tracking.source_tags(DVC_SOURCE, "LOCAL")}
-    return parent_run.pipeline_context(dvc_pipeline_id(args.params), tags, params)
+    run_id = dvc_pipeline_id(args.params, tags["dvc_data_md5"])
+    return parent_run.pipeline_context(run_id, tags, params)
 
 
 def setup_logging(verbose: bool = False) -> None:

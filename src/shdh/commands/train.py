@@ -15,8 +15,8 @@ import argparse
 from shdh import tracking
 from shdh.atomic import check_writable
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
-from shdh.hashers import REGISTRY, get_hasher_class
-from shdh.plan import fit_plan, method_bits, models_root, section_seeds
+from shdh.hashers import REGISTRY
+from shdh.plan import fit_plan, is_deep, method_bits, models_root, section_seeds
 from shdh.steps.fit import fit
 from shdh.training import RESUME_MODES
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> dict:
     """Fit one method at each of its code lengths; returns the tracking context to reuse."""
-    deep = get_hasher_class(method).input_kind == "images"
+    deep = is_deep(method)
     params, section = params_section(args, "train" if deep else "baselines")
     bits_list = args.bits or method_bits(params, method)
     if not bits_list:

@@ -201,6 +201,17 @@ def _open_http(url: str, offset: int, timeout: float) -> _Opened:
     return _Opened(response, content_range, None if length is None else int(length))
 
 
+def s3_endpoint(explicit: str | None = None) -> str | None:
+    """The S3 endpoint: the one given, else the AWS SDKs' environment settings (the S3-specific
+    one first), else None (AWS itself)."""
+    return (
+        explicit
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or None
+    )
+
+
 def _s3_client(endpoint_url: str | None, timeout: float):
     """A boto3 S3 client; boto3 is imported here so that other sources never need it.
 
@@ -213,12 +224,7 @@ def _s3_client(endpoint_url: str | None, timeout: float):
         from botocore.config import Config
     except ImportError as exc:
         raise _PermanentError(f"s3:// sources need boto3: {exc}") from exc
-    endpoint = (
-        endpoint_url
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-        or None
-    )
+    endpoint = s3_endpoint(endpoint_url)
     config = Config(
         connect_timeout=timeout,
         read_timeout=timeout,

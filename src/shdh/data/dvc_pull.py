@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from shdh.data.download import s3_endpoint
+
 log = logging.getLogger(__name__)
 
 DVC_FILE = "data.dvc"
 DVC_CONFIG = ".dvc/config"
 PUSH_HINT = "push it from a checkout that has the data: `dvc push data.dvc` (docs/cluster-data.md)"
-_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 # Remote options that hold a secret: they belong in .dvc/config.local, never in the pipeline.
 _SECRETS = (
     "access_key_id",
@@ -169,7 +169,7 @@ def _local_config(dest: Path, remote: str) -> None:
     filesystem may be read-only); the cluster's S3 endpoint where the environment names one."""
     from dvc.config import Config
 
-    endpoint = next((os.environ[n] for n in _ENDPOINT_ENVS if os.environ.get(n)), None)
+    endpoint = s3_endpoint()
     with Config(dvc_dir=str(dest / ".dvc"), validate=False).edit("local") as conf:
         conf["core"]["no_scm"] = True
         conf["core"]["site_cache_dir"] = str(dest / ".dvc" / "site-cache")

@@ -38,7 +38,7 @@ from shdh import training
 from shdh.atomic import atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.loop import DEFAULT_LOOP, LoopSettings
+from shdh.loop import DEFAULT_LOOP, RUNTIME_FIELDS, LoopSettings
 from shdh.losses import DPSHObjective, Loss, SHDHObjective, check_labelled
 from shdh.nets.hashing import build_model
 
@@ -48,7 +48,7 @@ NET_PREFIX = "net."  # state.npz keys of the network weights
 RUN_FILE = "hasher.json"  # in work_dir: what the checkpoint there was trained with
 # Parameters that do not change what is computed, so a resumed run may differ in them (the
 # training loop lets `epochs` grow, to extend a finished run).
-_RUNTIME_PARAMS = ("epochs", "device", "num_threads", "compile", "work_dir")
+_RUNTIME_PARAMS = ("epochs", *RUNTIME_FIELDS, "work_dir")
 _STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
 
 

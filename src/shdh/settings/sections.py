@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from shdh.loop import HEAD_INITS
 from shdh.settings.checks import (
     BOOL,
     TEXT,
@@ -35,7 +36,6 @@ E1_MODES = ("levels", "matrix")
 E2_MODES = ("balance", "trace", "none")
 TARGETS = ("signed", "binary")
 REDUCTIONS = ("sum", "mean")
-HEAD_INITS = ("default", "paper")
 
 NAME = Check(
     "a name without '/' or '|'",

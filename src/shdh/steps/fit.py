@@ -43,6 +43,17 @@ WORK_DIR = "work"  # inside a deep model folder: the checkpoint and its run reco
 ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its input example
 
 
+def run_name(method: str, bits: int, seed: int | None = None) -> str:
+    """METHOD-BITS, or METHOD-BITS-seedS for one of several fits that differ only by seed: the
+    name of the model folder, the MLflow run and the codes file."""
+    return f"{method}-{bits}" if seed is None else f"{method}-{bits}-seed{seed}"
+
+
+def is_deep(method: str) -> bool:
+    """Deep methods train a network on images; the others fit GIST features."""
+    return get_hasher_class(method).input_kind == "images"
+
+
 @dataclass(frozen=True)
 class Fit:
     """One fit of a run: a method at a code length with one seed, where it lives, and the
@@ -59,7 +70,7 @@ class Fit:
 
     @property
     def deep(self) -> bool:
-        return get_hasher_class(self.method).input_kind == "images"
+        return is_deep(self.method)
 
 
 def training_inputs(

@@ -39,7 +39,7 @@ from shdh.metrics import evaluate as score_codes
 from shdh.report import alpha_sweep, check_outputs, results_table, write_report
 from shdh.retrieval import pack_codes
 from shdh.steps.features import load_features
-from shdh.steps.fit import FIT_RECORD, HASHER_DIR, RUN_REF, Fit
+from shdh.steps.fit import FIT_RECORD, HASHER_DIR, RUN_REF, Fit, run_name
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,9 @@ def score(
         "tags": tags,
         "parent_run_id": parent_run_id,
     }
+    items = split.items()  # the ids and ancestors imported codes are checked against
     for plan in fits:
-        imported = _imported_codes(codes_from, plan, split.items())
+        imported = _imported_codes(codes_from, plan, items)
         if imported is not None:
             result, timing = _score_imported(plan, *imported, **context)
         else:
@@ -228,7 +229,7 @@ def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored
         for seed, own_seed in sorted({(plan.seed, plan.own_seed) for plan in fits}):
             q = random_codes(len(split.q_idx), bits, seed)
             db = random_codes(len(split.db_idx), bits, seed + 1)
-            name = f"random-{bits}" if own_seed is None else f"random-{bits}-seed{own_seed}"
+            name = run_name("random", bits, own_seed)
             scored.append(
                 _score(
                     split.codes(q, db, [bits], [1.0]), "random", bits, name, seed, None, **context
@@ -402,7 +403,7 @@ def mean_curves(scored: list[Scored]) -> dict[tuple[str, int], Curves]:
     for key, fits in _groups(scored).items():
         first = fits[0].curves
         if any(not np.array_equal(f.curves.radius, first.radius) for f in fits):
-            raise ValueError(f"{key[0]}-{key[1]}: the seeds' codes have different radius axes")
+            raise ValueError(f"{run_name(*key)}: the seeds' codes have different radius axes")
         out[key] = Curves(
             wr_at_n=np.mean([f.curves.wr_at_n for f in fits], axis=0),
             radius=first.radius,
