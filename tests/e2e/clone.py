@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -13,13 +14,21 @@ from tests.conftest import REPO
 
 def sh(cmd: list[str], cwd: Path, env: dict[str, str], ok: bool = True) -> str:
     """Run a command; with ok, it must succeed (its output is shown otherwise). Returns stdout,
-    or stdout and stderr together when it may fail."""
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    or stdout and stderr together when it may fail.
+
+    The output goes to files, not pipes: `dvc exp run --run-all` leaves DVC's queue workers
+    running in the background with its output open, and reading a pipe would wait for them
+    rather than for the command."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=err, timeout=600)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if ok:
-        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
-    assert proc.returncode != 0, f"{' '.join(cmd)} should have failed:\n{proc.stdout}"
-    return proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{stdout}\n{stderr}"
+        return stdout
+    assert proc.returncode != 0, f"{' '.join(cmd)} should have failed:\n{stdout}"
+    return stdout + stderr
 
 
 def clone_repo(dest: Path) -> dict[str, str]:

@@ -96,6 +96,7 @@ def test_queued_experiments_track_into_the_repositorys_own_store(clone):
     start = time.monotonic()
     out = sh(["dvc", "exp", "run", "--run-all", "-j", "2"], dest, env)
     print(f"two queued smoke experiments, -j 2: {time.monotonic() - start:.0f} s")
+    sh(["dvc", "queue", "stop", "--kill"], dest, env)  # a worker may linger once the queue is empty
     assert "Running stage 'train@shdh'" in out and "Failed" not in out
     # Only the method whose setting changed and what follows it rerun: the rest is cached.
     for cached in ("prepare", "smatrix", "features", "train@dpsh", "baselines"):
