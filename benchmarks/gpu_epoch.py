@@ -197,7 +197,9 @@ def main() -> None:
         )
     last = history[-1]
     ratio = last["images_per_sec"] / bare
-    verdict = "PASS" if ratio >= 0.9 else "FAIL"
+    # The target holds where it was set; elsewhere the ratio is shown without a verdict.
+    judged = device.type == "cuda" and args.batch == 128
+    verdict = ("PASS" if ratio >= 0.9 else "FAIL") if judged else "not judged here"
     print(f"\nbare training step: {bare:,.0f} images/s")
     print(
         f"loop (last epoch): {last['images_per_sec']:,.0f} images/s, {last['seconds']:.2f} s "

@@ -262,10 +262,13 @@ class _Fit:
         cls = get_hasher_class(self.method)
         hasher = cls(n_bits=self.bits, seed=base["seed"], work_dir=str(work), **self.params)
         pairs = PairSimilarity(b.ancestors[train_idx], b.layer_weights, cls.supervision or "label")
+        X = b.images[train_idx]
+        siblings = sorted(p for p in work.parent.glob("*") if p.is_dir() and p != work)
+        shared = hasher.start_from_sibling(work, siblings, X, pairs)
         log.info("%s: training on %d items", self.name, len(train_idx))
         start = time.perf_counter()
         hasher.fit(
-            b.images[train_idx],
+            X,
             pairs,
             resume="auto",
             progress=bars(progress),
@@ -292,6 +295,7 @@ class _Fit:
         record = {
             **base,
             "own_seed": self.own_seed,
+            "checkpoint_from": shared.name if shared is not None else None,
             "fit_seconds": round(fit_seconds, 3),
             "encode_seconds": round(encode_seconds, 3),
             "n_train_items": len(train_idx),

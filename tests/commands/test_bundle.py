@@ -218,3 +218,25 @@ def test_cuda_without_a_gpu_stops_before_any_work(tmp_path, fashion_raw):
     assert done.returncode == 1
     assert "CUDA is not usable here" in done.stderr and "NVIDIA driver" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_the_oracle_trains_once_per_seed_from_a_bundle(tmp_path, fashion_raw):
+    """As in the pipeline, the classifier oracle's training does not depend on the code length:
+    the 24-bit fit continues the 16-bit fit's finished training instead of repeating it."""
+    params = smoke_params(
+        tmp_path,
+        fashion_raw,
+        train={"methods": ["oracle"], "bits": [16, 24], "num_threads": 1},
+        baselines={"methods": []},
+    )
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
+    bundle = tmp_path / "bundle.npz"
+    run_steps(params, ["bundle", "export", "--out", str(bundle)])
+    out = tmp_path / "gpu"
+    assert cli_main(["bundle", "train", str(bundle), "--out", str(out), "--no-progress"]) == 0
+    first, second = (json.loads((out / "fits" / f"oracle-{b}.json").read_text()) for b in (16, 24))
+    assert first["checkpoint_from"] is None and second["checkpoint_from"] == "oracle-16"
+    assert second["history"] == first["history"]
+    assert second["fit_seconds"] < first["fit_seconds"] / 3  # encoded, not trained again
+    codes = load_codes(out / "codes" / "oracle-24.npz")
+    assert codes.n_bits == 24 and len(codes.db_ids) > 0

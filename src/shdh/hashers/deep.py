@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from shdh import training
-from shdh.atomic import atomic_write_text
+from shdh.atomic import atomic_path, atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, RUNTIME_FIELDS, LoopSettings
@@ -225,7 +226,7 @@ class _DeepHasher(Hasher):
     ) -> Path | None:
         """The first of work_dirs holding a checkpoint (training_files) made with this hasher's
         parameters (code_only_params and runtime ones aside) on this data: what resume would
-        accept. Lets a fit start from another fit's training (shdh.steps.fit). The data is
+        accept. The data is
         fingerprinted once for all the folders."""
         record = None
         for work_dir in map(Path, work_dirs):
@@ -235,6 +236,31 @@ class _DeepHasher(Hasher):
             if _record_mismatch(work_dir / RUN_FILE, record) is None:
                 return work_dir
         return None
+
+    def start_from_sibling(
+        self, work_dir: str | Path, siblings: Sequence[str | Path], X: np.ndarray, pairs: Any
+    ) -> Path | None:
+        """Copy into work_dir the training of the first of `siblings` (other fits' work folders)
+        that this fit would resume, when the training does not depend on the code length
+        (code_only_params names n_bits: the classifier oracle). Training again would repeat it
+        exactly, at the full cost of a deep fit; resuming the copy continues an unfinished
+        sibling to this fit's epochs. A matching checkpoint of work_dir's own comes first, and
+        nothing is copied then. Temporary names, then rename. Returns the folder copied from."""
+        if "n_bits" not in self.code_only_params:
+            return None
+        work_dir = Path(work_dir)
+        found = self.first_trained_as_here([work_dir, *siblings], X, pairs)
+        if found is None or found == work_dir:
+            return None
+        for name in self.training_files:
+            with atomic_path(work_dir / name) as tmp:
+                shutil.copyfile(found / name, tmp)
+        log.info(
+            "%s: starting from the training in %s (the code length does not change it)",
+            work_dir,
+            found,
+        )
+        return found
 
     def resume_problem(self, work_dir: str | Path, X: np.ndarray, pairs: Any) -> str | None:
         """Why fit(resume=...) would not continue the training recorded in work_dir's

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shdh import tracking
-from shdh.atomic import atomic_path, atomic_write_text
+from shdh.atomic import atomic_write_text
 from shdh.devices import resolve_device
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
@@ -251,32 +250,15 @@ def _fit_deep(
 def _share_checkpoint(
     hasher: Hasher, X: np.ndarray, pairs: PairSimilarity, out_dir: Path
 ) -> str | None:
-    """Start this fit from the training of the same method at another code length, when the
-    method's training does not depend on the length (code_only_params names n_bits: the
-    classifier oracle) and that training was made with every other parameter, the seed and the
-    data of this one. Training again would repeat it exactly, at the full cost of a deep fit.
-
-    Copies the sibling's checkpoint and run record into this fit's work folder (temporary
-    names, then rename); the fit then resumes it as it would its own, so an unfinished sibling
-    is continued to the configured epochs. A checkpoint of this fit's own that matches comes
-    first. Returns the sibling's run name, or None."""
-    if "n_bits" not in hasher.code_only_params:
-        return None
-    work = out_dir / WORK_DIR
+    """Start this fit from the finished (or unfinished) training of the same method at another
+    code length, when the length does not change that training (the classifier oracle):
+    hasher.start_from_sibling, over the sibling fits' work folders. Returns the sibling's run
+    name, or None."""
     siblings = sorted(p for p in out_dir.parent.glob("*") if p.is_dir() and p != out_dir)
-    found = hasher.first_trained_as_here([work, *(s / WORK_DIR for s in siblings)], X, pairs)
-    if found is None or found == work:
-        return None
-    for name in hasher.training_files:
-        with atomic_path(work / name) as tmp:
-            shutil.copyfile(found / name, tmp)
-    sibling = found.parent.name
-    log.info(
-        "%s: starting from the training of %s (the code length does not change it)",
-        out_dir.name,
-        sibling,
+    found = hasher.start_from_sibling(
+        out_dir / WORK_DIR, [s / WORK_DIR for s in siblings], X, pairs
     )
-    return sibling
+    return None if found is None else found.parent.name
 
 
 def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:
