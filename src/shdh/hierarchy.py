@@ -475,15 +475,21 @@ class LabelTree:
         seen: dict[str, int] = {}
         ids = np.empty(len(labels), dtype=np.int64)
         for pos, label in enumerate(labels):
-            node = seen.get(label) if isinstance(label, str) else None
-            if node is None:
-                try:
-                    node = self.node_id(label)
-                except TreeError as err:
-                    raise TreeError(f"label at position {pos}: {err}") from None
-                seen[label] = node
-            ids[pos] = node
+            ids[pos] = self._looked_up(seen, label, f"label at position {pos}")
         return self.ancestors(ids)
+
+    def _looked_up(self, seen: dict[str, int], label: Any, where: str) -> int:
+        """node_id(label), each distinct label string looked up once (a data set repeats a few
+        labels over many items); an unknown label's error says `where` it was found."""
+        node = seen.get(label) if isinstance(label, str) else None
+        if node is None:
+            try:
+                node = self.node_id(label)
+            except TreeError as err:
+                raise TreeError(f"{where}: {err}") from None
+            if isinstance(label, str):
+                seen[label] = node
+        return node
 
     def ancestor_sets_of_labels(self, labels: Sequence[str], sep: str = "|") -> np.ndarray:
         """(N, K, M) int32 ancestor sets of multi-label items, each label string holding its
@@ -504,15 +510,8 @@ class LabelTree:
             if not isinstance(label, str):
                 raise TreeError(f"label at position {pos}: must be a string, got {label!r}")
             for path in label.split(sep):
-                node = seen.get(path)
-                if node is None:
-                    try:
-                        node = self.node_id(path)
-                    except TreeError as err:
-                        raise TreeError(f"label at position {pos}: path {path!r}: {err}") from None
-                    seen[path] = node
+                nodes.append(self._looked_up(seen, path, f"label at position {pos}: path {path!r}"))
                 items.append(pos)
-                nodes.append(node)
         rows = self._ancestor_table[np.asarray(nodes, dtype=np.int64)]  # (P, K): one per label
         return _ancestor_sets(rows, np.asarray(items, dtype=np.int64), len(labels))
 
