@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,13 +109,13 @@ print("NDCG", metrics["ndcg@10"], "LOADED", loaded)
     assert 0 < float(done.stdout.split("NDCG ")[1].split()[0]) <= 1
 
 
-def _bundle_run(tmp_path: Path, fashion_raw: Path) -> tuple[Path, Path]:
-    """Smoke params (SHDH and DPSH at 16 bits, one thread so that processes agree bit for
-    bit), the data steps, and the bundle exported from them."""
+def _bundle_run(tmp_path: Path, fashion_raw: Path, **train: Any) -> tuple[Path, Path]:
+    """Smoke params (SHDH and DPSH at 16 bits unless `train` says otherwise, one thread so that
+    processes agree bit for bit), the data steps, and the bundle exported from them."""
     params = smoke_params(
         tmp_path,
         fashion_raw,
-        train={"methods": ["shdh", "dpsh"], "num_threads": 1},
+        train={"methods": ["shdh", "dpsh"], "num_threads": 1, **train},
         baselines={"methods": []},
     )
     run_steps(params, ["prepare"], ["tree"], ["smatrix"])
@@ -223,15 +224,7 @@ def test_cuda_without_a_gpu_stops_before_any_work(tmp_path, fashion_raw):
 def test_the_oracle_trains_once_per_seed_from_a_bundle(tmp_path, fashion_raw):
     """As in the pipeline, the classifier oracle's training does not depend on the code length:
     the 24-bit fit continues the 16-bit fit's finished training instead of repeating it."""
-    params = smoke_params(
-        tmp_path,
-        fashion_raw,
-        train={"methods": ["oracle"], "bits": [16, 24], "num_threads": 1},
-        baselines={"methods": []},
-    )
-    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
-    bundle = tmp_path / "bundle.npz"
-    run_steps(params, ["bundle", "export", "--out", str(bundle)])
+    _, bundle = _bundle_run(tmp_path, fashion_raw, methods=["oracle"], bits=[16, 24])
     out = tmp_path / "gpu"
     assert cli_main(["bundle", "train", str(bundle), "--out", str(out), "--no-progress"]) == 0
     first, second = (json.loads((out / "fits" / f"oracle-{b}.json").read_text()) for b in (16, 24))
