@@ -40,6 +40,7 @@ from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
 from shdh.loop import RUNTIME_FIELDS
+from shdh.losses import flat_objective
 from shdh.plan import fit_seed, is_deep, method_params, run_name, section_seeds
 from shdh.progress import bars
 from shdh.retrieval import pack_codes
@@ -238,9 +239,11 @@ class _Fit:
 
     def record_base(self) -> dict[str, Any]:
         """What decides the codes: a record with these values belongs to this fit. Where and
-        how fast it ran (device, threads, compilation) does not."""
+        how fast it ran (device, threads, compilation) does not. The loss settings stand by
+        their own names (alpha, eta), as in the records written before they became one
+        `objective`, so that codes trained then still count."""
         seed = fit_seed(int(self.bundle.settings.get("seed", 0)), self.own_seed)
-        params = {k: v for k, v in self.params.items() if k != "loop"}
+        params = {k: v for k, v in flat_objective(self.params).items() if k != "loop"}
         loop = asdict(self.params["loop"])
         params["loop"] = {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}
         return {

@@ -3,16 +3,19 @@
 One dataclass, `LoopSettings`, is these settings everywhere: params.yaml's `train` section
 holds them (shdh.settings checks each value), every deep hasher takes one as its `loop`
 argument, and the training loop's `TrainConfig` is one plus the fit's own code length, seed
-and memory bank. A method's own settings travel with it (SHDH's layout and loss, DPSH's eta).
+and memory bank. A method's own loss settings are another such object, its `objective`
+(shdh.losses); `settings_of` turns either back from the mapping a saved params.json holds.
 Torch-free, so that checking a params file does not load PyTorch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 HEAD_INITS = ("default", "paper")  # the hashing head's initialisation (shdh.nets.hashing)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,16 +64,25 @@ class LoopSettings:
     @classmethod
     def of(cls, value: LoopSettings | dict[str, Any] | None) -> LoopSettings:
         """A LoopSettings from itself, a mapping (a saved hasher's params.json) or None."""
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if not isinstance(value, dict):
-            raise TypeError(f"loop: expected LoopSettings or a mapping, got {value!r}")
-        unknown = sorted(set(value) - set(LOOP_FIELDS))
-        if unknown:
-            raise ValueError(f"loop: unknown settings {unknown} (known: {list(LOOP_FIELDS)})")
-        return cls(**value)
+        return settings_of(cls, value, "loop")
+
+
+def settings_of(cls: type[T], value: T | Mapping[str, Any] | None, argument: str) -> T:
+    """A frozen settings dataclass that a hasher takes as one argument (its `loop`, its
+    `objective`) from an instance, a mapping of its fields (what a saved params.json holds:
+    Hasher.save writes a dataclass as its fields) or None (the defaults). A mapping is checked
+    key by key, so a misspelt field is refused by name rather than dropped."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{argument}: expected {cls.__name__} or a mapping, got {value!r}")
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"{argument}: unknown settings {unknown} (known: {known})")
+    return cls(**value)
 
 
 LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))

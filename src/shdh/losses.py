@@ -30,7 +30,7 @@ pairs, so that SHDH and DPSH differ in their loss only.
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -48,6 +48,14 @@ Bank = tuple[torch.Tensor, torch.Tensor] | None  # detached past outputs and the
 def _check_choice(name: str, value: str, choices: tuple[str, ...], where: str = "shdh_loss"):
     if value not in choices:
         raise ValueError(f"{where}: {name} must be one of {choices}, got {value!r}")
+
+
+def _check_weight(name: str, value: Any, where: str) -> None:
+    """A loss weight (SHDH's alpha, DPSH's eta) must be a finite number >= 0; anything else,
+    a string or a bool from a hand-edited params.json included, is refused by name."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not 0 <= value < math.inf:
+        raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,7 @@ class SHDHObjective:
             ("reduction", REDUCTIONS),
         ):
             _check_choice(name, getattr(self, name), allowed, "SHDHObjective")
-        if not self.alpha >= 0:
-            raise ValueError(f"SHDHObjective: alpha must be >= 0, got {self.alpha!r}")
+        _check_weight("alpha", self.alpha, "SHDHObjective")
 
     def for_layout(
         self,
@@ -113,9 +120,7 @@ class DPSHObjective:
 
     def __post_init__(self) -> None:
         _check_choice("reduction", self.reduction, REDUCTIONS, "DPSHObjective")
-        eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, int | float) or not 0 <= eta < math.inf:
-            raise ValueError(f"DPSHObjective: eta must be a finite number >= 0, got {eta!r}")
+        _check_weight("eta", self.eta, "DPSHObjective")
 
     def for_layout(
         self,
@@ -128,6 +133,54 @@ class DPSHObjective:
         (check_labelled), not per step: a label check reads tensor values, a host sync."""
         fn = partial(dpsh_loss, eta=float(self.eta), reduction=self.reduction, check_labels=False)
         return Loss(fn, {"loss": "dpsh", **asdict(self)})
+
+
+@dataclass(frozen=True)
+class OracleObjective:
+    """The classifier oracle's settings (shdh.hashers.oracle): cross-entropy on the finest
+    class, averaged over the batch by default (the sum-over-partners scale is SHDH's)."""
+
+    reduction: str = "mean"  # "mean" | "sum" over the batch's items
+
+    def __post_init__(self) -> None:
+        _check_choice("reduction", self.reduction, REDUCTIONS, "OracleObjective")
+
+    def for_classes(self, classes: Sequence[int]) -> Loss:
+        """Cross-entropy of the class scores z (B, C) against each item's finest node, its row
+        in `classes` (the sorted finest node ids the network has one output for)."""
+        classes = torch.as_tensor(classes)
+        lookup = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+        lookup[classes] = torch.arange(len(classes))
+        reduction = self.reduction
+        on_device = [lookup]
+
+        def cross_entropy(
+            z: torch.Tensor, anc: torch.Tensor, bank_z: Any = None, bank_anc: Any = None
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            if on_device[0].device != anc.device:  # moved once, not copied to the GPU every step
+                on_device[0] = lookup.to(anc.device)
+            target = on_device[0][anc[:, -1].long()]
+            loss = torch.nn.functional.cross_entropy(z.float(), target, reduction=reduction)
+            accuracy = (z.argmax(dim=1) == target).float().mean()
+            return loss, {"accuracy": accuracy.detach()}
+
+        return Loss(cross_entropy, {"loss": "cross-entropy", "reduction": reduction})
+
+
+# The deep hashers' defaults, one instance each (frozen, so one serves all; as loop.DEFAULT_LOOP).
+DEFAULT_SHDH_OBJECTIVE = SHDHObjective()
+DEFAULT_DPSH_OBJECTIVE = DPSHObjective()
+DEFAULT_ORACLE_OBJECTIVE = OracleObjective()
+
+
+def flat_objective(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep hasher's parameters with its `objective` spelled out as the settings it holds
+    (alpha, e1, ...; eta; reduction), the names params.yaml, the MLflow runs and the records
+    that compare fits (a checkpoint's hasher.json, a bundle's fit record) use for them."""
+    flat = {k: v for k, v in params.items() if k != "objective"}
+    if "objective" in params:
+        flat.update(asdict(params["objective"]))
+    return flat
 
 
 def _same_node(anc_i: torch.Tensor, anc_j: torch.Tensor, level: int) -> torch.Tensor:

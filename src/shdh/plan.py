@@ -8,13 +8,14 @@ no I/O, and nothing a bare GPU machine lacks.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any
 
 from shdh.errors import ConfigError
 from shdh.hashers import get_hasher_class
-from shdh.loop import LOOP_FIELDS, LoopSettings
+from shdh.loop import LoopSettings
 from shdh.steps.fit import Fit, is_deep, run_name
 
 # Keys of the `train` section that configure the pipeline rather than a method.
@@ -58,17 +59,19 @@ def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
     """Constructor arguments for `method` from its params.yaml section.
 
     Deep methods take the backbone and loop settings of `train` as one LoopSettings (their
-    `loop`), with their own sub-mapping (`train.shdh`, `train.oracle`) able to override any of
-    them, plus their own settings (SHDH's layout and loss, DPSH's eta; `reduction` is shared).
-    Shallow ones take only their sub-mapping of `baselines`. Keys the method does not take are
-    refused by name, so a typo cannot be silently ignored.
+    `loop`) and their loss settings as one objective (their `objective`: SHDH's alpha, e1, e2
+    and target, DPSH's eta; `reduction` is shared), each set key by key, with their own
+    sub-mapping (`train.shdh`, `train.oracle`) able to override any shared one; plus their own
+    other settings (SHDH's layout, the memory bank). Shallow ones take only their sub-mapping of
+    `baselines`. Keys the method does not take are refused by name, so a typo cannot be
+    silently ignored.
     """
     cls = get_hasher_class(method)
     accepted = {
         p.name
         for p in inspect.signature(cls.__init__).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - {"n_bits", "seed", "work_dir", "loop"}
+    } - {"n_bits", "seed", "work_dir", "loop", "objective"}
     own = section.get(method) or {}
     if not isinstance(own, dict):
         raise ConfigError(f"params.yaml: '{method}' settings must be a mapping, got {own!r}")
@@ -77,22 +80,31 @@ def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
         if unknown:
             raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
         return dict(own)
-    loop_keys = set(LOOP_FIELDS)
-    unknown = sorted(set(own) - accepted - loop_keys)
+    groups = {"loop": LoopSettings, "objective": cls.objective_class()}
+    accepted |= {f.name for group in groups.values() for f in dataclasses.fields(group)}
+    unknown = sorted(set(own) - accepted)
     if unknown:
         raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
     skip = set(PIPELINE_KEYS) | {m for m in section if isinstance(section[m], dict)}
     shared = {k: v for k, v in section.items() if k not in skip}
-    strays = sorted(set(shared) - accepted - loop_keys)
+    strays = sorted(set(shared) - accepted)
     if strays:
         raise ConfigError(f"params.yaml: train: settings {strays} are not {method}'s")
-    merged = {**shared, **own}
-    loop = {k: v for k, v in merged.items() if k in loop_keys}
-    try:
-        params = {"loop": LoopSettings(**loop)}
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"params.yaml: train: {err}") from err
-    return {**params, **{k: v for k, v in merged.items() if k in accepted}}
+    return _deep_params({**shared, **own}, groups)
+
+
+def _deep_params(merged: dict[str, Any], groups: dict[str, type]) -> dict[str, Any]:
+    """A deep method's constructor arguments from its flat settings: each settings object
+    (`loop`, `objective`) made from the keys of its fields, the other keys as they are."""
+    params = {}
+    for argument, cls in groups.items():
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            params[argument] = cls(**{k: v for k, v in merged.items() if k in names})
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"params.yaml: train: {err}") from err
+        merged = {k: v for k, v in merged.items() if k not in names}
+    return {**params, **merged}
 
 
 def method_bits(params: dict[str, Any], method: str) -> list[int]:

@@ -124,6 +124,9 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     ref = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "mlflow_run.json").read_text())
     run = client.get_run(ref["run_id"])
     assert run.data.params["epochs"] == "2" and run.data.params["bits"] == "16"
+    # the loss settings by params.yaml's names, not as one `objective`
+    assert (run.data.params["alpha"], run.data.params["reduction"]) == ("1.0", "sum")
+    assert not [k for k in run.data.params if k.startswith("objective")]
     assert run.data.tags["method"] == "shdh" and run.data.tags["profile"] == "smoke"
     assert {"ndcg_at_100", "fit_seconds", "encode_seconds"} <= set(run.data.metrics)
     losses = client.get_metric_history(ref["run_id"], "loss")

@@ -3,6 +3,7 @@ network, checkpoints and resume, and how their parameters map onto the training 
 common contract (codes, seeds, save/load, pair labels, bad images) is test_hashers_contract.py's.
 """
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -10,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh.hashers import get_hasher_class
+from shdh.hashers import get_hasher_class, load_hasher
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep import DPSH, RUN_FILE, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
 from shdh.loop import LoopSettings
+from shdh.losses import DPSHObjective, SHDHObjective
 from shdh.training import CHECKPOINT_NAME, TrainConfig
 from tests.unit.toys import deep_hasher
 
@@ -133,27 +135,25 @@ def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
 
 
 def test_params_map_onto_train_config() -> None:
-    """The wrappers take the loop settings as one LoopSettings, whose defaults the loop's own
-    config shares; every parameter reaches the config or the loss."""
-    for cls in (SHDH, DPSH):
+    """The wrappers take the loop settings as one LoopSettings and the loss settings as one
+    objective, whose defaults the loop's own config and the losses share; every parameter
+    reaches the config or the loss."""
+    for cls, objective_class in ((SHDH, SHDHObjective), (DPSH, DPSHObjective)):
         assert cls(n_bits=8).get_params()["loop"] == LoopSettings()
+        assert cls(n_bits=8).get_params()["objective"] == objective_class()
         config = cls(n_bits=8, loop={"epochs": 2}).train_config()  # a saved params.json's form
         assert config == TrainConfig(n_bits=8, epochs=2)
     shdh = deep_hasher(
         SHDH, n_bits=8, layout="paper", alpha=0.1, e2="trace", lr=0.05, width=0.5, epochs=3
     )
-    config, objective = shdh.train_config(), shdh.objective()
-    assert (objective.alpha, objective.e2, config.lr, config.width, config.epochs) == (
-        0.1,
-        "trace",
-        0.05,
-        0.5,
-        3,
-    )
+    config, objective = shdh.train_config(), shdh.get_params()["objective"]
+    assert objective == SHDHObjective(alpha=0.1, e2="trace")
+    assert (config.lr, config.width, config.epochs, shdh.layout) == (0.05, 0.5, 3, "paper")
     assert not config.memory_bank
     dpsh = deep_hasher(DPSH, n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True)
     assert dpsh.train_config().memory_bank and dpsh.train_config().grad_clip == 0.0
-    assert dpsh.objective().reduction == "mean"
+    assert dpsh.objective == DPSHObjective(reduction="mean")
+    assert DPSH(n_bits=8, objective={"eta": 1}).objective == DPSHObjective(eta=1)  # params.json
 
 
 @pytest.mark.parametrize(
@@ -165,9 +165,62 @@ def test_params_map_onto_train_config() -> None:
         (lambda: deep_hasher(SHDH, **TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
     ],
 )
-def test_bad_parameters(make, message: str) -> None:
+def test_bad_parameters_are_refused_when_made(make, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        make().fit(TRAIN[0], _pairs(make().name))
+        make()
+
+
+def test_the_objective_is_its_settings_object_or_a_mapping_of_its_fields() -> None:
+    """A mapping is what a saved params.json gives: it becomes the method's settings object."""
+    made = SHDH(n_bits=8, objective={"alpha": 0.5, "target": "binary"}).objective
+    assert made == SHDHObjective(alpha=0.5, target="binary")
+    assert DPSH(n_bits=8, objective={}).objective == DPSHObjective()
+    assert SHDH(n_bits=8, objective=SHDHObjective(e1="matrix")).objective.e1 == "matrix"
+
+
+@pytest.mark.parametrize(
+    ("cls", "objective", "message"),
+    [
+        (SHDH, {"alpha": "0.5"}, "shdh: SHDHObjective: alpha must be a finite number >= 0"),
+        (SHDH, {"alpha": float("inf")}, "shdh: SHDHObjective: alpha must be a finite number"),
+        (SHDH, {"alfa": 0.5}, r"shdh: objective: unknown settings \['alfa'\] \(known: \['alpha'"),
+        (DPSH, {"alpha": 1.0}, r"dpsh: objective: unknown settings \['alpha'\] \(known: \['eta'"),
+        (DPSH, {"eta": True}, "dpsh: DPSHObjective: eta must be a finite number >= 0, got True"),
+        (DPSH, {"reduction": "max"}, r"dpsh: DPSHObjective: reduction must be one of \('sum'"),
+        (DPSH, SHDHObjective(), "dpsh: objective: expected DPSHObjective or a mapping, got SHDH"),
+        (SHDH, 1.0, "shdh: objective: expected SHDHObjective or a mapping, got 1.0"),
+    ],
+)
+def test_a_bad_objective_is_refused_when_made(cls, objective, message: str) -> None:
+    """Checked at construction, before any work, naming the method and the field."""
+    with pytest.raises(ValueError, match=message):
+        cls(n_bits=8, objective=objective)
+
+
+@pytest.mark.parametrize("method", MODES)
+def test_a_saved_model_round_trips_its_objective(method: str, tmp_path: Path) -> None:
+    """params.json holds the objective as its fields, and loading gives the same objective
+    back; a model saved when the loss settings were separate arguments (alpha, e1, ...; eta,
+    reduction at the top of `params`) still loads, into the same objective."""
+    objective = {"shdh": SHDHObjective(alpha=0.5, e2="trace"), "dpsh": DPSHObjective(eta=2.5)}
+    hasher = _fit(method, epochs=1, **dataclasses.asdict(objective[method]))
+    assert hasher.objective == objective[method]
+    saved = hasher.save(tmp_path / "m")
+    meta = json.loads((saved / "params.json").read_text())
+    assert meta["params"]["objective"] == dataclasses.asdict(objective[method])
+    loaded = load_hasher(saved)
+    assert loaded.objective == objective[method] and loaded.get_params() == hasher.get_params()
+    np.testing.assert_array_equal(loaded.encode(QUERIES[0]), hasher.encode(QUERIES[0]))
+    old = {k: v for k, v in meta["params"].items() if k != "objective"}
+    old.update(meta["params"]["objective"])  # the previous version's flat params
+    (saved / "params.json").write_text(json.dumps({**meta, "params": old}))
+    assert load_hasher(saved).get_params() == hasher.get_params()
+    (saved / "params.json").write_text(json.dumps({**meta, "params": {**old, "alfa": 1.0}}))
+    with pytest.raises(ValueError, match=r"params\.json: field 'params': .*'alfa'"):
+        load_hasher(saved)
+    (saved / "params.json").write_text(json.dumps({**meta, "params": {**old, "reduction": "x"}}))
+    with pytest.raises(ValueError, match=r"params\.json: field 'params': .*reduction must be"):
+        load_hasher(saved)
 
 
 def test_bad_resume_options() -> None:

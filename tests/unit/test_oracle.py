@@ -11,6 +11,7 @@ from shdh import training
 from shdh.hashers.oracle import Oracle, class_codes, node_pattern
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import LabelTree, layer_weights
+from shdh.losses import OracleObjective
 from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -80,3 +81,13 @@ def test_a_failed_fit_leaves_no_state(monkeypatch):
 def test_bad_loop_settings_are_refused_when_made():
     with pytest.raises(ValueError, match=r"oracle: LoopSettings\.lr is out of range"):
         Oracle(n_bits=16, loop={**TINY_NET, "lr": -1.0})  # a saved params.json's form
+
+
+def test_its_objective_is_checked_when_made():
+    """The oracle's loss settings are one objective too (its reduction), as SHDH's and DPSH's."""
+    assert Oracle(n_bits=16).objective == OracleObjective(reduction="mean")
+    assert Oracle(n_bits=16, objective={"reduction": "sum"}).objective.reduction == "sum"
+    with pytest.raises(ValueError, match=r"oracle: OracleObjective: reduction must be one of"):
+        Oracle(n_bits=16, objective={"reduction": "median"})
+    with pytest.raises(ValueError, match=r"oracle: objective: unknown settings \['eta'\]"):
+        Oracle(n_bits=16, objective={"eta": 1.0})

@@ -164,14 +164,18 @@ def test_a_profile_with_a_wrong_type_is_refused_and_leaves_the_file(tmp_path):
 
 def _kwargs(method: str) -> set[str]:
     """What params.yaml may set for a method: its constructor's keywords, with a deep method's
-    `loop` spelled out as the loop settings it holds (shdh.plan.method_params)."""
+    `loop` and `objective` spelled out as the settings they hold (shdh.plan.method_params)."""
     from shdh.hashers import get_hasher_class
     from shdh.loop import LOOP_FIELDS
 
-    signature = inspect.signature(get_hasher_class(method).__init__)
+    cls = get_hasher_class(method)
+    signature = inspect.signature(cls.__init__)
     kwargs = {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
     if "loop" in kwargs:
         kwargs = (kwargs - {"loop"}) | set(LOOP_FIELDS)
+    if "objective" in kwargs:
+        objective = {f.name for f in dataclasses.fields(cls.objective_class())}
+        kwargs = (kwargs - {"objective"}) | objective
     return kwargs - {"n_bits", "seed", "work_dir"}
 
 

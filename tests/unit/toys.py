@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from shdh.hierarchy import LabelTree
@@ -97,7 +99,10 @@ def toy_hierarchy(
 
 def deep_hasher(cls, **params):
     """A deep hasher from flat settings, as params.yaml's train section writes them: the loop's
-    own go into its LoopSettings, the rest to the method (shdh.plan.method_params does the same
-    for a params file)."""
+    own go into its LoopSettings, the loss's into its objective (alpha, eta, reduction), the
+    rest to the method (shdh.plan.method_params does the same for a params file). The objective
+    goes as a mapping, as a saved params.json gives it: the hasher checks it, naming itself."""
     loop = {k: params.pop(k) for k in list(params) if k in LOOP_FIELDS}
-    return cls(loop=LoopSettings(**loop), **params)
+    names = {f.name for f in dataclasses.fields(cls.objective_class())}
+    objective = {k: params.pop(k) for k in list(params) if k in names}
+    return cls(loop=LoopSettings(**loop), objective=objective, **params)

@@ -115,7 +115,10 @@ class Hasher:
         meta, meta_path = read_meta(directory), directory / "params.json"
         if cls.name != meta.get("method"):
             raise ValueError(f"{meta_path}: holds method '{meta.get('method')}', not '{cls.name}'")
-        hasher = cls(**meta.get("params", {}))
+        try:  # a parameter this version does not take, or a value it refuses
+            hasher = cls(**cls._saved_params(dict(meta.get("params", {}))))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{meta_path}: field 'params': {exc}") from exc
         state_path = directory / "state.npz"
         try:
             with np.load(state_path, allow_pickle=False) as arrays:
@@ -127,6 +130,12 @@ class Hasher:
         return hasher
 
     # -- for subclasses ------------------------------------------------------------------------
+
+    @classmethod
+    def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments a params.json's `params` mean: as written, unless the
+        method has since changed how it takes them (the deep methods' `objective`)."""
+        return params
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         raise NotImplementedError

@@ -4,8 +4,10 @@ Both are thin wrappers over `shdh.training` (one epoch loop, one CNN-F backbone,
 the same pairs), so the two methods differ in their loss only: SHDH's J (paper Eq. 7, segmented
 code, weighted Hamming Eq. 4) or DPSH's pairwise likelihood (one segment, plain Hamming; its
 original memory bank of past outputs is a switch, off by default: see DPSH). These classes are
-the one place where a method's hyper-parameters become a `TrainConfig`, so the pipeline, the
-tests and a notebook train exactly the same thing.
+the one place where a method's hyper-parameters become a `TrainConfig` and a loss, so the
+pipeline, the tests and a notebook train exactly the same thing. A method takes its settings as
+objects: the loop's as one `loop.LoopSettings`, its loss's as one `objective` (a settings
+class of shdh.losses), each also given as the mapping a saved params.json holds.
 
 Checkpoints go to `work_dir` (a temporary directory when it is None). `fit(..., resume=...)`
 continues a checkpoint there. The training loop's own check covers the TrainConfig, the layout
@@ -39,8 +41,16 @@ from shdh import training
 from shdh.atomic import atomic_path, atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.loop import DEFAULT_LOOP, RUNTIME_FIELDS, LoopSettings
-from shdh.losses import DPSHObjective, Loss, SHDHObjective, check_labelled
+from shdh.loop import DEFAULT_LOOP, RUNTIME_FIELDS, LoopSettings, settings_of
+from shdh.losses import (
+    DEFAULT_DPSH_OBJECTIVE,
+    DEFAULT_SHDH_OBJECTIVE,
+    DPSHObjective,
+    Loss,
+    SHDHObjective,
+    check_labelled,
+    flat_objective,
+)
 from shdh.nets.hashing import build_model
 
 log = logging.getLogger(__name__)
@@ -57,36 +67,43 @@ class _DeepHasher(Hasher):
     """What SHDH and DPSH share: training through shdh.training, encoding, save/load."""
 
     input_kind: ClassVar[str] = "images"
-    # The method's loss settings (losses.py), built from the constructor arguments of its names.
-    objective_class: ClassVar[type[SHDHObjective] | type[DPSHObjective] | None] = None
+
+    @classmethod
+    def objective_class(cls) -> type[Any]:
+        """The class of the method's `objective` argument (shdh.losses): what a mapping given
+        for it becomes, and whose fields params.yaml sets one by one (shdh.plan.method_params).
+        Its default's class, so that the constructor's signature is the one place naming it."""
+        return type(inspect.signature(cls.__init__).parameters["objective"].default)
 
     def _keep_arguments(self, arguments: dict[str, Any]) -> None:
         """Store each keyword argument of the constructor under its own name, where get_params()
-        (which reads the names off the signature) and save() look for it."""
+        (which reads the names off the signature) and save() look for it: n_bits and seed too,
+        all that Hasher.__init__ would do. The settings objects are made and checked here, so a
+        bad value fails at construction, naming the method."""
         for name, parameter in inspect.signature(type(self).__init__).parameters.items():
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
                 setattr(self, name, arguments[name])
         try:
             self.loop = LoopSettings.of(self.loop)  # a mapping, from a saved params.json
+            self.objective = settings_of(self.objective_class(), self.objective, "objective")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{self.name}: {err}") from err
 
-    # -- for subclasses -----------------------------------------------------------------------
+    @classmethod
+    def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """A model saved before the loss settings became one `objective` holds them flat
+        (alpha, e1, ...; eta; reduction): gathered into `objective`, so that it still loads.
+        A key of neither kind is left for the constructor to refuse."""
+        names = [f.name for f in dataclasses.fields(cls.objective_class())]
+        if "objective" in params or not any(name in params for name in names):
+            return params
+        rest = {k: v for k, v in params.items() if k not in names}
+        return {**rest, "objective": {k: v for k, v in params.items() if k in names}}
 
-    def objective(self) -> Any:
-        """The method's loss settings, from its constructor arguments; checked when built, so
-        a bad setting fails before any work, naming the method."""
-        cls = self.objective_class
-        if cls is None:
-            raise TypeError(f"{self.name}: no objective_class")
-        try:
-            return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
-        except ValueError as err:
-            raise ValueError(f"{self.name}: {err}") from err
+    # -- for subclasses -----------------------------------------------------------------------
 
     def _config_fields(self) -> dict[str, Any]:
         """The TrainConfig fields this method sets beyond the shared ones."""
-        self.objective()  # the loss settings checked before any work
         return {"memory_bank": self.memory_bank}
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
@@ -97,7 +114,7 @@ class _DeepHasher(Hasher):
         self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
     ) -> Loss:
         """The batch loss for a code of these segments (the tree's level weights u_k)."""
-        return self.objective().for_layout(sizes, levels, layer_weights)
+        return self.objective.for_layout(sizes, levels, layer_weights)
 
     def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
         """The network's output segments: the code's own, except for a method whose network
@@ -212,9 +229,11 @@ class _DeepHasher(Hasher):
 
     def _run_record(self, images: np.ndarray, pairs: Any) -> dict[str, Any]:
         """What a checkpoint was trained with, as work_dir/hasher.json holds it (JSON-normalised,
-        so it compares equal to the file read back)."""
+        so it compares equal to the file read back). The objective's settings stand by their own
+        names (alpha, eta), as in the records written before it became one argument, so that
+        those checkpoints still resume."""
         skip = (*_RUNTIME_PARAMS, *self.code_only_params)
-        params = {k: v for k, v in self.get_params().items() if k not in skip}
+        params = {k: v for k, v in flat_objective(self.get_params()).items() if k not in skip}
         params["loop"] = {k: v for k, v in asdict(self.loop).items() if k not in skip}
         record = {"method": self.name, "params": params, "data_sha256": _fingerprint(images, pairs)}
         return json.loads(json.dumps(record))
@@ -384,7 +403,6 @@ class SHDH(LevelSegments, _DeepHasher):
 
     name: ClassVar[str] = "shdh"
     supervision: ClassVar[str | None] = "hierarchical"
-    objective_class = SHDHObjective
 
     def __init__(
         self,
@@ -393,15 +411,10 @@ class SHDH(LevelSegments, _DeepHasher):
         seed: int = 0,
         loop: LoopSettings = DEFAULT_LOOP,
         layout: str = "levels",
-        alpha: float = 1.0,
-        e1: str = "levels",
-        e2: str = "balance",
-        target: str = "signed",
-        reduction: str = "sum",
+        objective: SHDHObjective = DEFAULT_SHDH_OBJECTIVE,
         memory_bank: bool = False,
         work_dir: str | None = None,
     ) -> None:
-        super().__init__(n_bits=n_bits, seed=seed)
         self._keep_arguments(locals())
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:
@@ -424,7 +437,6 @@ class DPSH(_DeepHasher):
 
     name: ClassVar[str] = "dpsh"
     supervision: ClassVar[str | None] = "label"
-    objective_class = DPSHObjective
 
     def __init__(
         self,
@@ -432,12 +444,10 @@ class DPSH(_DeepHasher):
         n_bits: int,
         seed: int = 0,
         loop: LoopSettings = DEFAULT_LOOP,
-        eta: float = 10.0,
-        reduction: str = "sum",
+        objective: DPSHObjective = DEFAULT_DPSH_OBJECTIVE,
         memory_bank: bool = False,
         work_dir: str | None = None,
     ) -> None:
-        super().__init__(n_bits=n_bits, seed=seed)
         self._keep_arguments(locals())
 
     def _layout(self, K: int) -> tuple[list[int], list[int]]:

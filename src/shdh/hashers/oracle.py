@@ -20,14 +20,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-from torch.nn import functional
 
 from shdh import training
 from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _DeepHasher
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, LoopSettings
-from shdh.losses import REDUCTIONS, Loss
+from shdh.losses import DEFAULT_ORACLE_OBJECTIVE, Loss, OracleObjective
 
 
 def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:
@@ -61,10 +59,9 @@ class Oracle(LevelSegments, _DeepHasher):
         n_bits: int,
         seed: int = 0,
         loop: LoopSettings = DEFAULT_LOOP,
-        reduction: str = "mean",
+        objective: OracleObjective = DEFAULT_ORACLE_OBJECTIVE,
         work_dir: str | None = None,
     ) -> None:
-        super().__init__(n_bits=n_bits, seed=seed)
         self._keep_arguments(locals())
 
     def _config_fields(self) -> dict[str, Any]:
@@ -99,25 +96,8 @@ class Oracle(LevelSegments, _DeepHasher):
     def _loss_fn(
         self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
     ) -> Loss:
-        """Cross-entropy on the finest class (its settings: the reduction)."""
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(f"{self.name}: reduction must be one of {REDUCTIONS}")
-        lookup = torch.full((int(self.classes_.max()) + 1,), -1, dtype=torch.long)
-        lookup[torch.from_numpy(self.classes_)] = torch.arange(len(self.classes_))
-        reduction = self.reduction
-        on_device = [lookup]
-
-        def cross_entropy(
-            z: torch.Tensor, anc: torch.Tensor, bank_z: Any = None, bank_anc: Any = None
-        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            if on_device[0].device != anc.device:  # moved once, not copied to the GPU every step
-                on_device[0] = lookup.to(anc.device)
-            target = on_device[0][anc[:, -1].long()]
-            loss = functional.cross_entropy(z.float(), target, reduction=reduction)
-            accuracy = (z.argmax(dim=1) == target).float().mean()
-            return loss, {"accuracy": accuracy.detach()}
-
-        return Loss(cross_entropy, {"loss": "cross-entropy", "reduction": reduction})
+        """Cross-entropy on the finest class: the code's layout does not enter it."""
+        return self.objective.for_classes(self.classes_)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return self.class_codes_[self._predicted_index(X)]

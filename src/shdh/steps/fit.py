@@ -29,6 +29,7 @@ from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
 from shdh.loop import LoopSettings
+from shdh.losses import flat_objective
 from shdh.progress import bars
 from shdh.steps.features import load_features
 from shdh.training import RESUME_MODES
@@ -175,10 +176,10 @@ def _run_params(plan: Fit, params: dict[str, Any], n_train: int, segments: Any) 
 
 
 def _logged_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A fit's parameters as its MLflow run shows them: the loop settings by their own names
-    (epochs, width, lr), beside the method's, so that runs of every method share one column
-    per setting in the UI."""
-    flat = {k: v for k, v in params.items() if k not in ("loop", "work_dir")}
+    """A fit's parameters as its MLflow run shows them: the loop and loss settings by their own
+    names (epochs, width, lr; alpha, eta, reduction), beside the method's, so that runs of
+    every method share one column per setting in the UI, named as in params.yaml."""
+    flat = {k: v for k, v in flat_objective(params).items() if k not in ("loop", "work_dir")}
     if "loop" in params:
         flat = {**dataclasses.asdict(params["loop"]), **flat}
     return tracking.flatten(flat)
