@@ -245,8 +245,7 @@ class _DeepHasher(Hasher):
     ) -> Path | None:
         """The first of work_dirs holding a checkpoint (training_files) made with this hasher's
         parameters (code_only_params and runtime ones aside) on this data: what resume would
-        accept. The data is
-        fingerprinted once for all the folders."""
+        accept. The data is fingerprinted once for all the folders."""
         record = None
         for work_dir in map(Path, work_dirs):
             if not all((work_dir / name).is_file() for name in self.training_files):
