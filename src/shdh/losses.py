@@ -122,14 +122,10 @@ class DPSHObjective:
         _check_choice("reduction", self.reduction, REDUCTIONS, "DPSHObjective")
         _check_weight("eta", self.eta, "DPSHObjective")
 
-    def for_layout(
-        self,
-        segment_sizes: Sequence[int],
-        segment_levels: Sequence[int],
-        layer_weights: Sequence[float],
-    ) -> Loss:
-        """The batch loss for DPSH's one segment: the layout and the level weights do not
-        enter it (s_ij is the finest label). Labels are checked once by the caller
+    def for_layout(self, *layout: Sequence[Any]) -> Loss:
+        """The batch loss for DPSH's one segment. It takes SHDHObjective.for_layout's arguments
+        (segment sizes, levels, level weights), but they do not enter it: s_ij is the finest
+        label. Labels are checked once by the caller
         (check_labelled), not per step: a label check reads tensor values, a host sync."""
         fn = partial(dpsh_loss, eta=float(self.eta), reduction=self.reduction, check_labels=False)
         return Loss(fn, {"loss": "dpsh", **asdict(self)})
