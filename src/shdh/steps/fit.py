@@ -149,18 +149,23 @@ def fit(
         parent_run_id=parent_run_id,
     ) as active:
         seconds = _fit_and_save(plan, hasher, X, pairs, active, resume, progress, checkpoints)
+    _write_record(plan, seconds, len(X), started)
+    log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
+    return plan.out_dir
+
+
+def _write_record(plan: Fit, seconds: float, n_train: int, started: dict[str, str]) -> None:
+    """fit.json: what was fitted, on how many items, in how long, and where it started from."""
     record = {
         "method": plan.method,
         "bits": plan.bits,
         "own_seed": plan.own_seed,
         "seed": plan.seed,
         "fit_seconds": round(seconds, 3),
-        "n_train_items": len(X),
+        "n_train_items": n_train,
         **started,
     }
     atomic_write_text(plan.out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
-    log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
-    return plan.out_dir
 
 
 def _run_params(plan: Fit, params: dict[str, Any], n_train: int, segments: Any) -> dict[str, Any]:
