@@ -180,7 +180,11 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
         f"-s3.config={write_s3_config(root / 's3.json')}",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
-        "-volume.max=8",
+        # A collection (one per bucket, plus weed's own) takes 7 volume slots when it first
+        # grows. With 8 slots the first bucket took 7 and weed's own writes, a minute in, the
+        # last, so a second bucket found no volume and every PutObject failed with
+        # InternalError. Volumes are sparse files: 32 slots cost nothing until written.
+        "-volume.max=32",
         f"-volume.minFreeSpace={MIN_FREE_SPACE}",
         "-master.volumeSizeLimitMB=64",
         "-master.telemetry=false",
