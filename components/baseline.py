@@ -36,11 +36,15 @@ def baseline(
     Outputs:
         model: the fitted hasher folder (hasher/, fit.json, mlflow_run.json).
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     import tempfile
 
     from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
     from shdh.plan import fit_plan
-    from shdh.steps.fit import fit
+    from shdh.steps.fit_shallow import fit
 
     section = section_arg(settings, "baselines")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:

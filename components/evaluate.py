@@ -42,6 +42,10 @@ def evaluate(
         results: metrics.json, timings.json, table.md, codes/ and plots/, as in results/.
         metrics: the @n metrics of every method and code length, for the Kubeflow UI.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     import tempfile
 
     from shdh.kubeflow import gather_models, kfp_metrics, own_seed_arg, run_context, section_arg

@@ -16,6 +16,10 @@ def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
     Outputs:
         gist: the (N, 512) float32 .npy written by shdh.steps.features.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh.kubeflow import section_arg
     from shdh.steps.features import features as gist_step
 

@@ -20,6 +20,10 @@ def plan(train: str, baselines: str, kind: str) -> list:
         Output: a list of {"method": str, "bits": int, "own_seed": int} (own_seed: the fit's
             seed from a `seeds` list, or -1 for the master seed).
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh.kubeflow import branch_runs, section_arg
 
     return branch_runs(section_arg(train, "train"), section_arg(baselines, "baselines"), kind)

@@ -25,6 +25,10 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
             holds `dataset`, `dvc_data_md5` (the raw files' hash as data.dvc records it) and
             `data_source` (dvc or download).
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     import tempfile
 
     from shdh.data.dvc_pull import pull_or_fetch

@@ -18,6 +18,10 @@ def register(parent_run_id: str, model_name: str, metric: str, alias: str) -> st
     Outputs:
         Output: the model URI by alias, models:/NAME@ALIAS.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh import registry
 
     done = registry.register_best(parent_run_id, model_name, metric=metric, alias=alias)

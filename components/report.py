@@ -27,6 +27,10 @@ def report(
     Outputs:
         document: the Markdown report, shown in the Kubeflow UI.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     import json
     from pathlib import Path
 

@@ -24,6 +24,10 @@ def smatrix(
     Outputs:
         similarity: the S-matrix .npz written by shdh.steps.smatrix.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh.kubeflow import section_arg
     from shdh.steps.smatrix import smatrix as smatrix_step
 

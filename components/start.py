@@ -43,6 +43,10 @@ def start(
     Outputs:
         Output: the MLflow run id of the parent run.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh.kubeflow import pipeline_settings, run_context
 
     sections = {

@@ -40,12 +40,17 @@ def train(
     the object store, and a retried task resumes from there (shdh.checkpoint_store). Unset (a
     local run), checkpoints stay in the task's temporary folder.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     import tempfile
 
     from shdh import checkpoint_store
     from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
     from shdh.plan import fit_plan
-    from shdh.steps.fit import fit, run_name
+    from shdh.steps.fit import run_name
+    from shdh.steps.fit_deep import fit
 
     section = section_arg(settings, "train")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:

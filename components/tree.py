@@ -16,6 +16,10 @@ def tree(prepared: Input[Dataset], settings: str, labels: Output[Dataset]):
     Outputs:
         labels: tree.json and ancestors.npy, as shdh.steps.tree writes them.
     """
+    from shdh.cpu_pin import pin_cpu
+
+    pin_cpu()  # before numpy and torch load: the same bits on every CPU
+
     from shdh.kubeflow import section_arg
     from shdh.steps.tree import tree as tree_step
 

@@ -5,10 +5,16 @@ Every test gets its own MLflow store so that no test writes mlflow.db into the r
 
 from __future__ import annotations
 
-from pathlib import Path
+from shdh.cpu_pin import pin_cpu
 
-import numpy as np
-import pytest
+# Before numpy, torch or numba load: the suite's numbers (the pinned digests, the smoke
+# profile's metrics) are those of the AVX2 code path on every CPU (shdh.cpu_pin).
+pin_cpu()
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shdh import code_fingerprint, cpu_pin
 from shdh.atomic import atomic_path, atomic_write_text
 from shdh.codes import CODES_DIR, FITS_DIR, Codes, save_codes
 from shdh.data.download import sha256sum
@@ -252,6 +253,7 @@ class _Fit:
             "seed": seed,
             "params": params,
             "bundle_sha256": self.bundle.sha256,
+            "code": code_fingerprint.fingerprint([get_hasher_class(self.method).__module__]),
         }
 
     def run(self, out_dir: Path, work: Path, train_idx: np.ndarray, progress: bool) -> Path:
@@ -304,6 +306,7 @@ class _Fit:
             "n_train_items": len(train_idx),
             "device": self.manifest["device"],
             "torch": self.manifest["torch"],
+            **cpu_pin.describe(),
             "history": hasher.history_,
         }
         atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
@@ -397,4 +400,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # numpy and torch loaded with this module: a pin set now restarts the process pinned
+    cpu_pin.pin_cpu(reexec=True)
     raise SystemExit(main())

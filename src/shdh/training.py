@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from shdh.atomic import atomic_path
+from shdh.code_fingerprint import differing, fingerprint
 from shdh.devices import resolve_device
 from shdh.loop import RUNTIME_FIELDS, TrainConfig
 from shdh.nets.cnnf import to_input
@@ -256,6 +257,11 @@ def _check_resume(
                 f"checkpoint {path}: config field {f.name!r} is {getattr(saved, f.name)!r} there "
                 f"but {getattr(config, f.name)!r} now; resume only with the same config"
             )
+    changed = differing(ckpt.get("code"), expected["code"])
+    if changed:
+        raise ValueError(
+            f"checkpoint {path}: made by other code: {', '.join(changed)} changed since"
+        )
     for key, value in expected.items():
         if ckpt.get(key) != value:
             raise ValueError(f"checkpoint {path}: {key} differs from this run's ({value!r})")
@@ -450,6 +456,7 @@ def train(
     resume: str = "never",
     progress: Callable[[int, str], Any] | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    code: dict[str, str] | None = None,
 ) -> TrainResult:
     """Train a HashingNet on images[train_idx]; checkpoint to out_dir/checkpoint.pt every epoch.
 
@@ -461,7 +468,9 @@ def train(
     each epoch's checkpoint is written (e.g. to log to MLflow). resume: one of RESUME_MODES;
     "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where it stopped but a
     changed one retrains. progress(total, description) makes each epoch's bar (shdh.progress.bars);
-    None: no bar.
+    None: no bar. code: the digests of the code that decides the numbers
+    (shdh.code_fingerprint; default: this loop's and the loss's modules, with what they import);
+    a checkpoint made by other code is not resumed.
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)
@@ -483,6 +492,7 @@ def train(
         "layer_weights": layer_weights,
         "train_idx_sha256": _sha256(train_idx),
         "loss": getattr(loss_fn, "settings", None),  # a shdh.losses.Loss names its settings
+        "code": code or fingerprint([__name__, type(loss_fn).__module__]),
     }
     ckpt = _resumable_checkpoint(resume, ckpt_path, config, identity)
     run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch)

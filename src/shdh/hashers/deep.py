@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from shdh import training
+from shdh import code_fingerprint, training
 from shdh.atomic import atomic_path, atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hierarchy import segment_levels, segment_sizes
@@ -189,6 +189,7 @@ class _DeepHasher(Hasher):
                 resume=resume,
                 progress=opts["progress"],
                 on_epoch=opts["on_epoch"],
+                code=self.code_fingerprint(),
             )
         self.model_ = result.model.eval()
         self.history_ = result.history
@@ -235,8 +236,18 @@ class _DeepHasher(Hasher):
         skip = (*_RUNTIME_PARAMS, *self.code_only_params)
         params = {k: v for k, v in flat_objective(self.get_params()).items() if k not in skip}
         params["loop"] = {k: v for k, v in asdict(self.loop).items() if k not in skip}
-        record = {"method": self.name, "params": params, "data_sha256": _fingerprint(images, pairs)}
+        record = {
+            "method": self.name,
+            "params": params,
+            "data_sha256": _fingerprint(images, pairs),
+            "code": self.code_fingerprint(),
+        }
         return json.loads(json.dumps(record))
+
+    def code_fingerprint(self) -> dict[str, str]:
+        """The digests of the code that decides this hasher's numbers: its own module and every
+        shdh module it runs (shdh.code_fingerprint)."""
+        return code_fingerprint.fingerprint([type(self).__module__])
 
     training_files: ClassVar[tuple[str, ...]] = (training.CHECKPOINT_NAME, RUN_FILE)
 
@@ -493,6 +504,9 @@ def _record_mismatch(path: Path, record: dict[str, Any]) -> str | None:
     for key in ("method", "data_sha256"):
         if saved.get(key) != record[key]:
             return f"field '{key}' is {saved.get(key)!r} there but {record[key]!r} now"
+    changed = code_fingerprint.differing(saved.get("code"), record["code"])
+    if changed:
+        return f"made by other code: {', '.join(changed)} changed since"
     saved_params = saved.get("params") if isinstance(saved.get("params"), dict) else {}
     return _params_mismatch(saved_params, record["params"])
 

@@ -1,0 +1,125 @@
+"""A checkpoint knows the code that made it: resumed only by the same code, retrained (auto) or
+refused (always) by other code, naming the module that changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from shdh.code_fingerprint import code_text, differing, fingerprint
+from tests.conftest import REPO
+
+
+def test_comments_docstrings_and_blank_lines_do_not_count() -> None:
+    code = "def f(x):\n    return x + 1  # one more\n"
+    reworded = textwrap.dedent(
+        '''
+        """A module docstring."""
+
+
+        def f(x):  # a comment
+            """f's docstring,
+            over two lines."""
+            return x + 1\x20\x20
+        '''
+    )
+    assert code_text(reworded) == code_text(code) == "def f(x):\n    return x + 1"
+    assert code_text("def f(x):\n    return x + 2\n") != code_text(code)
+    # a docstring after non-ASCII text on its line is cut by characters, not bytes
+    assert code_text('class Ü:\n    """é"""\n    ü = "é"  # ß\n') == 'class Ü:\n    ü = "é"'
+
+
+def test_a_deep_hasher_covers_the_code_that_decides_its_numbers() -> None:
+    code = fingerprint(["shdh.hashers.deep"])
+    for module in ("shdh.training", "shdh.losses", "shdh.loop", "shdh.nets.hashing"):
+        assert module in code, module
+    for module in ("shdh.tracking", "shdh.features.gist", "shdh.hashers.itq"):
+        assert module not in code, module
+    assert all(len(digest) == 16 for digest in code.values())
+    assert fingerprint(["shdh.hashers.oracle"]).keys() > code.keys()
+
+
+def test_differing_names_the_changed_modules() -> None:
+    now = {"shdh.losses": "a", "shdh.training": "b"}
+    assert differing(dict(now), now) == []
+    assert differing({"shdh.losses": "x", "shdh.training": "b"}, now) == ["shdh.losses"]
+    assert differing({"shdh.losses": "a"}, now) == ["shdh.training"]
+    assert differing(None, now) == ["shdh.losses", "shdh.training"]  # before fingerprints
+
+
+# A tiny DPSH fit, in this process or in a child that imports the package from PYTHONPATH (an
+# edited copy of the source). Each resume mode of argv[3:] is tried in turn on the same work_dir;
+# a refusal is printed, not raised.
+FIT = """
+import json, logging, sys
+import numpy as np
+from shdh.hashers.deep import DPSH
+from shdh.hashers.supervision import PairSimilarity
+from shdh.loop import LoopSettings
+
+def fit(work_dir, epochs, resume):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, size=(24, 28, 28), dtype=np.uint8)
+    anc = np.stack([np.zeros(24, int), 1 + np.arange(24) % 2, 3 + np.arange(24) % 4], axis=1)
+    loop = LoopSettings(width=1 / 16, batch_size=8, epochs=epochs, device="cpu")
+    hasher = DPSH(n_bits=8, loop=loop, seed=0, work_dir=work_dir)
+    hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "label"), resume=resume)
+    return [round(h["loss"], 10) for h in hasher.history_]
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    for resume in sys.argv[3:]:
+        try:
+            print("HISTORY", json.dumps(fit(sys.argv[1], int(sys.argv[2]), resume)))
+        except ValueError as err:
+            print("REFUSED", err)
+"""
+
+
+@pytest.mark.slow
+def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, caplog) -> None:
+    namespace: dict = {}
+    exec(FIT, namespace)  # noqa: S102 - the same script, run here on the installed package
+    work = tmp_path / "work"
+    first = namespace["fit"](str(work), 1, "auto")
+    # The same code, one epoch more: the checkpoint is continued, its epoch kept as it was.
+    with caplog.at_level("INFO", logger="shdh.training"):
+        resumed = namespace["fit"](str(work), 2, "auto")
+    assert resumed[0] == first[0] and len(resumed) == 2
+    assert "resuming" in caplog.text
+    # A constant of the loss edited in a copy of the package: always refuses, naming the
+    # module; auto trains afresh and says why.
+    src = tmp_path / "src"
+    shutil.copytree(
+        REPO / "src" / "shdh", src / "shdh", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    losses = src / "shdh" / "losses.py"
+    text = losses.read_text()
+    assert "eta=float(self.eta)" in text
+    losses.write_text(text.replace("eta=float(self.eta)", "eta=0.5 * float(self.eta)"))
+    child = subprocess.run(
+        [sys.executable, "-c", FIT, str(work), "2", "always", "auto"],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    refused, retrained = (x for x in child.stdout.splitlines() if x.startswith(("REFUSED", "HIST")))
+    assert refused.startswith("REFUSED") and "shdh.losses changed since" in refused
+    assert "not resuming" in child.stdout and "shdh.losses" in child.stdout
+    history = json.loads(retrained.removeprefix("HISTORY "))
+    assert len(history) == 2 and history[0] != first[0]
+    code, here = (
+        json.loads((work / "hasher.json").read_text())["code"],
+        fingerprint(["shdh.hashers.deep"]),
+    )
+    assert code.keys() == here.keys()
+    assert [m for m in code if code[m] != here[m]] == ["shdh.losses"]
