@@ -394,6 +394,19 @@ def test_mlflow_stores_runs_in_postgres_and_artifacts_in_a_created_bucket(target
 
 
 @targets
+def test_mlflow_asks_for_a_login_in_every_overlay(target):
+    """Basic authentication on, with the auth config the init container writes: an overlay that
+    patches the server's arguments must keep `--app-name=basic-auth` (a strategic-merge patch of
+    `args` replaces the whole list)."""
+    objects = render(target)
+    mlflow = next(c for label, c, _ in containers(objects) if label.endswith("/mlflow"))
+    assert mlflow["args"].count("--app-name=basic-auth") == 1, mlflow["args"]
+    assert "MLFLOW_AUTH_CONFIG_PATH" in env_of(mlflow)
+    base = next(c for label, c, _ in containers(render("base")) if label.endswith("/mlflow"))
+    assert set(base["args"]) - set(mlflow["args"]) <= {"--workers=2"}  # only sizes change
+
+
+@targets
 def test_mlflow_answers_the_hosts_it_is_reached_by(target):
     """mlflow refuses requests whose Host header is not allowed (DNS-rebinding protection):
     checked with mlflow's own matcher on the names the steps and port-forward use."""
