@@ -26,7 +26,7 @@ import numpy as np
 from shdh.hashers import get_hasher_class
 from shdh.hashers.kmh import KMH
 from shdh.steps.features import features as gist_step
-from shdh.steps.fit import training_inputs
+from shdh.steps.fit_shallow import training_inputs
 
 SHALLOW = ["itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h"]
 

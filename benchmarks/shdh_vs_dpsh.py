@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from shdh.plan import fit_plan
-from shdh.steps.fit import fit
+from shdh.steps.fit_deep import fit
 from shdh.steps.score import score
 
 COLUMNS = ("ndcg_list@100", "ndcg@100", "acg@100", "wr@1000", "wr@5000")

@@ -51,7 +51,7 @@ def stage_code_deps(
             for module in _command_modules(
                 body.get("cmd"), imports.files, commands, dvc_yaml, name
             ):
-                modules |= import_graph.closure(imports.edges, module)
+                modules |= import_graph.closure(imports.edges, module, imports.eager)
         needed = {imports.files[module] for module in modules}
         paths = _compact(needed, imports.files.values(), tops)
         code[name] = sorted(path.relative_to(root).as_posix() for path in paths)

@@ -3,8 +3,11 @@ imported, so a module with a broken or heavy import is still seen, and reading i
 
 An edge a -> b means that running module a can import module b: an `import` or `from ... import`
 anywhere in a (module level, inside a function, under `if TYPE_CHECKING:`), or a dynamic import
-that the code spells as a string literal. The tests of the layers and the generated DVC code
-dependencies both read it; the only layout they know is PACKAGES.
+that the code spells as a string literal. The edges a module makes while it is imported (its
+module-level imports, not those inside its functions nor its registry strings) are also kept
+apart, as `eager`: a package that Python runs only because a module under it is imported runs
+those alone (closure). The tests of the layers and the generated DVC code dependencies both read
+it; the only layout they know is PACKAGES.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ Graph = Mapping[str, Mapping[str, int]]  # module -> {imported module: first lin
 
 @dataclass
 class Imports:
-    """What every module imports: `edges` among the project's own modules, `external` by the
-    top-level name of any other import (a third-party package or the standard library)."""
+    """What every module imports: `edges` among the project's own modules, `eager` the part of
+    them that importing the module runs, `external` by the top-level name of any other import
+    (a third-party package or the standard library)."""
 
     files: dict[str, Path]
     edges: dict[str, dict[str, int]] = field(default_factory=dict)
+    eager: dict[str, dict[str, int]] = field(default_factory=dict)
     external: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # a failing test prints its fixtures: keep that to one line
@@ -74,9 +79,10 @@ def scan(root: Path = REPO, packages=PACKAGES) -> Imports:
     for module, path in imports.files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         edges = imports.edges.setdefault(module, {})
+        eager = imports.eager.setdefault(module, {})
         external = imports.external.setdefault(module, {})
         is_package = path.name == "__init__.py"
-        for name, line, literal in _imported_names(tree, module, is_package):
+        for name, line, literal, at_import in _imported_names(tree, module, is_package):
             top = name.split(".")[0]
             if top not in tops:
                 if not literal:  # "host:port" and the like are no import
@@ -91,6 +97,8 @@ def scan(root: Path = REPO, packages=PACKAGES) -> Imports:
             for target in targets:
                 if target != module:  # `from . import name` in a package names itself
                     edges.setdefault(target, line)
+                    if at_import:
+                        eager.setdefault(target, line)
     return imports
 
 
@@ -150,20 +158,29 @@ def cycle_path(graph: Graph, component: Iterable[str]) -> list[str]:
     raise ValueError(f"{members} is not a cycle of the graph")
 
 
-def closure(graph: Graph, module: str) -> set[str]:
+def closure(graph: Graph, module: str, eager: Graph | None = None) -> set[str]:
     """Every module that running `module` can load: what it imports, transitively, and the
-    packages above each of them, whose __init__.py Python runs first."""
-    seen: set[str] = set()
-    todo = [module]
+    packages above each of them, whose __init__.py Python runs first.
+
+    With `eager` (Imports.eager), a package that is loaded only as the parent of another module
+    counts for what its import runs: its module-level imports, not the imports inside its
+    functions nor the "module:Class" strings they resolve, which run only for code that uses
+    the package itself, and that code imports it by name (an edge of its own). A registry in a
+    package's __init__.py is thus loaded by its users, not by every module under it. Without
+    `eager`, a parent counts whole."""
+    whole: set[str] = set()  # imported by name: any of its functions may run
+    body: set[str] = set()  # loaded only as a parent: its module body ran
+    todo = [(module, True)]
     while todo:
-        node = todo.pop()
-        if node in seen or node not in graph:  # a folder without __init__.py runs no code
-            continue
-        seen.add(node)
-        todo.extend(graph.get(node, ()))
+        node, used = todo.pop()
+        if node in whole or (node in body and not used) or node not in graph:
+            continue  # a folder without __init__.py runs no code
+        (whole if used else body).add(node)
+        targets = graph[node] if used or eager is None else eager.get(node, {})
+        todo.extend((target, True) for target in targets)
         parts = node.split(".")
-        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
-    return seen
+        todo.extend((".".join(parts[:i]), eager is None) for i in range(1, len(parts)))
+    return whole | body
 
 
 def is_stdlib(name: str) -> bool:
@@ -181,27 +198,48 @@ def _nearest_module(name: str, files: Mapping[str, Path]) -> str:
 
 def _imported_names(
     tree: ast.AST, module: str, is_package: bool
-) -> Iterable[tuple[str, int, bool]]:
-    """(dotted name, line, whether it is a "module:attribute" string) for everything the module
-    imports. A name may be a module or an attribute of one, resolved by _nearest_module; a name
-    ending in "." stands for every module under it."""
-    for node in ast.walk(tree):
+) -> Iterable[tuple[str, int, bool, bool]]:
+    """(dotted name, line, whether it is a "module:attribute" string, whether importing the
+    module runs it) for everything the module imports. A name may be a module or an attribute
+    of one, resolved by _nearest_module; a name ending in "." stands for every module under it.
+    What a function body holds runs only when the function is called; a registry string only
+    when some function resolves it."""
+    for node, at_import in _nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno, False
+                yield alias.name, node.lineno, False, at_import
+                if alias.asname is None:  # `import a.b` binds `a`: a and a.b are used too
+                    parts = alias.name.split(".")
+                    for i in range(1, len(parts)):
+                        yield ".".join(parts[:i]), node.lineno, False, at_import
         elif isinstance(node, ast.ImportFrom):
             # `from pkg import x`: the submodule pkg.x when there is one, else pkg itself
             base = _absolute(node.module, node.level, module, is_package)
             for alias in node.names:
-                yield base if alias.name == "*" else f"{base}.{alias.name}", node.lineno, False
+                name = base if alias.name == "*" else f"{base}.{alias.name}"
+                yield name, node.lineno, False, at_import
         elif isinstance(node, ast.Call) and _call_name(node) in _IMPORT_FUNCTIONS and node.args:
             name = _literal_prefix(node.args[0])
             if name:
-                yield name, node.lineno, False
+                yield name, node.lineno, False, at_import
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             match = _ATTRIBUTE_REF.fullmatch(node.value)
             if match:
-                yield match.group(1), node.lineno, True
+                yield match.group(1), node.lineno, True, False
+
+
+def _nodes(tree: ast.AST) -> Iterable[tuple[ast.AST, bool]]:
+    """Every node, and whether it runs when the module is imported: all but the bodies of
+    functions and lambdas (their decorators and defaults run; a class body runs)."""
+    todo: list[tuple[ast.AST, bool]] = [(tree, True)]
+    while todo:
+        node, at_import = todo.pop()
+        yield node, at_import
+        function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for name, value in ast.iter_fields(node):
+            runs = at_import and not (function and name == "body")
+            children = value if isinstance(value, list) else [value]
+            todo.extend((child, runs) for child in children if isinstance(child, ast.AST))
 
 
 def _absolute(name: str | None, level: int, module: str, is_package: bool) -> str:

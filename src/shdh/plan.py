@@ -3,56 +3,49 @@
 Every front door (the DVC stages through the CLI, the Kubeflow components, the offsite trainer
 shdh.bundle) reads the plan from here and hands the library steps the `Fit`s it makes, so that
 a fit is named, seeded and stored the same way whoever runs it. Pure functions of the settings:
-no I/O, and nothing a bare GPU machine lacks.
+no I/O, and nothing a bare GPU machine lacks. What needs no deep method (every fit's name, seed
+and folder; the shallow methods) is shdh.plan_shallow, which this module extends and re-exports.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any
 
 from shdh.errors import ConfigError
-from shdh.hashers import get_hasher_class
+from shdh.hashers import get_hasher_class, is_deep
 from shdh.loop import LoopSettings
-from shdh.steps.fit import Fit, is_deep, run_name
+from shdh.plan_shallow import (
+    constructor_keys,
+    fit_seed,
+    make_fit,
+    model_dir,
+    own_settings,
+    section_seeds,
+    shallow_method_bits,
+    shallow_method_params,
+    shallow_models_root,
+)
+from shdh.steps.fit import Fit, run_name
+
+__all__ = [
+    "PIPELINE_KEYS",
+    "fit_plan",
+    "fit_seed",
+    "is_deep",
+    "method_bits",
+    "method_params",
+    "model_dir",
+    "models_root",
+    "planned_fits",
+    "planned_runs",
+    "run_name",
+    "section_seeds",
+]
 
 # Keys of the `train` section that configure the pipeline rather than a method.
 PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
-
-
-def model_dir(models_dir: str | Path, method: str, bits: int, seed: int | None = None) -> Path:
-    """models_dir/METHOD/METHOD-BITS[-seedS]: one folder per method (a DVC stage's output), one
-    per code length (and seed) inside it (self-describing when copied out on its own)."""
-    return Path(models_dir) / method / run_name(method, bits, seed)
-
-
-def section_seeds(section: dict[str, Any]) -> list[int | None]:
-    """The seeds a section's methods are fitted with: `seeds: null` is one fit with the master
-    seed, named without it; a list is one fit per seed, each named with its seed, so the tables
-    can report the mean and spread. The split and the S-matrix sample stay the master seed's:
-    the seeds vary initialisation, sampling and shuffling, not the data."""
-    seeds = section.get("seeds")
-    if seeds is None:
-        return [None]
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
-        or len(set(seeds)) != len(seeds)
-    ):
-        raise ConfigError(
-            f"params.yaml: seeds: expected null or a list of distinct non-negative ints, "
-            f"got {seeds!r}"
-        )
-    return list(seeds)
-
-
-def fit_seed(seed: int, own_seed: int | None) -> int:
-    """The seed a fit actually uses: its own (one of `seeds`), else the master seed. Training,
-    the random floor and metrics_by_seed.json all key a fit by it."""
-    return seed if own_seed is None else own_seed
 
 
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
@@ -66,20 +59,11 @@ def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
     `baselines`. Keys the method does not take are refused by name, so a typo cannot be
     silently ignored.
     """
-    cls = get_hasher_class(method)
-    accepted = {
-        p.name
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - {"n_bits", "seed", "work_dir", "loop", "objective"}
-    own = section.get(method) or {}
-    if not isinstance(own, dict):
-        raise ConfigError(f"params.yaml: '{method}' settings must be a mapping, got {own!r}")
     if not is_deep(method):
-        unknown = sorted(set(own) - accepted)
-        if unknown:
-            raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
-        return dict(own)
+        return shallow_method_params(section, method)
+    cls = get_hasher_class(method)
+    accepted = constructor_keys(cls)
+    own = own_settings(section, method)
     groups = {"loop": LoopSettings, "objective": cls.objective_class()}
     accepted |= {f.name for group in groups.values() for f in dataclasses.fields(group)}
     unknown = sorted(set(own) - accepted)
@@ -111,20 +95,15 @@ def method_bits(params: dict[str, Any], method: str) -> list[int]:
     """The code lengths params.yaml asks `method` to run at: train.bits for the deep methods,
     baselines.bits for the shallow ones; KMH only where its subspaces divide the length (as in
     the paper's table)."""
-    from shdh.hashers.kmh import KMH
-
     if is_deep(method):
         return list(params["train"]["bits"])
-    baselines = params.get("baselines") or {}
-    kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
-    return [b for b in baselines.get("bits", []) if method != "kmh" or KMH.supports(b, kmh_bits)]
+    return shallow_method_bits(params, method)
 
 
 def models_root(params: dict[str, Any], method: str) -> Path:
     """Where `method`'s model folders live: train.models_dir for the deep methods (a DVC
     output per method), baselines.models_dir for the shallow ones (one output for all)."""
-    section = "train" if is_deep(method) else "baselines"
-    return Path(params[section]["models_dir"])
+    return Path(params["train"]["models_dir"]) if is_deep(method) else shallow_models_root(params)
 
 
 def planned_runs(params: dict[str, Any]) -> list[tuple[str, int, int | None]]:
@@ -157,13 +136,12 @@ def fit_plan(
     section of the settings (train for deep methods, baselines for shallow ones), stored under
     models_root/METHOD/METHOD-BITS[-seedS]. Without a section, the fit as the score step sees
     it: where its model is and what it is called (no hyper-parameters)."""
-    return Fit(
-        method=method,
-        bits=int(bits),
-        seed=fit_seed(seed, own_seed),
-        own_seed=own_seed,
-        name=run_name(method, bits, own_seed),
-        out_dir=model_dir(models_root, method, bits, own_seed),
+    return make_fit(
+        method,
+        bits,
+        own_seed,
+        seed=seed,
+        models_root=models_root,
         params=method_params(section, method) if section is not None else {},
         n_train=section.get("n_train") if section is not None else None,
     )

@@ -42,7 +42,7 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from kfp import dsl
-import shdh.steps.fit as fitting
+import shdh.steps.fit_deep as fitting
 
 args = json.loads(sys.argv[1])
 logger = fitting._epoch_logger

@@ -45,6 +45,107 @@ def test_dvc_ignores_bytecode_inside_folder_dependencies():
     assert not folders or "__pycache__/" in ignored, f"{folders} would hash their __pycache__"
 
 
+def stages_running(path: str, dvc_yaml=REPO / "dvc.yaml") -> set[str]:
+    """The stages whose code entries in dvc.yaml cover `path` (itself, or a folder above it):
+    those that `dvc repro` reruns when it is edited."""
+    declared = dvc_code_deps.declared_code_deps(dvc_yaml)
+    return {
+        stage
+        for stage, deps in declared.items()
+        if any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
+    }
+
+
+# Each stage reruns for the code it executes, and only for it: the training loop's edit reruns
+# the deep fits (the `train` foreach stage, one entry) and the evaluation that encodes with the
+# networks, never the GIST features; a GIST edit reruns the features, the shallow fits on them
+# and the evaluation, never a deep fit.
+DEEP_STAGES = {"train", "evaluate"}  # evaluate encodes with the trained networks
+GIST_STAGES = {"features", "baselines", "evaluate"}
+
+
+@pytest.mark.parametrize(
+    ("path", "stages"),
+    [
+        ("src/shdh/training.py", DEEP_STAGES),
+        ("src/shdh/losses.py", DEEP_STAGES),
+        ("src/shdh/hashers/deep.py", DEEP_STAGES),
+        ("src/shdh/hashers/oracle.py", DEEP_STAGES),
+        ("src/shdh/encoder_model.py", {"train"}),  # only a deep fit logs an encoder
+        ("src/shdh/features/gist.py", GIST_STAGES),
+        ("src/shdh/hashers/itq.py", {"baselines", "train", "evaluate"}),
+    ],
+)
+def test_a_module_reruns_only_the_stages_that_execute_it(path, stages):
+    assert (REPO / path).is_file(), path
+    assert stages_running(path) == stages
+
+
+def test_only_the_deep_stages_depend_on_the_networks_and_losses():
+    deep_code = ["src/shdh/losses.py"] + [
+        p.relative_to(REPO).as_posix() for p in sorted((REPO / "src/shdh/nets").glob("*.py"))
+    ]
+    found = {path: stages_running(path) for path in deep_code}
+    assert {path: stages for path, stages in found.items() if stages != DEEP_STAGES} == {}
+
+
+def test_tracking_and_the_early_stages_load_no_hasher():
+    """The tracking glue that every stage loads names no hasher: preparing, the label tree, the
+    S-matrix and the features rerun for none of the methods' code."""
+    hashers = [
+        p.relative_to(REPO).as_posix() for p in sorted((REPO / "src/shdh/hashers").glob("*.py"))
+    ]
+    early = {"prepare", "tree", "smatrix", "features"}
+    assert {path: stages_running(path) & early for path in hashers} == {
+        path: set() for path in hashers
+    }
+
+
+PARENTS = {
+    "toy/__init__.py": "",
+    "toy/heavy.py": "",
+    "toy/light.py": "",
+    "toy/methods/__init__.py": (
+        "from toy.methods.cheap import CHEAP\n"
+        "ALL = {**CHEAP, 'big': 'toy.heavy:Big'}\n\n"
+        "def get(name):\n    import importlib\n    return importlib.import_module(name)\n"
+    ),
+    "toy/methods/cheap.py": "CHEAP = {'small': 'toy.light:Small'}\n",
+    "toy/commands/__init__.py": "",
+    "toy/commands/small.py": "from toy.methods.cheap import CHEAP\n",
+    "toy/commands/every.py": "from toy.methods import get\n",
+    "toy/commands/bound.py": "import toy.methods.cheap\n",
+}
+
+
+def test_a_parent_package_counts_for_what_its_import_runs(tmp_path):
+    """Importing toy.methods.cheap runs toy/methods/__init__.py's module body, whose imports
+    load toy.methods.cheap; the strings it names and its functions' imports run only for code
+    that uses toy.methods itself (`from toy.methods import get`, or `import toy.methods.cheap`,
+    which binds toy and so toy.methods)."""
+    for name, text in PARENTS.items():
+        path = tmp_path / "src" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    imports = dvc_code_deps.import_graph.scan(tmp_path, (("src", "toy"),))
+    assert imports.eager["toy.methods"] == {"toy.methods.cheap": 1}
+
+    def loads(module):
+        return dvc_code_deps.import_graph.closure(imports.edges, module, imports.eager)
+
+    parents = {"toy", "toy.commands", "toy.methods"}
+    assert loads("toy.commands.small") == {
+        "toy.commands.small",
+        "toy.methods.cheap",
+        "toy.light",
+        *parents,
+    }
+    assert "toy.heavy" in loads("toy.commands.every")
+    assert "toy.heavy" in loads("toy.commands.bound")
+    # without `eager`, a parent package counts whole
+    assert "toy.heavy" in dvc_code_deps.import_graph.closure(imports.edges, "toy.commands.small")
+
+
 TOY = {
     "toy/__init__.py": "",
     "toy/core.py": "def fit():\n    return 1\n",

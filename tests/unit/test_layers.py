@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "shdh.similarity": CORE,
     "shdh.losses": CORE,
     "shdh.nets*": CORE,
+    "shdh.image_input": CORE,
     "shdh.training": CORE,
     "shdh.loop": CORE,
     "shdh.retrieval": CORE,
@@ -40,6 +41,7 @@ LAYERS: dict[str, int] = {
     "shdh.figures": STEPS,
     "shdh.paper_results": STEPS,
     "shdh.tracking": STEPS,
+    "shdh.encoder_model": STEPS,
     "shdh.mlflow_store": STEPS,
     "shdh.parent_run": STEPS,
     "shdh.registry": STEPS,
@@ -49,6 +51,7 @@ LAYERS: dict[str, int] = {
     "shdh.progress": STEPS,
     # the run plan and the settings
     "shdh.plan": PLAN,
+    "shdh.plan_shallow": PLAN,
     "shdh.settings*": PLAN,
     "shdh.config": PLAN,
     # the front doors: the CLI and its commands (which DVC runs), Kubeflow

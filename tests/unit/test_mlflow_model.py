@@ -12,7 +12,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from shdh import registry, tracking
+from shdh import encoder_model, registry, tracking
 from shdh.codes import load_codes
 from tests.commands.test_steps import run_steps, smoke_params
 
@@ -120,7 +120,7 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
     children = {}
     for name, ndcg in (("shdh-32", 0.7), ("dpsh-16", 0.9), ("shdh-16", 0.9)):
         with tracking.run(run_name=name, parent_run_id=parent_id) as child:
-            tracking.log_encoder(hasher_dir, example)
+            encoder_model.log_encoder(hasher_dir, example)
             tracking.log_metrics({"ndcg@100": ndcg, "wr@100": 1 - ndcg})
             children[name] = child.info.run_id
     with tracking.run(run_name="itq-16", parent_run_id=parent_id):

@@ -7,7 +7,7 @@ from shdh.errors import ConfigError
 from shdh.loop import LoopSettings
 from shdh.losses import DPSHObjective, OracleObjective, SHDHObjective
 from shdh.plan import method_params
-from shdh.steps.fit import _logged_params
+from shdh.steps.fit_deep import _logged_params
 
 # A `train` section as params.yaml writes it: shared settings, then one sub-mapping per method.
 SECTION = {

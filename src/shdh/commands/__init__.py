@@ -12,6 +12,7 @@ STEPS = (
     "smatrix",
     "features",
     "train",
+    "baselines",
     "bundle",
     "evaluate",
     "register",

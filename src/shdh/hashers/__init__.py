@@ -2,32 +2,31 @@
 
 The registry maps a method name (as params.yaml writes it) to "module:Class", imported on
 demand so that importing shdh.hashers stays cheap and a method's optional dependencies load
-only when it is used.
+only when it is used. It is two registries: the shallow methods' (shdh.hashers.shallow, which
+fitting them alone reads) and the deep methods', here.
 """
 
 from __future__ import annotations
 
-import importlib
+from shdh.hashers.shallow import SHALLOW, import_class
 
-REGISTRY: dict[str, str] = {
-    "itq": "shdh.hashers.itq:ITQ",
-    "kmh": "shdh.hashers.kmh:KMH",
-    "ksh": "shdh.hashers.ksh:KSH",
-    "ksh+h": "shdh.hashers.ksh:KSHH",
-    "lfh": "shdh.hashers.lfh:LFH",
-    "cosdish": "shdh.hashers.cosdish:COSDISH",
-    "cosdish+h": "shdh.hashers.cosdish:COSDISHH",
+DEEP: dict[str, str] = {
     "dpsh": "shdh.hashers.deep:DPSH",
     "shdh": "shdh.hashers.deep:SHDH",
     "oracle": "shdh.hashers.oracle:Oracle",  # a reference row: classifier codes
 }
+REGISTRY: dict[str, str] = {**SHALLOW, **DEEP}
 
 
 def get_hasher_class(name: str):
     if name not in REGISTRY:
         raise ValueError(f"unknown method '{name}' (known: {', '.join(REGISTRY)})")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return import_class(REGISTRY[name])
+
+
+def is_deep(method: str) -> bool:
+    """Deep methods train a network on images; the others fit GIST features."""
+    return get_hasher_class(method).input_kind == "images"
 
 
 def load_hasher(directory):

@@ -1,4 +1,5 @@
-"""CNN-F backbone for small images, and the uint8 -> network input conversion.
+"""CNN-F backbone for small images. Its input, uint8 images converted to float (to_input), is
+shdh.image_input: the GIST features share that geometry, and so do not load the network.
 
 CNN-F: Chatfield, Simonyan, Vedaldi, Zisserman, "Return of the Devil in the Details: Delving Deep
 into Convolutional Nets", BMVC 2014 (conv 64-11x11/4, 256-5x5, 256-3x3 x3, fc 4096, fc 4096).
@@ -11,16 +12,15 @@ conv2, because from-scratch training of a 5-conv net is much less sensitive to t
 with it. `width` scales every conv and fc width so that tests and CPU runs can use a narrow net.
 """
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from shdh.image_input import to_input
+
+__all__ = ["CNNF", "to_input"]  # to_input: the network's input, imported from here too
 
 # Full CNN-F widths: conv1, conv2..conv5, fc6/fc7.
 _CONV1, _CONV, _FC = 64, 256, 4096
-# A smaller image is zero-padded (not resized) when it fits with at most this border per side,
-# e.g. 28x28 Fashion-MNIST -> 32x32: exact and cheap, no interpolation blur.
-_MAX_PAD = 2
 
 
 def _scaled(n: int, width: float) -> int:
@@ -85,41 +85,3 @@ class CNNF(nn.Module):
         x = x.flatten(1)  # (B, c * (S/8)^2)
         x = self.fc6(x)  # (B, f)
         return self.fc7(x)  # (B, f)
-
-
-def to_input(
-    batch: np.ndarray | torch.Tensor,
-    image_size: int,
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """uint8 images (B,H,W) or (B,H,W,C) -> float32 (B,C,S,S) in [-1, 1] on `device`.
-
-    Converts per batch, on the target device, so a data set (or a np.memmap of it) is never
-    copied whole to float. Images that fit with a border of at most 2 pixels are padded with
-    pixel value 0 (28 -> 32: exact, keeps MNIST-style black backgrounds); others are resized
-    bilinearly (antialiased when shrinking).
-    """
-    x = torch.as_tensor(batch)
-    if x.dtype != torch.uint8:
-        raise ValueError(f"to_input: images must be uint8, got {x.dtype}")
-    if x.ndim == 3:
-        x = x.unsqueeze(-1)  # (B, H, W, 1)
-    if x.ndim != 4:
-        raise ValueError(f"to_input: images must be (B,H,W) or (B,H,W,C), got {tuple(x.shape)}")
-    x = x.to(device).permute(0, 3, 1, 2)  # (B, C, H, W) uint8
-    h, w = x.shape[2], x.shape[3]
-    if (h, w) != (image_size, image_size):
-        dh, dw = image_size - h, image_size - w
-        if 0 <= dh <= 2 * _MAX_PAD and 0 <= dw <= 2 * _MAX_PAD:
-            top, left = dh // 2, dw // 2
-            x = F.pad(x, (left, dw - left, top, dh - top))  # (B, C, S, S), padded with 0
-        else:
-            shrink = h > image_size or w > image_size
-            x = F.interpolate(
-                x.float(),
-                size=(image_size, image_size),
-                mode="bilinear",
-                align_corners=False,
-                antialias=shrink,
-            ).clamp_(0, 255)  # (B, C, S, S)
-    return x.float().div_(127.5).sub_(1.0)  # (B, C, S, S) in [-1, 1]

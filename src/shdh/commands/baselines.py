@@ -1,0 +1,85 @@
+"""shdh baselines: fit the shallow methods (ITQ, KMH, KSH, LFH, COSDISH, ...) on the GIST
+features at their code lengths.
+
+One process fits every shallow method of baselines.methods at every length of baselines.bits
+(the DVC stage `baselines`), since a stage costs ~20 s of start-up (Python, MLflow, DVC), more
+than most shallow fits. Each (method, bits), and each seed of baselines.seeds when set, is still
+its own model folder under baselines.models_dir and its own MLflow run. It loads none of the
+deep methods' code (shdh.plan_shallow, shdh.steps.fit_shallow), so editing the training loop
+does not rerun it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from shdh import tracking
+from shdh.atomic import check_writable
+from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
+from shdh.hashers.shallow import SHALLOW
+from shdh.plan_shallow import (
+    section_seeds,
+    shallow_fit_plan,
+    shallow_method_bits,
+    shallow_models_root,
+)
+from shdh.steps.fit_shallow import fit
+
+HELP = "fit the shallow methods on GIST features (ITQ, KMH, KSH, LFH, COSDISH, ...)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument(
+        "--method",
+        nargs="+",
+        choices=list(SHALLOW),
+        metavar="METHOD",
+        help=f"shallow methods to fit, in turn ({', '.join(SHALLOW)}; default: baselines.methods)",
+    )
+    parser.add_argument(
+        "--bits",
+        type=int,
+        nargs="+",
+        metavar="L",
+        help="code lengths (default: baselines.bits; KMH skips lengths its subspaces do not "
+        "divide)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    params, section = params_section(args, "baselines")
+    methods = args.method or list(section.get("methods") or [])
+    if not methods:
+        raise SystemExit(f"shdh baselines: {args.params}: baselines.methods is empty")
+    root = shallow_models_root(params)
+    context = None
+    for method in methods:
+        bits_list = args.bits or shallow_method_bits(params, method)
+        if not bits_list:
+            raise SystemExit(f"shdh baselines: no code length to fit {method} at (see --bits)")
+        check_writable(root / method, "baselines.models_dir")
+        context = context if context is not None else pipeline_context(args, params)
+        with tracking.failure_ends(context["parent_run_id"]):
+            for bits in bits_list:
+                for own_seed in section_seeds(section):
+                    plan = shallow_fit_plan(
+                        section, method, bits, own_seed, seed=params["seed"], models_root=root
+                    )
+                    out = fit(
+                        plan,
+                        prepared_dir=params["data"]["prepared_dir"],
+                        smatrix_path=params["smatrix"]["out"],
+                        features_path=params["features"]["out"],
+                        **context,
+                    )
+                    print(f"model written to {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

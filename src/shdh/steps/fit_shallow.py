@@ -1,0 +1,81 @@
+"""The fit step of the shallow methods (ITQ, KMH, KSH, LFH, COSDISH, ...): one method at one
+code length on the GIST features of the training pool, tracked in MLflow.
+
+It loads the shallow methods alone (shdh.hashers.shallow), never the deep methods' code; what
+every fit shares is shdh.steps.fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from shdh import tracking
+from shdh.errors import ConfigError
+from shdh.hashers.base import Hasher
+from shdh.hashers.shallow import shallow_hasher_class
+from shdh.hashers.supervision import PairSimilarity
+from shdh.steps.features import load_features
+from shdh.steps.fit import (
+    Fit,
+    hasher_segments,
+    run_params,
+    save_fitted,
+    tracked_run,
+    training_pool,
+    write_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+def training_inputs(
+    cls: type[Hasher],
+    prepared_dir: Path,
+    smatrix_path: Path,
+    features_path: Path | None,
+    n_train: int | None,
+) -> tuple[np.ndarray, PairSimilarity]:
+    """(X, pairs) for the training pool: its GIST rows and the S-matrix's pair labels."""
+    if features_path is None:
+        raise ConfigError(f"{cls.name}: needs GIST features (run the features step first)")
+    ds, train_idx, pairs = training_pool(cls, prepared_dir, smatrix_path, n_train)
+    return load_features(features_path, len(ds.ids))[train_idx], pairs
+
+
+def fit(
+    plan: Fit,
+    *,
+    prepared_dir: str | Path,
+    smatrix_path: str | Path,
+    features_path: str | Path | None = None,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> Path:
+    """Fit `plan` (a shallow method) and save it in plan.out_dir: the hasher, fit.json and the
+    MLflow run reference."""
+    cls = shallow_hasher_class(plan.method)
+    X, pairs = training_inputs(
+        cls,
+        Path(prepared_dir),
+        Path(smatrix_path),
+        Path(features_path) if features_path else None,
+        plan.n_train,
+    )
+    hasher = cls(n_bits=plan.bits, seed=plan.seed, **plan.params)
+    log.info("%s: fitting on %d items", plan.name, len(X))
+    settings = tracking.flatten(dict(plan.params))
+    logged = run_params(plan, settings, len(X), hasher_segments(hasher, pairs))
+    with tracked_run(
+        plan, params=logged, started={}, tags=tags, run_id=None, parent_run_id=parent_run_id
+    ):
+        start = time.perf_counter()
+        hasher.fit(X, pairs)
+        seconds = time.perf_counter() - start
+        save_fitted(plan, hasher, seconds)
+    write_record(plan, seconds, len(X), {})
+    log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
+    return plan.out_dir
