@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from shdh import cpu_pin
 from shdh.mlflow_store import (
     DEFAULT_EXPERIMENT,
     TrackingUnavailableError,
@@ -46,6 +47,10 @@ PARENT_TAG = "mlflow.parentRunId"
 COMMIT_TAG = "mlflow.source.git.commit"
 SOURCE_NAME_TAG = "mlflow.source.name"
 SOURCE_TYPE_TAG = "mlflow.source.type"
+# Which code path the CPU maths took (docs/reproducibility.md): runs compare bit for bit only
+# within one pin mode.
+CPU_PIN_TAG = "shdh.cpu_pin"
+CPU_ISA_TAG = "shdh.cpu_isa"
 _NOT_A_KEY_CHAR = re.compile(r"[^/\w.\- :]")
 
 
@@ -81,8 +86,16 @@ def git_commit() -> str:
 
 def source_tags(name: str = "shdh", kind: str = "LOCAL") -> dict[str, str]:
     """MLflow's source tags: the commit, what ran (dvc.yaml, the Kubeflow pipeline, the shdh
-    command) and how (LOCAL, or JOB on a cluster)."""
-    return {COMMIT_TAG: git_commit(), SOURCE_NAME_TAG: name, SOURCE_TYPE_TAG: kind}
+    command) and how (LOCAL, or JOB on a cluster); with them the CPU pin the run's maths ran
+    under and the host's instruction set (shdh.cpu_pin)."""
+    pin = cpu_pin.describe()
+    return {
+        COMMIT_TAG: git_commit(),
+        SOURCE_NAME_TAG: name,
+        SOURCE_TYPE_TAG: kind,
+        CPU_PIN_TAG: pin["cpu_pin"],
+        CPU_ISA_TAG: pin["cpu_isa"],
+    }
 
 
 @contextmanager

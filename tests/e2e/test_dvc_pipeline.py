@@ -7,6 +7,8 @@ one parameter. It runs the real DVC, the real `shdh` command and MLflow on SQLit
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from tests.e2e.clone import clone_repo, sh
 
 pytestmark = pytest.mark.slow
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+SMOKE_REFERENCE = Path(__file__).with_name("smoke_metrics.json")
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,7 @@ def test_dvc_repro_runs_every_stage(clone):
         "random",
     }
     assert "ndcg@100" in metrics["shdh"]["16"]
+    _same_as_the_reference(results / "metrics.json")
     assert "# Results: fashion-mnist-h" in (results / "report.md").read_text()
     for published in ("results/metrics.json", "results/table.md", "docs/results.md"):
         assert (dest / published).read_bytes() == (REPO / published).read_bytes(), published
@@ -71,6 +75,20 @@ def test_dvc_repro_runs_every_stage(clone):
     # A second repro has nothing to do.
     assert "didn't change" in sh(["dvc", "repro"], dest, env) or "up to date" in sh(
         ["dvc", "status"], dest, env
+    )
+
+
+def _same_as_the_reference(metrics: Path) -> None:
+    """The smoke profile run from scratch (no checkpoint, no cache: a fresh clone) gives the
+    committed metrics byte for byte, on any CPU (shdh.cpu_pin). SMOKE_REFERENCE=write stores
+    this run's file as the reference instead, after a change that moves the numbers on purpose."""
+    if os.environ.get("SMOKE_REFERENCE") == "write":
+        shutil.copyfile(metrics, SMOKE_REFERENCE)
+    assert SMOKE_REFERENCE.is_file(), (
+        f"{SMOKE_REFERENCE} is missing: run with SMOKE_REFERENCE=write"
+    )
+    assert metrics.read_bytes() == SMOKE_REFERENCE.read_bytes(), (
+        f"the smoke profile's {metrics.name} differs from {SMOKE_REFERENCE}"
     )
 
 

@@ -19,6 +19,8 @@ LAYERS: dict[str, int] = {
     # core maths: torch, numpy, numba and the standard library only
     "shdh": CORE,  # the package's __init__.py
     "shdh.atomic": CORE,
+    "shdh.code_fingerprint": CORE,
+    "shdh.cpu_pin": CORE,
     "shdh.errors": CORE,
     "shdh.devices": CORE,
     "shdh.hierarchy": CORE,

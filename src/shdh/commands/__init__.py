@@ -2,7 +2,14 @@
 
 Every module has `add_arguments(parser)`, `run(args)` and `main(argv)`, so a step runs as
 `shdh STEP`, as `python -m shdh.commands.STEP`, or from DVC and Kubeflow with the same flags.
+
+Importing this package pins the CPU maths (shdh.cpu_pin): every command module loads numpy or
+torch, and Python imports this package before any of them, whichever way a step is started.
 """
+
+from shdh.cpu_pin import pin_cpu
+
+pin_cpu()
 
 STEPS = (
     "fetch",

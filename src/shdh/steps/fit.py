@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from shdh import tracking
+from shdh import code_fingerprint, cpu_pin, tracking
 from shdh.atomic import atomic_write_text
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
@@ -105,8 +105,11 @@ def save_fitted(plan: Fit, hasher: Hasher, seconds: float) -> None:
     tracking.log_metrics({"fit_seconds": seconds})
 
 
-def write_record(plan: Fit, seconds: float, n_train: int, started: dict[str, str]) -> None:
-    """fit.json: what was fitted, on how many items, in how long, and where it started from."""
+def write_record(
+    plan: Fit, hasher: Hasher, seconds: float, n_train: int, started: dict[str, str]
+) -> None:
+    """fit.json: what was fitted, on how many items, in how long, and where it started from;
+    the CPU pin it ran under and the code that decided its numbers (docs/reproducibility.md)."""
     record = {
         "method": plan.method,
         "bits": plan.bits,
@@ -115,6 +118,8 @@ def write_record(plan: Fit, seconds: float, n_train: int, started: dict[str, str
         "fit_seconds": round(seconds, 3),
         "n_train_items": n_train,
         **started,
+        **cpu_pin.describe(),
+        "code": code_fingerprint.fingerprint([type(hasher).__module__]),
     }
     atomic_write_text(plan.out_dir / FIT_RECORD, json.dumps(record, indent=2) + "\n")
 

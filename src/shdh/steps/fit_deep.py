@@ -110,7 +110,7 @@ def fit(
         seconds = time.perf_counter() - start
         save_fitted(plan, hasher, seconds)
         _log_training(plan.out_dir, hasher, X)
-    write_record(plan, seconds, len(X), started)
+    write_record(plan, hasher, seconds, len(X), started)
     log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
     return plan.out_dir
 

@@ -76,6 +76,6 @@ def fit(
         hasher.fit(X, pairs)
         seconds = time.perf_counter() - start
         save_fitted(plan, hasher, seconds)
-    write_record(plan, seconds, len(X), {})
+    write_record(plan, hasher, seconds, len(X), {})
     log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
     return plan.out_dir

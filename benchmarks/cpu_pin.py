@@ -1,0 +1,104 @@
+"""What the CPU pin (shdh.cpu_pin) costs: the same work pinned to AVX2 and with the pin off.
+
+    python benchmarks/cpu_pin.py [--repeats 3]
+
+Each mode runs in a fresh process (the pin must be set before numpy and torch load), on
+synthetic data of the pipeline's shapes: one epoch of SHDH on an eighth-width CNN-F (the default
+profile's deep fits), GIST-512 features (the features stage), ITQ and KSH fits on 512-D features
+(the shallow baselines). Prints the best of `repeats` times per task and mode as a markdown
+table for docs/benchmarks.md, with this machine's CPU and instruction set. On an AVX2-only CPU
+both modes take the same paths, so the table shows the noise floor; the cost is on AVX-512
+CPUs, where the off mode may take the wider kernels. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+
+WORK = r"""
+import json, sys, time
+from shdh.cpu_pin import pin_cpu
+pin_cpu()
+import numpy as np, torch
+from shdh.features.gist import gist_features
+from shdh.hashers import get_hasher_class
+from shdh.hashers.supervision import PairSimilarity
+from shdh.loop import LoopSettings
+
+rng = np.random.default_rng(0)
+n = 1024
+leaf = rng.integers(0, 10, n)
+anc = np.stack([np.zeros(n, int), 1 + leaf // 5, 3 + leaf], axis=1)
+u = [0.0, 2 / 3, 1 / 3]
+images = rng.integers(0, 255, size=(n, 28, 28), dtype=np.uint8)
+features = rng.normal(size=(8 * n, 512)).astype(np.float32)
+anc_f = np.tile(anc, (8, 1))
+
+def timed(fn):
+    start = time.perf_counter(); fn(); return time.perf_counter() - start
+
+def shdh():
+    loop = LoopSettings(width=1 / 8, epochs=1, batch_size=128, device="cpu")
+    get_hasher_class("shdh")(n_bits=32, loop=loop, seed=0).fit(
+        images, PairSimilarity(anc, u, "hierarchical"))
+
+def fit(name, **budget):
+    cls = get_hasher_class(name)
+    return lambda: cls(n_bits=32, seed=0, **budget).fit(
+        features, PairSimilarity(anc_f, u, cls.supervision or "label"))
+
+tasks = {
+    "SHDH, 1 epoch of 1,024 images (1/8 width)": shdh,
+    "GIST-512 of 1,024 images": lambda: gist_features(images),
+    "ITQ, 8,192 x 512": fit("itq"),
+    "KSH, 8,192 x 512 (300 anchors, 2,000 labelled)": fit("ksh", n_anchors=300,
+                                                            n_labelled=2000),
+}
+print(json.dumps({name: timed(fn) for name, fn in tasks.items()}))
+"""
+
+
+def run_once(mode: str) -> dict[str, float]:
+    env = {**os.environ, "SHDH_CPU_PIN": mode}
+    out = subprocess.run(
+        [sys.executable, "-c", WORK], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def cpu_line() -> str:
+    from shdh.cpu_pin import host_isa
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} CPUs, {host_isa()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    best: dict[str, dict[str, float]] = {"avx2": {}, "off": {}}
+    for _ in range(args.repeats):
+        for mode in best:  # alternated, so that a busy moment hits both modes alike
+            for task, seconds in run_once(mode).items():
+                best[mode][task] = min(seconds, best[mode].get(task, float("inf")))
+    print(f"CPU: {cpu_line()}; best of {args.repeats}\n")
+    print("| task | pinned (avx2) s | off s | pinned / off |")
+    print("|---|---:|---:|---:|")
+    for task, pinned in best["avx2"].items():
+        off = best["off"][task]
+        print(f"| {task} | {pinned:.2f} | {off:.2f} | {pinned / off:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
