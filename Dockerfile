@@ -1,75 +1,79 @@
-# syntax=docker/dockerfile:1
-#
 # The two images of shdh, from one file (docs/cluster.md, section 1):
 #
 #   --target runtime  ghcr.io/shdh/shdh:VERSION       every CPU step of the Kubeflow pipeline and
 #                     the MLflow server of k8s/: Python 3.11, the package, its dependencies at
-#                     the versions of requirements.lock, PyTorch's CPU build, psycopg2 for MLflow
+#                     the versions of requirements.lock, psycopg2 for MLflow
 #   --target gpu      ghcr.io/shdh/shdh:VERSION-cuda  the train step on NVIDIA GPUs: the same
-#                     package on NVIDIA's CUDA 13.0 base, with the CUDA build of PyTorch of the lock
+#                     package with the CUDA build of PyTorch of the lock and its nvidia-* libraries
 #
-# Neither holds the test tools of the lock (pytest, ruff, faiss, seaweedfs, hadolint, the
-# validators): only the package's own dependencies are installed, each at its locked version
-# (`pip install --constraint requirements.lock`). Both run as the non-root user 10001.
+# Build it with `make images` (pipelines/images.py), here and in CI. The build needs no network
+# and no registry: every Python package comes from a wheelhouse made on the host beforehand
+# (WHEELHOUSE: the package's wheel and the wheels of its own dependencies at the versions of
+# requirements.lock), installed with `pip install --no-index --constraint requirements.lock`,
+# so none of the lock's test tools (pytest, ruff, faiss, seaweedfs, hadolint, the validators) go
+# in. Which PyTorch build an image gets is the wheelhouse's: the lock's torch 2.14.1 (the CUDA
+# build from PyPI, which runs on the CPU too), or for the runtime image the CPU build of the
+# same release where the wheelhouse has one under cpu/ (CI fetches it from PyTorch's CPU index).
+# Both images run as the non-root user 10001.
 #
-# GPU nodes need an NVIDIA driver of release 580 or newer (CUDA 13.x; 580.65.06 shipped with
-# CUDA 13.0) and a GPU of compute capability 7.5 (Turing) or newer: CUDA 13 dropped Maxwell,
-# Pascal and Volta. On an older driver NVIDIA's container toolkit refuses the container where it
-# checks the base image's NVIDIA_REQUIRE_CUDA, and the train step's device check fails at once
-# where it does not.
+# The bases are build arguments. Their defaults are the public base, pinned by the digest of its
+# multi-architecture index (amd64 is what the lock's wheels need: build with --platform
+# linux/amd64); check one with `docker buildx imagetools inspect NAME:TAG` before bumping it:
+#   python:3.11.14-slim-bookworm   sha256:65a93d69... (amd64 manifest sha256:83f339c1...)
+# Where no registry is reachable, `make images` passes a base it made with debootstrap (Debian
+# bookworm minbase with Debian's Python 3.11); any base works that has `python3` 3.11 with its
+# venv module, glibc 2.28 or newer, and useradd.
 #
-# Base images are pinned by the digest of their multi-architecture index (amd64 is what the
-# lock's wheels need; build with --platform linux/amd64). The digests were not pulled from the
-# machines this project is developed on, which reach no registry; they are the ones published
-# for these tags, as recorded in public repositories that build on them:
-#   python:3.11.14-slim-bookworm          sha256:65a93d69... (amd64 manifest sha256:83f339c1...)
-#   nvidia/cuda:13.0.3-base-ubuntu24.04   sha256:7c7413a5... (amd64 manifest sha256:97d085a7...)
-#   ghcr.io/astral-sh/uv:0.9.16           sha256:ae9ff79d...
-# Check one with `docker buildx imagetools inspect NAME:TAG` before bumping it.
-#
-# Build (CI does this for every pull request and pushes on a release tag: .github/workflows):
-#   docker build --platform linux/amd64 --target runtime -t "$SHDH_IMAGE" .
-#   docker build --platform linux/amd64 --target gpu -t "$SHDH_IMAGE-cuda" .
+# The GPU image needs no CUDA base: PyTorch's wheels bring the CUDA runtime, cuBLAS, cuDNN and
+# NCCL as the nvidia-* wheels of the lock, and NVIDIA's container toolkit mounts the driver into
+# any image whose environment asks for it (NVIDIA_VISIBLE_DEVICES, set by the device plugin, and
+# NVIDIA_DRIVER_CAPABILITIES); NVIDIA_REQUIRE_CUDA makes the toolkit refuse a node whose driver
+# is older than CUDA 13.0 needs (release 580 or newer). GPUs of compute capability 7.5 (Turing)
+# or newer: CUDA 13 dropped Maxwell, Pascal and Volta.
 
-# ---- the package as a wheel, built once for both images ----------------------------------------
-FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS wheel
+ARG RUNTIME_BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
+ARG GPU_BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY pyproject.toml README.md /src/shdh/
-COPY src /src/shdh/src
-# The build backend at a fixed version, without build isolation, so the build needs nothing
-# that is not pinned here.
-RUN pip install --no-cache-dir setuptools==84.2.1 \
-    && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels /src/shdh
+# ---- the runtime image's virtual environment, from the wheelhouse ------------------------------
+FROM ${RUNTIME_BASE} AS venv
 
-# ---- uv, which installs the GPU image's Python ---------------------------------------------------
-FROM ghcr.io/astral-sh/uv:0.9.16@sha256:ae9ff79d095a61faf534a882ad6378e8159d2ce322691153d68d2afac7422840 AS uv
-
-# ---- runtime: the CPU steps and the MLflow server ------------------------------------------------
-FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS runtime
-
-# The package version (pyproject.toml) and the locked torch and torchvision versions, whose CPU
-# builds come from PyTorch's own index (tests/infra checks these against the two files).
 ARG SHDH_VERSION=0.1.0
-ARG TORCH_VERSION=2.14.1
-ARG TORCHVISION_VERSION=0.29.1
+ARG WHEELHOUSE=artifacts/wheelhouse
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+COPY requirements.lock /tmp/shdh/requirements.lock
+COPY ${WHEELHOUSE} /tmp/shdh/wheels
+# cpu/ first: pip takes 2.14.1+cpu over 2.14.1 for the pin torch==2.14.1 when both are there.
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-index --find-links /tmp/shdh/wheels/cpu \
+        --find-links /tmp/shdh/wheels --constraint /tmp/shdh/requirements.lock \
+        "shdh[pipeline,server]==${SHDH_VERSION}" \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/shdh --version
+
+# ---- runtime: the CPU steps and the MLflow server ----------------------------------------------
+FROM ${RUNTIME_BASE} AS runtime
+
+ARG SHDH_VERSION=0.1.0
 ARG VCS_REF=unknown
+ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
 
 LABEL org.opencontainers.image.title="shdh" \
       org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): CPU pipeline steps and the MLflow server" \
       org.opencontainers.image.version="${SHDH_VERSION}" \
       org.opencontainers.image.revision="${VCS_REF}" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="docker.io/library/python:3.11.14-slim-bookworm"
+      org.opencontainers.image.base.name="${BASE_NAME}"
 
-# No bytecode or pip cache in the layers; logs unbuffered so `kubectl logs` streams them;
-# matplotlib draws without a display and keeps its cache in /tmp, as numba keeps the compiled
-# ranking kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT tags
-# every MLflow run with the image's commit (the image has no .git).
+# No bytecode written at run time; logs unbuffered so `kubectl logs` streams them; matplotlib
+# draws without a display and keeps its cache in /tmp, as numba keeps the compiled ranking
+# kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT tags every
+# MLflow run with the image's commit (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
     NUMBA_CACHE_DIR=/tmp/numba \
@@ -87,17 +91,7 @@ RUN groupadd --system --gid 10001 shdh \
     && chown 10001:0 /workspace /gcs /minio /s3 \
     && chmod 0775 /workspace /gcs /minio /s3
 
-# PyTorch's CPU builds first (a quarter of the CUDA build's size, and no NVIDIA libraries),
-# then the package with exactly the locked versions of its dependencies (the CPU torch already
-# satisfies the lock's torch pin), then a smoke test of the CLI.
-COPY requirements.lock /tmp/shdh/requirements.lock
-COPY --from=wheel /wheels /tmp/shdh/wheels
-RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu \
-        "torch==${TORCH_VERSION}+cpu" "torchvision==${TORCHVISION_VERSION}+cpu" \
-    && pip install --no-cache-dir --constraint /tmp/shdh/requirements.lock \
-        "/tmp/shdh/wheels/shdh-${SHDH_VERSION}-py3-none-any.whl[pipeline,server]" \
-    && rm -rf /tmp/shdh \
-    && shdh --version
+COPY --from=venv /opt/venv /opt/venv
 
 # No HEALTHCHECK: the components are batch jobs that exit when done, and Kubernetes ignores
 # image health checks anyway; the MLflow server's probes are in k8s/base/mlflow.yaml.
@@ -105,38 +99,44 @@ USER 10001:10001
 WORKDIR /workspace
 CMD ["shdh", "--help"]
 
-# ---- gpu: the train step on NVIDIA GPUs ----------------------------------------------------------
-# NVIDIA's smallest CUDA image: the CUDA runtime and the container settings of the NVIDIA
-# toolkit (NVIDIA_REQUIRE_CUDA, NVIDIA_VISIBLE_DEVICES), no math libraries. cuBLAS, cuDNN, NCCL
-# and the rest come with PyTorch as the nvidia-* wheels of the lock, at the versions it was
-# built against; the `runtime` flavour would add a second copy (~2.5 GB) that torch never loads.
-FROM nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1 AS gpu
+# ---- the GPU image's virtual environment: the lock's CUDA build of PyTorch ---------------------
+FROM ${GPU_BASE} AS venv-gpu
 
 ARG SHDH_VERSION=0.1.0
-ARG PYTHON_VERSION=3.11.14
+ARG WHEELHOUSE=artifacts/wheelhouse
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+COPY requirements.lock /tmp/shdh/requirements.lock
+COPY ${WHEELHOUSE} /tmp/shdh/wheels
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-index --find-links /tmp/shdh/wheels \
+        --constraint /tmp/shdh/requirements.lock "shdh[pipeline]==${SHDH_VERSION}" \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/shdh --version
+
+# ---- gpu: the train step on NVIDIA GPUs --------------------------------------------------------
+FROM ${GPU_BASE} AS gpu
+
+ARG SHDH_VERSION=0.1.0
 ARG VCS_REF=unknown
+ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
 
 LABEL org.opencontainers.image.title="shdh-cuda" \
       org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): the train step on NVIDIA GPUs (CUDA 13, driver >= 580)" \
       org.opencontainers.image.version="${SHDH_VERSION}" \
       org.opencontainers.image.revision="${VCS_REF}" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="docker.io/nvidia/cuda:13.0.3-base-ubuntu24.04"
+      org.opencontainers.image.base.name="${BASE_NAME}"
 
-# The same Python as the runtime image, as a standalone build that uv installs and checks
-# against the checksum it carries for it (Ubuntu 24.04's own Python is 3.12). The rest as in
-# the runtime image.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    UV_NO_CACHE=1 \
-    UV_PYTHON_INSTALL_DIR=/opt/python \
-    UV_PYTHON_PREFERENCE=only-managed \
     VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:${PATH} \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
     NUMBA_CACHE_DIR=/tmp/numba \
+    NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
     SHDH_GIT_COMMIT=${VCS_REF}
 
 RUN groupadd --system --gid 10001 shdh \
@@ -146,18 +146,7 @@ RUN groupadd --system --gid 10001 shdh \
     && chown 10001:0 /workspace /gcs /minio /s3 \
     && chmod 0775 /workspace /gcs /minio /s3
 
-# Python and a virtual environment (the components call `python3 -m kfp.dsl.executor_main`, no
-# pip), then the package with the locked dependencies: torch==2.14.1 from PyPI is the CUDA 13.0
-# build and brings the nvidia-* libraries the lock pins.
-COPY --from=uv /uv /usr/local/bin/uv
-COPY requirements.lock /tmp/shdh/requirements.lock
-COPY --from=wheel /wheels /tmp/shdh/wheels
-RUN uv python install "${PYTHON_VERSION}" \
-    && uv venv --python "${PYTHON_VERSION}" /opt/venv \
-    && uv pip install --python /opt/venv/bin/python --constraint /tmp/shdh/requirements.lock \
-        "/tmp/shdh/wheels/shdh-${SHDH_VERSION}-py3-none-any.whl[pipeline]" \
-    && rm -rf /tmp/shdh \
-    && shdh --version
+COPY --from=venv-gpu /opt/venv /opt/venv
 
 USER 10001:10001
 WORKDIR /workspace

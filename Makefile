@@ -16,9 +16,38 @@ run: data
 ## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once).
 ## Most of the slow tests wait on child processes (dvc, shdh, servers), so two workers finish in
 ## about two thirds of the time on two cores. TEST_WORKERS=0 runs everything in one process.
+## The container tests (tests/containers) are not part of it: `make test-containers` runs them,
+## and this target says whether they could run here.
 TEST_WORKERS ?= 2
 test: data browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	@if docker info >/dev/null 2>&1; then \
+	  echo "container tests left out: run \`make test-containers\` (Docker answers here)"; \
+	elif command -v dockerd >/dev/null || command -v apt-get >/dev/null; then \
+	  echo "container tests left out: \`make test-containers\` installs and starts Docker, builds the image and runs them"; \
+	else \
+	  echo "container tests left out: no Docker engine here and no apt to install one"; \
+	fi
+
+## images: the runtime and the GPU image from the one Dockerfile, with no registry and no network
+## inside the build (pipelines/images.py): Docker from Debian's packages and dockerd started
+## where needed, a Debian base made with debootstrap (reused while its recipe is unchanged), a
+## wheelhouse from requirements.lock, then `docker build` of each target, tagged
+## localhost/shdh:VERSION and localhost/shdh:VERSION-cuda; images whose inputs did not change
+## are reused. IMAGE_TARGETS=runtime builds one.
+IMAGE_TARGETS ?= runtime gpu
+.PHONY: images
+images: setup
+	$(BIN)/python -m pipelines.images build $(addprefix --target ,$(IMAGE_TARGETS))
+
+## test-containers: the smoke profile's whole DAG in the runtime image (kfp.local's DockerRunner,
+## UID 10001, read-only root) against a real MLflow server (basic auth) and SeaweedFS on loopback,
+## compared with the same run without containers; and the train step killed and resumed from
+## its S3 checkpoint (tests/containers). Docker that cannot start fails it where CI=true.
+.PHONY: test-containers
+test-containers: data
+	$(MAKE) images IMAGE_TARGETS=runtime
+	SHDH_TEST_CONTAINERS=1 $(BIN)/python -m pytest -p no:xdist tests/containers
 
 ## test-fast: the unit tests less the `slow` and `integration` ones, for the edit-test loop
 ## (about 2 minutes on 2 busy cores; `make test` still runs everything, as CI does). Bytecode

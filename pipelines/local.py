@@ -1,15 +1,25 @@
-"""Run the whole pipeline here, with kfp.local's SubprocessRunner in the current environment.
+"""Run the whole pipeline here, with kfp.local: in the current environment, or in containers.
 
-Each task runs as a subprocess of this Python (use_venv=False: the installed shdh, no pip), so
-the run needs no cluster, no container engine and no network. The pipeline is built without
-its cluster settings (no GPU request, ConfigMap or Secret): MLflow settings come from this
-shell's environment, as for `dvc repro`.
+SubprocessRunner (the default): each task runs as a subprocess of this Python (use_venv=False:
+the installed shdh, no pip), so the run needs no cluster, no container engine and no network.
+
+DockerRunner (`shdh pipeline run --local --docker`): each task runs in a container of the
+components' image (SHDH_IMAGE; `make images` builds it as localhost/shdh:VERSION) as the pods
+of k8s/ run it: as UID 10001, with a read-only root filesystem and a private /tmp, on the
+host's network (the MLflow and S3 servers of a local run listen on loopback). The pipeline root
+is bind-mounted at the same path, so it is made writable by that UID; the Debian dataset folder
+is mounted read-only where the download step looks for it; the tracking and object-store
+settings of this shell (CONTAINER_ENV) are passed into each container.
+
+Either way the pipeline is built without its cluster settings (no GPU request, ConfigMap or
+Secret): MLflow settings come from this shell's environment, as for `dvc repro`.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +38,55 @@ class LocalRun:
     table: str  # table.md
 
 
-def run_local(params: dict[str, Any], root: str | Path) -> LocalRun:
-    """Run the DAG for `params` under root (a folder per run); fails fast, naming the URI, when
-    the MLflow tracking server cannot be reached.
+CONTAINER_UID = 10001  # the images' USER and the pods' runAsUser
+# What a task needs from this shell's environment; nothing else goes into a container.
+CONTAINER_ENV = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "SHDH_CHECKPOINT_URL",
+    "SHDH_CPU_PIN",
+)
+DATASET_DIRS = ("/usr/share/datasets/fashion-mnist",)  # Debian's dataset packages, read-only
+
+
+def docker_runner(root: Path, environ: dict[str, str] | None = None) -> Any:
+    """kfp.local's DockerRunner, set up as the pods run the image (module docstring)."""
+    from docker.types import Mount
+    from kfp import local
+
+    environ = os.environ if environ is None else environ
+    env = {name: environ[name] for name in CONTAINER_ENV if environ.get(name)}
+    env["HOME"] = "/tmp"  # the user's home is on the read-only root
+    mounts = [
+        Mount(target=path, source=path, type="bind", read_only=True)
+        for path in DATASET_DIRS
+        if Path(path).is_dir()
+    ]
+    # The containers write their outputs under the root, into folders kfp.local makes as this
+    # user: the root becomes the containers' user's, and run_local clears this process's umask
+    # while it runs, so the folders it makes are writable by that user too.
+    os.chown(root, CONTAINER_UID, CONTAINER_UID)
+    return local.DockerRunner(
+        user=f"{CONTAINER_UID}:{CONTAINER_UID}",
+        read_only=True,
+        tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=4g"},
+        network_mode="host",
+        environment=env,
+        mounts=mounts,
+    )
+
+
+def run_local(params: dict[str, Any], root: str | Path, *, docker: bool = False) -> LocalRun:
+    """Run the DAG for `params` under root (a folder per run), in containers with `docker`;
+    fails fast, naming the URI, when the MLflow tracking server cannot be reached.
 
     builtins.print is put back afterwards: kfp.local swaps it for an indenting wrapper around
     each task and restores it last-in-first-out, but it runs a ParallelFor's tasks in threads,
@@ -43,14 +99,16 @@ def run_local(params: dict[str, Any], root: str | Path) -> LocalRun:
     tracking.check_server(tracking.tracking_uri())
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True
-    )
+    runner = docker_runner(root) if docker else local.SubprocessRunner(use_venv=False)
+    local.init(runner=runner, pipeline_root=str(root), raise_on_error=True)
     print_before = builtins.print
+    umask = os.umask(0o000) if docker else None  # folders the containers' user can write in
     try:
         task = build_pipeline(params)(**pipeline_arguments(params))
     finally:
         builtins.print = print_before
+        if umask is not None:
+            os.umask(umask)
     results_dir = Path(task.outputs["results"].path)
     return LocalRun(
         results_dir=results_dir,

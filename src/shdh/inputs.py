@@ -7,6 +7,10 @@ sweep may not exist yet. The `inputs` stage runs on every `dvc repro` (it is che
 and times are checked first, and only changed files are read again) and writes, per stage, the
 hash of every such file it reads; the stage depends on that record, so editing one of them
 reruns exactly the stage that reads it, as editing a listed dependency would.
+
+Running first, it is also where your own data is checked before any output is deleted: DVC
+removes a stage's outputs before it runs the stage, so a bad label found by `prepare` itself
+would cost the last good prepared data.
 """
 
 from __future__ import annotations
@@ -28,17 +32,29 @@ STAT_CACHE = ".stat-cache.json"  # (size, mtime) -> md5 of files hashed before; 
 
 
 def stage_inputs(params: Mapping[str, Any]) -> dict[str, list[Path]]:
-    """The files each stage reads beyond its dvc.yaml dependencies, for validated params."""
-    from shdh.data.table import table_items
+    """The files each stage reads beyond its dvc.yaml dependencies, for validated params.
 
+    Your own data is checked here as the prepare step would check it before decoding an image
+    (check_folder, check_table: files, labels, the tree): under `dvc repro` this stage runs
+    first, and an error here stops the run before DVC deletes the prepared data to rerun
+    prepare.
+    """
     data, found = params["data"], {stage: [] for stage in STAGES}
+    own = {"inner_labels": data.get("inner_labels", False), "name": data.get("name")}
+    if data["dataset"] == "folder":
+        from shdh.data.folder import check_folder
+
+        check_folder(data["raw_dir"], **own)  # the folder itself is a dvc.yaml dependency
     if data["dataset"] == "table":
+        from shdh.data.table import check_table
+
         columns = data.get("table") or {}
-        found["prepare"] = table_items(
+        found["prepare"] = check_table(
             data["raw_dir"],
             columns.get("image_column", "image"),
             columns.get("label_column", "label"),
-        )[0]
+            **own,
+        )
     source = params["tree"]["source"]
     if source != "dataset" and not source.startswith("builtin:"):
         if not Path(source).is_file():

@@ -4,6 +4,7 @@ setting, a tree JSON, and outputs that fail early and by name."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import numpy as np
@@ -16,6 +17,7 @@ from shdh.data.dataset import load_dataset
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
 from shdh.hierarchy import LabelTree
 from tests.commands.test_steps import run_steps, smoke_params
+from tests.conftest import REPO
 from tests.readonly import read_only, run_without_override
 
 
@@ -95,3 +97,47 @@ def test_a_read_only_results_folder_fails_before_any_ranking_naming_it(tmp_path)
     assert f"evaluate.results_dir: {results}: cannot write there (Permission denied)" in proc.stderr
     assert "Traceback" not in proc.stderr and time.perf_counter() - start < 60
     assert yaml.safe_load(params.read_text())["evaluate"]["results_dir"] == str(results)
+
+
+def test_a_misspelt_raw_dir_is_named_by_every_command_not_taken_for_a_results_clash(
+    tmp_path, shapes, monkeypatch, caplog
+):
+    """The results point at results/shapes/smoke; a misspelt folder would name the dataset
+    `shapez`, whose results that folder is not: the key is named instead, by the inputs stage
+    (which `dvc repro` runs first), prepare and the steps after it."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")  # a checkout: results/ is owned
+    results = {"results_dir": "results/shapes/smoke", "report": "results/shapes/smoke/report.md"}
+    params = smoke_params(tmp_path, "shapez", data={"dataset": "folder"}, evaluate=results)
+    for step in ("inputs", "prepare", "tree", "evaluate"):
+        caplog.clear()
+        assert main([step, "--params", str(params)]) == 1, step
+        assert f"{params}: data.raw_dir: shapez does not exist (data.dataset: folder" in caplog.text
+        assert "would overwrite them" not in caplog.text
+    params = smoke_params(tmp_path, "shapes.csv", data={"dataset": "table"}, evaluate=results)
+    assert main(["inputs", "--params", str(params)]) == 1
+    assert f"{params}: data.raw_dir: shapes.csv does not exist (data.dataset: table" in caplog.text
+    params = smoke_params(tmp_path, "shapes", data={"dataset": "folder"}, evaluate=results)
+    assert main(["inputs", "--params", str(params), "--out", "rec"]) == 0
+
+
+def test_the_inputs_step_refuses_bad_labels_before_prepare_runs(tmp_path, shapes, caplog):
+    rows = [
+        "image,label",
+        "shapes/warm/red/circle/circle_000.png,warm/red/circle",
+        "shapes/warm/red/circle/circle_001.png,warm/red",
+        "shapes/warm/red/circle/nope.png,warm/red/circle",
+    ]
+    table = tmp_path / "labels.csv"
+    table.write_text("\n".join(rows) + "\n")
+    params = smoke_params(tmp_path, table, data={"dataset": "table"})
+    assert main(["inputs", "--params", str(params), "--out", str(tmp_path / "rec")]) == 1
+    assert f"{table}: line 4: column 'image': image file 'shapes/warm/red/circle/nope.png'" in (
+        caplog.text
+    )
+    table.write_text("\n".join(rows[:3]) + "\n")
+    caplog.clear()
+    assert main(["inputs", "--params", str(params), "--out", str(tmp_path / "rec")]) == 1
+    assert f"{table}: line 3 (shapes/warm/red/circle/circle_001.png): label 'warm/red' is an " in (
+        caplog.text
+    )

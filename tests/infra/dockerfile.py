@@ -75,16 +75,45 @@ def final_user(dockerfile: Path) -> str:
     return users[-1]
 
 
+def arg_defaults(dockerfile: Path) -> dict[str, str]:
+    """Every `ARG NAME=DEFAULT` of the file (a later one of the same name wins)."""
+    found = {}
+    for keyword, arguments in instructions(dockerfile):
+        if keyword == "ARG" and "=" in arguments:
+            name, _, default = arguments.partition("=")
+            found[name.strip()] = default.strip().strip('"')
+    return found
+
+
+def global_args(dockerfile: Path) -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults: what a FROM line may use."""
+    found = {}
+    for keyword, arguments in instructions(dockerfile):
+        if keyword == "FROM":
+            break
+        if keyword == "ARG":
+            name, _, default = arguments.partition("=")
+            found[name.strip()] = default.strip().strip('"')
+    return found
+
+
+def expand(text: str, values: dict[str, str]) -> str:
+    """${NAME} and $NAME replaced by values[NAME], as the builder substitutes ARGs."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m[1] or m[2], m[0]), text)
+
+
 def copy_sources(dockerfile: Path) -> list[str]:
-    """The build-context paths that COPY and ADD read (not those copied from another stage)."""
+    """The build-context paths that COPY and ADD read (not those copied from another stage),
+    with build arguments at their defaults."""
     sources: list[str] = []
+    defaults = arg_defaults(dockerfile)
     for keyword, arguments in instructions(dockerfile):
         if keyword not in ("COPY", "ADD"):
             continue
         words = shlex.split(arguments)
         if any(word.startswith("--from") for word in words):
             continue
-        paths = [word for word in words if not word.startswith("--")]
+        paths = [expand(word, defaults) for word in words if not word.startswith("--")]
         sources.extend(paths[:-1])  # the last one is the destination
     return sources
 

@@ -87,7 +87,17 @@ def test_the_lint_job_runs_what_these_tests_run():
         assert re.search(rf"^{re.escape(tool)}==", lock, re.M), f"{tool} is not in the lock"
     assert steps_running(lint, "hadolint --failure-threshold style Dockerfile")
     assert steps_running(lint, "check-jsonschema --builtin-schema vendor.github-workflows")
-    assert workflow()["jobs"]["build"]["needs"] == "lint"
+    assert "lint" in workflow()["jobs"]["build"]["needs"]
+
+
+def test_images_are_built_and_pushed_only_after_the_tests_pass():
+    jobs = workflow()["jobs"]
+    assert set(jobs["build"]["needs"]) == {"lint", "test"}
+    assert steps_running(jobs["test"], ".ci/run")
+    (wheelhouse,) = steps_running(jobs["build"], "pipelines.images wheelhouse")
+    steps = jobs["build"]["steps"]
+    built = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("docker/build"))
+    assert next(i for i, s in enumerate(steps) if s.get("run") == wheelhouse) < built
 
 
 @pytest.mark.parametrize("word", ["shdh --version", "id -u", "docker image inspect"])

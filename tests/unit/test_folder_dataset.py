@@ -10,6 +10,7 @@ from PIL import Image
 from shdh.data.dataset import load_dataset
 from shdh.data.folder import (
     DEMO_LEAVES,
+    check_folder,
     folder_dataset,
     list_folder_images,
     make_demo_folder,
@@ -147,6 +148,54 @@ def test_images_in_an_inner_folder(tmp_path):
     assert labels == ["animal/cat", "animal/cat/persian", "animal/dog"]
     anc = tree.ancestors_of_labels(labels)
     assert anc[0, 3] == -1 and anc[0, 2] == anc[1, 2]
+
+
+def test_every_misplaced_image_and_bad_folder_is_named_in_one_error(tmp_path):
+    root = tmp_path / "r"
+    png(root / "cls" / "a.png")
+    png(root / "stray1.png")
+    png(root / "stray2.png")
+    for image in ("1.png", "2.png"):  # two images in one bad folder: the folder named once
+        png(root / "cats|dogs" / image)
+    with pytest.raises(DataFormatError) as err:
+        folder_dataset(root, tmp_path / "out")
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{root}: 3 problems in the folder tree:"
+    assert lines[1] == f"  {root / 'cats|dogs'}: name 'cats|dogs' contains '|', which is reserved"
+    assert lines[2].startswith(f"  {root / 'stray1.png'}: an image directly in the root")
+    assert lines[3].startswith(f"  {root / 'stray2.png'}: an image directly in the root")
+    assert len(lines) == 4 and not (tmp_path / "out").exists()
+
+
+def test_every_image_labelled_at_an_inner_node_is_named(tmp_path):
+    root = tmp_path / "r"
+    png(root / "animal" / "cat" / "persian" / "p.png")
+    for name in ("c1.png", "c2.png"):
+        png(root / "animal" / "cat" / name)
+    png(root / "animal" / "a.png")
+    with pytest.raises(DataFormatError) as err:
+        check_folder(root)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith(f"{root}: 3 item labels are inner nodes of the label tree; give")
+    assert "data.inner_labels: true" in lines[0] and lines[0].endswith(":")
+    assert lines[1].startswith(f"  {root / 'animal' / 'a.png'}: label 'animal' is an inner node")
+    assert lines[2].startswith(f"  {root / 'animal/cat/c1.png'}: label 'animal/cat' is an inner")
+    assert lines[3].startswith(f"  {root / 'animal/cat/c2.png'}: label 'animal/cat' is an inner")
+    assert len(lines) == 4
+    assert check_folder(root, inner_labels=True)[0] == root / "animal" / "a.png"
+
+
+def test_every_undecodable_image_is_named_and_nothing_is_left(tmp_path, demo):
+    for path in (demo / "vehicle" / "boat" / "boat_001.png", demo / "animal/bird/bird_003.png"):
+        path.write_bytes(b"broken")
+    with pytest.raises(ImageDecodeError) as err:
+        folder_dataset(demo, tmp_path / "out")
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith(f"2 of {4 * len(DEMO_LEAVES)} image files cannot be decoded; set")
+    assert "data.skip_bad_images: true" in lines[0]
+    assert "bird_003.png: cannot decode image" in lines[1]
+    assert "boat_001.png: cannot decode image" in lines[2]
+    assert sorted(os.listdir(tmp_path)) == ["demo"]
 
 
 def test_undecodable_image_fails_naming_it_and_leaves_nothing(tmp_path, demo):

@@ -11,10 +11,12 @@ from PIL import Image
 from shdh.data.dataset import load_dataset, save_dataset, write_dataset_streaming
 from shdh.data.idx import DataFormatError
 from shdh.data.images import (
+    MAX_LISTED,
     ImageDecodeError,
     ImageSpec,
     decode_image,
     label_tree,
+    listed_problems,
     parse_label_cell,
     resolve_workers,
     stream_images,
@@ -140,6 +142,27 @@ def test_stream_stops_at_a_bad_image_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_stream_names_every_undecodable_image_in_one_error(tmp_path, monkeypatch, workers):
+    monkeypatch.setattr("shdh.data.images.BATCH_SIZE", 3)  # bad files in different batches
+    paths, _ = make_files(tmp_path, 8, bad={1, 6, 7})
+    with pytest.raises(ImageDecodeError) as err:
+        stream_images(paths, np.zeros((8, 8, 8, 3), np.uint8), ImageSpec(8, 8), workers=workers)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("3 of 8 image files cannot be decoded; set data.skip_bad_images")
+    assert [line.split(": ")[0] for line in lines[1:]] == [
+        f"  {tmp_path / name}" for name in ("img001.png", "img006.png", "img007.png")
+    ]
+
+
+def test_listed_problems_names_one_as_it_is_and_many_up_to_a_cap():
+    assert listed_problems(["a: bad"], "summary:") == "a: bad"
+    assert listed_problems(["a: bad", "b: bad"], "2 problems:") == "2 problems:\n  a: bad\n  b: bad"
+    many = listed_problems([f"f{i}: bad" for i in range(MAX_LISTED + 5)], "s:").splitlines()
+    assert len(many) == 1 + MAX_LISTED + 1 and many[-1] == "  and 5 more"
+    assert many[MAX_LISTED] == f"  f{MAX_LISTED - 1}: bad"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_stream_skips_bad_images_packs_rows_and_logs(tmp_path, monkeypatch, caplog, workers):
     monkeypatch.setattr("shdh.data.images.BATCH_SIZE", 3)
     paths, arrays = make_files(tmp_path, 8, bad={1, 6})
@@ -210,6 +233,22 @@ def test_inner_node_label_is_refused_unless_allowed():
     tree = label_tree(labels, origins, source="r", root="r", inner_labels=True)
     cat = tree.ancestors_of_labels(["animal/cat"])[0]
     assert cat[2] >= 0 and cat[3] == -1
+
+
+def test_every_item_labelled_at_an_inner_node_is_named_in_item_order():
+    labels = ["a/b/c", "a/b", "a|x/y", "a/b"]
+    origins = ["t.csv: line 2", "t.csv: line 3", "t.csv: line 4", "t.csv: line 5"]
+    with pytest.raises(DataFormatError) as err:
+        label_tree(labels, origins, source="t.csv", root="r", inner_labels=False)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("t.csv: 3 item labels are inner nodes of the label tree; give")
+    assert [line.split(": label ")[1].split(" is")[0] for line in lines[1:]] == [
+        "'a/b'",
+        "'a'",
+        "'a/b'",
+    ]
+    assert lines[1].startswith("  t.csv: line 3: label 'a/b' is an inner node")
+    assert "e.g. 'a/b/c'" in lines[1] and lines[3].startswith("  t.csv: line 5")
 
 
 def test_label_tree_keeps_repeated_names_under_different_parents():

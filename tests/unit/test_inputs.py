@@ -10,6 +10,7 @@ import pytest
 
 from shdh.config import load_params
 from shdh.data.folder import make_shapes_folder
+from shdh.data.idx import DataFormatError
 from shdh.inputs import hashes, stage_inputs, write_records
 from tests.conftest import REPO
 
@@ -41,7 +42,7 @@ def test_each_stage_lists_the_files_only_params_name(own):
     assert found["tree"] == ["tree.json"] and found["evaluate"] == ["sweep.json"]
     own["tree"]["source"] = "builtin:cifar100"
     own["evaluate"]["alpha_sweep"] = "not-there-yet.json"  # drawn only once it exists
-    own["data"]["dataset"] = "folder"  # the folder itself is a dvc.yaml dependency
+    own["data"].update(dataset="folder", raw_dir="shapes")  # itself a dvc.yaml dependency
     assert stage_inputs(own) == {"prepare": [], "tree": [], "evaluate": []}
     own["tree"]["source"] = "missing.json"
     with pytest.raises(FileNotFoundError, match="^tree.source: missing.json: no such tree file"):
@@ -71,3 +72,31 @@ def test_a_file_whose_size_and_time_are_unchanged_is_not_read_again(tmp_path):
     assert hashes([path], cache) == before
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
     assert hashes([path], cache) != before
+
+
+def test_own_data_is_checked_as_prepare_would_without_decoding_an_image(own, tmp_path, monkeypatch):
+    """The inputs stage runs before DVC deletes prepare's outputs: a label or file error found
+    here costs nothing, one found by prepare costs the last good prepared data."""
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("the inputs stage decoded an image")
+
+    monkeypatch.setattr("shdh.data.images.decode_image", no_decoding)
+    (tmp_path / "t.csv").write_text(
+        "image,label\nshapes/warm/red/circle/circle_000.png,warm/red/circle\n"
+        "shapes/cool/blue/square/square_000.png,warm/red\n"
+    )
+    with pytest.raises(DataFormatError, match=r"^t\.csv: line 3 \(shapes/cool/blue/square/"):
+        write_records(own, "rec")
+    own["data"]["inner_labels"] = True
+    assert len(stage_inputs(own)["prepare"]) == 2
+    own["data"].update(dataset="folder", raw_dir="shapes", inner_labels=False)
+    stray = tmp_path / "shapes" / "warm" / "red" / "x.png"
+    stray.write_bytes(b"not even an image: the stage does not decode it")
+    with pytest.raises(DataFormatError, match=r"x\.png: label 'warm/red' is an inner node"):
+        stage_inputs(own)
+    own["data"]["name"] = "a|b"
+    own["data"]["inner_labels"] = True
+    with pytest.raises(DataFormatError, match=r"^name: name 'a\|b' contains '\|'"):
+        stage_inputs(own)
+    assert not (tmp_path / "rec").exists()

@@ -233,3 +233,28 @@ def test_every_setting_documents_its_meaning():
 
     for cls, field in walk(sections.ParamsSettings):
         assert len(field.metadata["doc"]) > 8, (cls.__name__, field.name)
+
+
+# A hint suggests only a value the check accepts; where none would pass, there is no hint.
+HINTS = [
+    ("train.bits", "sixteen", ""),
+    ("train.bits", 0, ""),
+    ("train.bits", "16", " (write a list: [16])"),
+    ("train.bits", "32, 48, 64", " (write a list: [32, 48, 64])"),
+    ("train.seeds", 3, " (write a list: [3])"),
+    ("train.lr", "-1e-3", ""),
+    ("train.lr", "1e-3", " (YAML read it as text: write numbers like 1e-3 as 1.0e-3)"),
+    ("train.methods", "dpsh", " (write a list: ['dpsh'])"),
+    ("train.methods", "dphs", ""),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "hint"), HINTS, ids=[f"{k}={v}" for k, v, _ in HINTS])
+def test_a_hint_only_suggests_a_value_that_passes(key, value, hint):
+    with pytest.raises(ConfigError) as err:
+        settings.validate(with_value(key, value))
+    text = str(err.value)
+    assert text.endswith(f"got {value!r}{hint}" if isinstance(value, str) else f"{value}{hint}")
+    suggested = text[text.index("[") : text.rindex("]") + 1] if "write a list" in hint else None
+    if suggested:
+        settings.validate(with_value(key, yaml.safe_load(suggested)))  # the hint passes

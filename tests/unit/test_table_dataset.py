@@ -11,7 +11,7 @@ from PIL import Image
 from shdh.data.dataset import load_dataset
 from shdh.data.idx import DataFormatError
 from shdh.data.images import ImageDecodeError
-from shdh.data.table import table_dataset
+from shdh.data.table import row_names, table_dataset
 
 
 def png(path, value):
@@ -91,11 +91,11 @@ def test_csv_with_byte_order_mark(tmp_path, images):
         ("", r"empty file"),
         ("image,label\n", r"the table has no rows"),
         ("image,lbl\nimg/a.png,a/b\n", r"column 'label': missing \(the table has columns"),
-        ("image,label\nimg/a.png,a/b\nimg/b.png,\n", r"row 1: column 'label': empty label"),
-        ("image,label\nimg/a.png,a//b\n", r"row 0: column 'label': .*empty path component"),
-        ("image,label\nimg/a.png,a/b|\n", r"row 0: column 'label': .*empty path component"),
-        ("image,label\n,a/b\n", r"row 0: column 'image': expected an image path"),
-        ("image,label\nimg/a.png,a/b\nimg/b.png,a\n", r"row 1 \(img/b\.png\): label 'a' is an"),
+        ("image,label\nimg/a.png,a/b\nimg/b.png,\n", r"line 3: column 'label': empty label"),
+        ("image,label\nimg/a.png,a//b\n", r"line 2: column 'label': .*empty path component"),
+        ("image,label\nimg/a.png,a/b|\n", r"line 2: column 'label': .*empty path component"),
+        ("image,label\n,a/b\n", r"line 2: column 'image': expected an image path"),
+        ("image,label\nimg/a.png,a/b\nimg/b.png,a\n", r"line 3 \(img/b\.png\): label 'a' is an"),
     ],
 )
 def test_bad_tables_are_refused_naming_file_and_problem(tmp_path, images, text, problem):
@@ -105,17 +105,59 @@ def test_bad_tables_are_refused_naming_file_and_problem(tmp_path, images, text, 
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_image_file_names_row_and_path(tmp_path, images):
+def test_missing_image_files_are_all_named_by_line_and_path(tmp_path, images):
     table = write_csv(
         tmp_path / "data" / "t.csv",
         "image,label\nimg/a.png,a/b\nimg/nope.png,a/b\nimg/gone.png,a/c\n",
     )
     with pytest.raises(DataFormatError) as err:
         table_dataset(table, tmp_path / "out")
-    message = str(err.value)
-    assert message.startswith(f"{table}: row 1: column 'image': image file 'img/nope.png'")
-    assert str(tmp_path / "data" / "img" / "nope.png") in message
-    assert "1 more rows name missing files" in message
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{table}: 2 problems in 2 of 3 rows:"
+    assert lines[1].startswith(f"  {table}: line 3: column 'image': image file 'img/nope.png'")
+    assert str(tmp_path / "data" / "img" / "nope.png") in lines[1]
+    assert lines[2].startswith(f"  {table}: line 4: column 'image': image file 'img/gone.png'")
+    assert len(lines) == 3
+
+
+def test_every_bad_row_is_named_up_to_a_cap(tmp_path, images):
+    rows = [f"img/missing{i}.png,a/b" for i in range(23)] + ["img/a.png,a//b"]
+    table = write_csv(tmp_path / "data" / "t.csv", "image,label\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataFormatError) as err:
+        table_dataset(table, tmp_path / "out")
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{table}: 24 problems in 24 of 24 rows:"
+    assert [line.split(": ")[1] for line in lines[1:21]] == [f"line {i}" for i in range(2, 22)]
+    assert lines[21:] == ["  and 4 more"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_row_with_a_missing_file_and_a_bad_label_gets_both_named(tmp_path, images):
+    table = write_csv(tmp_path / "data" / "t.csv", "image,label\nimg/x.png,a//b\nimg/a.png,a\n")
+    with pytest.raises(DataFormatError) as err:
+        table_dataset(table, tmp_path / "out")
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{table}: 2 problems in 1 of 2 rows:"
+    assert "line 2: column 'image': image file 'img/x.png' does not exist" in lines[1]
+    assert "line 2: column 'label': label 'a//b' has an empty path component" in lines[2]
+
+
+def test_rows_are_named_by_the_line_they_start_on(tmp_path, images):
+    """Blank lines (which pandas skips) and a quoted cell over two lines still give the line an
+    editor shows; the header is line 1."""
+    table = write_csv(
+        tmp_path / "data" / "t.csv",
+        '\nimage,label\nimg/a.png,a/b\n\n   \nimg/b.png,"a/\nc"\nimg/x.png,a/d\nimg/c.png,a//d\n',
+    )
+    with pytest.raises(DataFormatError) as err:
+        table_dataset(table, tmp_path / "out")
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"{table}: 2 problems in 2 of 4 rows:"
+    assert lines[1].startswith(f"  {table}: line 8: column 'image': image file 'img/x.png'")
+    assert lines[2].startswith(f"  {table}: line 9: column 'label'")
+    assert row_names(table, 4) == ["line 3", "line 6", "line 8", "line 9"]
+    assert row_names(table, 5) == [f"row {i}" for i in range(1, 6)]  # not pandas' count
+    assert row_names(tmp_path / "t.parquet", 2) == ["row 1", "row 2"]
 
 
 def test_unknown_suffix_and_missing_table(tmp_path):
@@ -128,7 +170,7 @@ def test_unknown_suffix_and_missing_table(tmp_path):
 def test_parquet_null_label(tmp_path, images):
     table = tmp_path / "data" / "t.parquet"
     pd.DataFrame({"image": ["img/a.png", "img/b.png"], "label": ["a/b", None]}).to_parquet(table)
-    with pytest.raises(DataFormatError, match=r"row 1: column 'label': empty label"):
+    with pytest.raises(DataFormatError, match=r"t\.parquet: row 2: column 'label': empty label"):
         table_dataset(table, tmp_path / "out")
 
 

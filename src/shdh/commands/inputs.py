@@ -1,5 +1,6 @@
 """shdh inputs: hash the files stages read that dvc.yaml cannot list (a tree JSON, a table's
-images, the alpha sweep), so that DVC reruns the stage that reads one when it changes."""
+images, the alpha sweep), so that DVC reruns the stage that reads one when it changes; and check
+your own data (data.raw_dir, its files and labels) before DVC deletes any stage's outputs."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """shdh pipeline: the Kubeflow front door: compile the DAG, run it locally, submit it to a cluster.
 
     shdh pipeline compile [--overlay NAME] [--profile P] [--param KEY=VALUE ...] [--out FILE]
-    shdh pipeline run --local [--profile smoke]
+    shdh pipeline run --local [--docker] [--profile smoke]
     shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
 
 The DAG (pipelines/) and its components (components/) live in the repository rather than in the
@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="run with kfp.local's SubprocessRunner, in this environment",
     )
+    run_p.add_argument(
+        "--docker",
+        action="store_true",
+        help="run each task in a container of the image (kfp.local's DockerRunner, as UID "
+        "10001 on a read-only root; `make images` builds it): set --image or SHDH_IMAGE",
+    )
+    run_p.add_argument("--image", help="with --docker: the image (default: $SHDH_IMAGE)")
     run_p.add_argument("--root", default=DEFAULT_LOCAL_ROOT, help="where the artifacts go")
     add_submit_arguments(submit_p)
 
@@ -135,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             f"{image_module.IMAGE}; run in a fresh process"
         )
     if args.action == "run":
-        result = pipelines.run_local(params, args.root)
+        result = pipelines.run_local(params, args.root, docker=args.docker)
         print(result.table)
         print(f"results in {result.results_dir}\nreport in {result.report}")
         return 0

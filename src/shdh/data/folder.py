@@ -25,6 +25,8 @@ from shdh.data.images import (
     PATH_SEP,
     ImageSpec,
     check_name,
+    checked_tree,
+    listed_problems,
     write_image_dataset,
 )
 from shdh.hierarchy import LabelTree
@@ -63,17 +65,49 @@ def list_folder_images(root: str | os.PathLike[str]) -> list[tuple[Path, str]]:
             "folders below it)"
         )
     found.sort(key=lambda item: item[0])
-    items = []
+    items, problems, named = [], [], set()
     for parts, path in found:
         if len(parts) == 1:
-            raise DataFormatError(
+            problems.append(
                 f"{path}: an image directly in the root folder has no label; move it into a "
                 "folder named after its class"
             )
-        for depth, part in enumerate(parts[:-1], start=1):
-            check_name(part, str(root.joinpath(*parts[:depth])))
+            continue
+        for depth in range(1, len(parts)):
+            if parts[:depth] not in named:  # each folder once, not once per image in it
+                named.add(parts[:depth])
+                try:
+                    check_name(parts[depth - 1], str(root.joinpath(*parts[:depth])))
+                except DataFormatError as exc:
+                    problems.append(str(exc))
         items.append((path, PATH_SEP.join(parts[:-1])))
+    if problems:
+        summary = f"{root}: {len(problems)} problems in the folder tree:"
+        raise DataFormatError(listed_problems(problems, summary))
     return items
+
+
+def _dataset_name(root: Path, name: str | None) -> str:
+    return name if name is not None else (root.resolve().name or "root")
+
+
+def check_folder(
+    root: str | os.PathLike[str], *, inner_labels: bool = False, name: str | None = None
+) -> list[Path]:
+    """Every check of folder_dataset that needs no image decoded (the folders' names, the
+    labels and their tree, the dataset's name); returns the image paths. The pipeline's inputs
+    stage runs it, so that such errors stop `dvc repro` before it deletes the prepared data."""
+    root = Path(root)
+    items = list_folder_images(root)
+    paths = [path for path, _ in items]
+    checked_tree(
+        [label for _, label in items],
+        [str(path) for path in paths],
+        source=str(root),
+        name=_dataset_name(root, name),
+        inner_labels=inner_labels,
+    )
+    return paths
 
 
 def folder_dataset(
@@ -103,7 +137,7 @@ def folder_dataset(
         [str(path) for path in paths],
         out_dir,
         source=str(root),
-        name=name if name is not None else (root.resolve().name or "root"),
+        name=_dataset_name(root, name),
         spec=ImageSpec.of(image_size, color),
         skip_bad_images=skip_bad_images,
         workers=workers,

@@ -48,11 +48,23 @@ IMAGE_SUFFIXES = (
 BATCH_SIZE = 256  # images per pool task: large enough to amortise the transfer, small for RAM
 POOL_MIN_ITEMS = 4 * BATCH_SIZE  # below this, starting processes costs more than it saves
 MAX_WORKERS = 4
-_LISTED_BAD = 20  # skipped files named one by one in the log before only counting
+MAX_LISTED = 20  # problems named one by one in an error (or skipped files in the log)
 
 
 class ImageDecodeError(DataFormatError):
     """An image file cannot be read or decoded; the message names the file."""
+
+
+def listed_problems(problems: Sequence[str], summary: str) -> str:
+    """One error for every problem found: a single one as it is, several as `summary` and one
+    line each, the first MAX_LISTED of them, then how many more. Fixing the input one rerun per
+    bad file is slow when there are many."""
+    if len(problems) == 1:
+        return problems[0]
+    lines = [summary, *(f"  {problem}" for problem in problems[:MAX_LISTED])]
+    if len(problems) > MAX_LISTED:
+        lines.append(f"  and {len(problems) - MAX_LISTED} more")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -172,9 +184,10 @@ def stream_images(
 ) -> np.ndarray | None:
     """Decode paths[i] into out[i]; the `fill` of write_dataset_streaming.
 
-    Without skip_bad_images the first undecodable file raises ImageDecodeError naming it. With
-    it, such files are logged and left out, the good images are packed into the first rows of
-    `out`, and the positions of the kept items are returned (None when every file decoded).
+    Without skip_bad_images an undecodable file is an error: every image is still decoded, so
+    that one ImageDecodeError names all of them (listed_problems). With it, such files are
+    logged and left out, the good images are packed into the first rows of `out`, and the
+    positions of the kept items are returned (None when every file decoded).
     """
     n = len(paths)
     if out.shape != (n, *spec.shape) or out.dtype != np.uint8:
@@ -185,21 +198,31 @@ def stream_images(
     t0 = time.perf_counter()
     kept: list[np.ndarray] = []
     bad_positions: list[int] = []
+    undecodable: list[str] = []
     filled = 0
     with _batch_decoder(n_workers) as decode:
         for start, (batch, bad) in zip(starts, decode(tasks), strict=True):
-            if bad and not skip_bad_images:
-                raise ImageDecodeError(bad[0][1])
+            if not skip_bad_images:
+                undecodable.extend(message for _, message in bad)
+                bad = []  # the rows stay in place; the error below ends the conversion
             good = np.ones(len(batch), dtype=bool)
             for pos, message in bad:
                 good[pos] = False
                 bad_positions.append(start + pos)
-                if len(bad_positions) <= _LISTED_BAD:
+                if len(bad_positions) <= MAX_LISTED:
                     log.warning("skipping an undecodable image: %s", message)
             n_good = int(good.sum())
             out[filled : filled + n_good] = batch[good] if bad else batch
             filled += n_good
             kept.append(start + np.flatnonzero(good))
+    if undecodable:
+        raise ImageDecodeError(
+            listed_problems(
+                undecodable,
+                f"{len(undecodable)} of {n} image files cannot be decoded; set "
+                "data.skip_bad_images: true (skip_bad_images=True in Python) to leave them out:",
+            )
+        )
     seconds = time.perf_counter() - t0
     if bad_positions:
         log.warning(
@@ -261,7 +284,7 @@ def label_tree(
     inner_labels: bool,
 ) -> LabelTree:
     """The label tree of every path in `labels`; errors name the `source` (the folder or table)
-    or the origin of the first item with the offending label.
+    or the origins of the items with the offending labels (all of them, in one error).
 
     A path that is a prefix of another ("animal/cat" beside "animal/cat/persian") makes its
     items sit on an inner node. LabelTree.from_paths accepts that and such an item matches
@@ -270,27 +293,66 @@ def label_tree(
     sorted order, so node ids do not depend on the order of the items. Names may repeat under
     different parents (`blue/circle`, `purple/circle`): nodes are identified by their path.
     """
-    first: dict[str, int] = {}
-    for i, cell in enumerate(labels):
-        for path in cell.split(LABEL_SEP):
-            first.setdefault(path, i)
+    paths = sorted({path for cell in labels for path in cell.split(LABEL_SEP)})
     try:
-        tree = LabelTree.from_paths(sorted(first), sep=PATH_SEP, root=root)
+        tree = LabelTree.from_paths(paths, sep=PATH_SEP, root=root)
     except TreeError as exc:
         raise DataFormatError(f"{source}: label tree: {exc}") from None
     if not inner_labels:
-        leaves = set(tree.leaves)
-        for path in sorted(first, key=first.__getitem__):
-            node = tree.node_id(path)
-            if node not in leaves:
-                below = tree.path(tree.children(node)[0])
-                raise DataFormatError(
-                    f"{origins[first[path]]}: label {path!r} is an inner node of the label tree "
-                    f"(other labels continue below it, e.g. {below!r}); give these items a leaf "
-                    "label, or set data.inner_labels: true (inner_labels=True in Python) to "
-                    "keep them as items that match nothing below their own level"
-                )
+        _refuse_inner_labels(tree, paths, labels, origins, source)
     return tree
+
+
+def _refuse_inner_labels(
+    tree: LabelTree,
+    paths: Sequence[str],
+    labels: Sequence[str],
+    origins: Sequence[str],
+    source: str,
+) -> None:
+    """Every item labelled at an inner node (one of `paths`, the distinct labels), in one
+    error (see label_tree)."""
+    leaves = set(tree.leaves)
+    below = {}  # inner path -> an example of a label that continues below it
+    for path in paths:
+        node = tree.node_id(path)
+        if node not in leaves:
+            below[path] = tree.path(tree.children(node)[0])
+    if not below:
+        return
+    problems = [
+        f"{origin}: label {path!r} is an inner node of the label tree (other labels continue "
+        f"below it, e.g. {below[path]!r})"
+        for cell, origin in zip(labels, origins, strict=True)
+        for path in cell.split(LABEL_SEP)
+        if path in below
+    ]
+    remedy = (
+        "give these items a leaf label, or set data.inner_labels: true (inner_labels=True in "
+        "Python) to keep them as items that match nothing below their own level"
+    )
+    if len(problems) == 1:
+        raise DataFormatError(f"{problems[0]}; {remedy}")
+    raise DataFormatError(
+        listed_problems(
+            problems,
+            f"{source}: {len(problems)} item labels are inner nodes of the label tree; {remedy}:",
+        )
+    )
+
+
+def checked_tree(
+    labels: Sequence[str],
+    origins: Sequence[str],
+    *,
+    source: str,
+    name: str,
+    inner_labels: bool,
+) -> LabelTree:
+    """The dataset name and the label tree checked, as write_image_dataset does before it
+    decodes anything; the readers' check functions (the inputs stage) run the same checks."""
+    check_name(name, "name")
+    return label_tree(labels, origins, source=source, root=name, inner_labels=inner_labels)
 
 
 def write_image_dataset(
@@ -312,8 +374,7 @@ def write_image_dataset(
     always points back to its source even when bad images are skipped. The tree is checked
     before any image is decoded, and rebuilt from the kept items if some were skipped.
     """
-    check_name(name, "name")
-    tree = label_tree(labels, origins, source=source, root=name, inner_labels=inner_labels)
+    tree = checked_tree(labels, origins, source=source, name=name, inner_labels=inner_labels)
     kept: list[np.ndarray | None] = []
 
     def fill(images: np.ndarray) -> np.ndarray | None:

@@ -7,17 +7,25 @@
 
 A table suits collections whose files are not sorted by class, and items with several labels,
 which a folder tree cannot express. Items keep the table's row order and their ids are the row
-numbers (0 = the first row below the header). Relative image paths resolve against the folder
-that holds the table, so a table and its images can move together.
+numbers (0 = the first row below the header); errors name a row as an editor shows it, by its
+line in a CSV file (row_names). Relative image paths resolve against the folder that holds the
+table, so a table and its images can move together.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
 from shdh.data.idx import DataFormatError
-from shdh.data.images import ImageSpec, parse_label_cell, write_image_dataset
+from shdh.data.images import (
+    ImageSpec,
+    checked_tree,
+    listed_problems,
+    parse_label_cell,
+    write_image_dataset,
+)
 from shdh.hierarchy import LabelTree
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -58,6 +66,34 @@ def read_columns(table_path: Path, columns: tuple[str, ...]) -> dict[str, list[o
     return {column: frame[column].tolist() for column in columns}
 
 
+def row_names(table_path: Path, n_rows: int) -> list[str]:
+    """How errors name each row: a CSV row by the line of the file it starts on, counting the
+    header (line 1 when it is the first line), as an editor shows it; a Parquet row, which has
+    no line, by its number counting from 1.
+
+    The lines are counted as pandas reads the rows: blank lines are skipped and a quoted cell
+    may span lines. Should the count disagree with pandas' rows (a file pandas reads in some
+    other way), rows are named by number, as Parquet's are, rather than by a wrong line.
+    """
+    numbered = [f"row {row + 1}" for row in range(n_rows)]
+    if table_path.suffix.lower() != ".csv":
+        return numbered
+    starts = []
+    try:
+        with open(table_path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            start = 1
+            for record in reader:
+                blank = not record or (len(record) == 1 and record[0].isspace())
+                if not blank:  # pandas skips empty and whitespace-only lines, not `""`
+                    starts.append(start)
+                start = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return numbered
+    lines = starts[1:]  # starts[0] is the header's
+    return [f"line {line}" for line in lines] if len(lines) == n_rows else numbered
+
+
 def _image_path(cell: object, base: Path, where: str) -> Path:
     if not isinstance(cell, str) or not cell.strip():
         raise DataFormatError(f"{where}: expected an image path, got {cell!r}")
@@ -71,31 +107,69 @@ def table_items(
     """(image paths, normalised label cells, origins for errors) of every row, all checked.
 
     Every row is checked (labels, image files present) before any image is decoded, so a typo
-    in row 50,000 fails in seconds. Also what the pipeline hashes to notice an edited image.
+    in row 50,000 fails in seconds, and every bad row is named in one error (listed_problems),
+    by its line in the file (row_names). Also what the pipeline hashes to notice an edited
+    image.
     """
     table_path = Path(table_path)
     cells = read_columns(table_path, (image_column, label_column))
     base = table_path.absolute().parent
-    paths, labels, origins = [], [], []
-    missing = []
-    for row, (image_cell, label_cell) in enumerate(
-        zip(cells[image_column], cells[label_column], strict=True)
+    names = row_names(table_path, len(cells[image_column]))
+    paths, labels, origins, problems = [], [], [], []
+    bad_rows = 0
+    for row_name, image_cell, label_cell in zip(
+        names, cells[image_column], cells[label_column], strict=True
     ):
-        where = f"{table_path}: row {row}"
-        path = _image_path(image_cell, base, f"{where}: column {image_column!r}")
-        if not path.is_file():
-            missing.append((row, image_cell, path))
-        labels.append(parse_label_cell(label_cell, f"{where}: column {label_column!r}"))
+        where = f"{table_path}: {row_name}"
+        found = len(problems)
+        try:
+            path = _image_path(image_cell, base, f"{where}: column {image_column!r}")
+            if not path.is_file():
+                problems.append(
+                    f"{where}: column {image_column!r}: image file {image_cell!r} does not "
+                    f"exist (looked for {path})"
+                )
+        except DataFormatError as exc:
+            path = None
+            problems.append(str(exc))
+        try:
+            labels.append(parse_label_cell(label_cell, f"{where}: column {label_column!r}"))
+        except DataFormatError as exc:
+            problems.append(str(exc))
+        bad_rows += len(problems) > found
         paths.append(path)
         origins.append(f"{where} ({image_cell})")
-    if missing:
-        row, cell, path = missing[0]
-        more = f" ({len(missing) - 1} more rows name missing files)" if len(missing) > 1 else ""
-        raise DataFormatError(
-            f"{table_path}: row {row}: column {image_column!r}: image file {cell!r} does not "
-            f"exist (looked for {path}){more}"
-        )
+    if problems:
+        summary = f"{table_path}: {len(problems)} problems in {bad_rows} of {len(names)} rows:"
+        raise DataFormatError(listed_problems(problems, summary))
     return paths, labels, origins
+
+
+def _dataset_name(table_path: Path, name: str | None) -> str:
+    return name if name is not None else table_path.stem
+
+
+def check_table(
+    table_path: str | os.PathLike[str],
+    image_column: str = "image",
+    label_column: str = "label",
+    *,
+    inner_labels: bool = False,
+    name: str | None = None,
+) -> list[Path]:
+    """Every check of table_dataset that needs no image decoded (the rows, the labels and
+    their tree, the dataset's name); returns the image paths. The pipeline's inputs stage runs
+    it, so that such errors stop `dvc repro` before it deletes the prepared data."""
+    table_path = Path(table_path)
+    paths, labels, origins = table_items(table_path, image_column, label_column)
+    checked_tree(
+        labels,
+        origins,
+        source=str(table_path),
+        name=_dataset_name(table_path, name),
+        inner_labels=inner_labels,
+    )
+    return paths
 
 
 def table_dataset(
@@ -126,7 +200,7 @@ def table_dataset(
         origins,
         out_dir,
         source=str(table_path),
-        name=name if name is not None else table_path.stem,
+        name=_dataset_name(table_path, name),
         spec=ImageSpec.of(image_size, color),
         skip_bad_images=skip_bad_images,
         workers=workers,

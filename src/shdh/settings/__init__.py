@@ -6,6 +6,9 @@ profile apply`, and the Kubeflow compile step and components (shdh.commands.pipe
 wrong kind ("train.epochs: expected an integer >= 1, got 2.5") fails at once, on one line that
 names the file and the key, instead of being ignored or failing deep inside a step.
 
+`load`, the commands' entry, also checks that your own data is where data.raw_dir says
+(shdh.settings.raw_data): the results folder and the inputs stage derive from that path.
+
 The schema is shdh.settings.sections (one typed section object per params.yaml section). The
 steps still take the plain dicts they always took: `Settings.params` is the file as read, now
 known to be valid.
@@ -21,6 +24,7 @@ import yaml
 
 from shdh.errors import ConfigError
 from shdh.settings.checks import parse_section, unknown_key
+from shdh.settings.raw_data import check_raw_dir
 from shdh.settings.sections import SECTIONS, ParamsSettings
 
 
@@ -61,8 +65,12 @@ def validate(params: dict[str, Any], source: str | Path = "params.yaml") -> Sett
 
 
 def load(path: str | Path = "params.yaml") -> Settings:
-    """Read and validate a params file."""
-    return validate(load_params(path), path)
+    """Read and validate a params file, and check that your own data is where data.raw_dir
+    says: every command starts here, and the results folder's name and the inputs stage derive
+    from that path, so a misspelt one must be named before anything reads it."""
+    checked = validate(load_params(path), path)
+    check_raw_dir(checked.params["data"], str(path))
+    return checked
 
 
 def validate_section(name: str, mapping: Any, source: str) -> Any:

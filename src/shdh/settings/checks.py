@@ -15,17 +15,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from shdh.errors import ConfigError
 
 REQUIRED = dataclasses.MISSING  # a setting every params file must give
 
 
 class Mismatch(Exception):
-    """A value does not pass a check; `where` is the position inside it (a list index)."""
+    """A value does not pass a check; `where` is the position inside it (a list index) and
+    `check` the check it failed there (a list's item check for a bad item), for the hint."""
 
-    def __init__(self, expected: str, value: Any, where: str = "") -> None:
+    def __init__(
+        self, expected: str, value: Any, where: str = "", check: Check | None = None
+    ) -> None:
         super().__init__(expected)
-        self.expected, self.value, self.where = expected, value, where
+        self.expected, self.value, self.where, self.check = expected, value, where, check
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class Check:
 
     def __call__(self, value: Any) -> Any:
         if not self.accepts(value):
-            raise Mismatch(self.noun, value)
+            raise Mismatch(self.noun, value, check=self)
         return value
 
 
@@ -111,12 +116,12 @@ class ListCheck(Check):
         if value is None and self.nullable:
             return value
         if not isinstance(value, list) or len(value) < self.min_len:
-            raise Mismatch(self.noun, value)
+            raise Mismatch(self.noun, value, check=self)
         for i, element in enumerate(value):
             if not self.item.accepts(element):
-                raise Mismatch(self.item.noun, element, f"[{i}]")
+                raise Mismatch(self.item.noun, element, f"[{i}]", self.item)
         if self.distinct and len(set(value)) != len(value):
-            raise Mismatch(f"{self.noun}, each once", value)
+            raise Mismatch(f"{self.noun}, each once", value, check=self)
         return value
 
 
@@ -165,19 +170,43 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def _hint(expected: str, value: Any) -> str:
-    """The likely fix, where the mistake is a common one."""
-    if isinstance(value, str) and "number" in expected:
+def _passes(check: Check, value: Any) -> bool:
+    try:
+        check(value)
+    except Mismatch:
+        return False
+    return True
+
+
+def _as_yaml(text: str) -> Any:
+    """What YAML makes of `text` as a flow list ("16, 32" -> [16, 32]); None if it cannot."""
+    try:
+        return yaml.safe_load(f"[{text}]")
+    except yaml.YAMLError:
+        return None
+
+
+def _hint(check: Check | None, value: Any) -> str:
+    """The likely fix, where the mistake is a common one. A hint only ever suggests a value that
+    `check` accepts: one that would fail again is worse than none."""
+    if check is None:
+        return ""
+    if isinstance(value, str) and "number" in check.noun:
         try:
-            float(value)  # PyYAML reads 1e-3 (no dot) as a string
+            number = float(value)  # PyYAML reads 1e-3 (no dot) as a string
         except ValueError:
-            return ""
-        return " (YAML read it as text: write numbers like 1e-3 as 1.0e-3)"
-    if "list" in expected and not isinstance(value, list | dict) and value is not None:
-        return f" (write a list: [{show(value)}])"
-    if expected.startswith("one of ") and isinstance(value, str):
-        close = difflib.get_close_matches(value, expected[7:].split(", "), n=1, cutoff=0.6)
-        return f"; did you mean {close[0]}?" if close else ""
+            number = None
+        if number is not None and _passes(check, number):
+            return " (YAML read it as text: write numbers like 1e-3 as 1.0e-3)"
+    if isinstance(check, ListCheck) and not isinstance(value, list | dict) and value is not None:
+        candidates = [[value]] + ([_as_yaml(value)] if isinstance(value, str) else [])
+        for candidate in candidates:
+            if isinstance(candidate, list) and _passes(check, candidate):
+                return f" (write a list: [{', '.join(map(show, candidate))}])"
+        return ""
+    if check.noun.startswith("one of ") and isinstance(value, str):
+        close = difflib.get_close_matches(value, check.noun[7:].split(", "), n=1, cutoff=0.6)
+        return f"; did you mean {close[0]}?" if close and _passes(check, close[0]) else ""
     return ""
 
 
@@ -211,7 +240,7 @@ def check_value(check: Check, value: Any, dotted: str, source: str) -> Any:
     except Mismatch as bad:
         raise ConfigError(
             f"{source}: {dotted}{bad.where}: expected {bad.expected}, got {show(bad.value)}"
-            f"{_hint(bad.expected, bad.value)}"
+            f"{_hint(bad.check, bad.value)}"
         ) from None
 
 

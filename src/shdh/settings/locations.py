@@ -99,12 +99,31 @@ def check_results_location(
         found = owner(path) if path else None
         if found is not None and found != (label, profile):
             want_dir, want_report = results_location(label, profile)
+            _check_own_place(want_dir, label, profile, params["data"], source)
             raise ConfigError(
                 f"{source}: {key}: {path} holds the results of dataset {found[0]}, profile "
                 f"{found[1]}, and this run (dataset {label}, profile {profile}) would overwrite "
                 f"them; set evaluate.results_dir: {want_dir} and evaluate.report: {want_report} "
                 f"(`shdh profile apply {profile}` sets both)"
             )
+
+
+def _check_own_place(
+    folder: str, label: str, profile: str, data: Mapping[str, Any], source: str
+) -> None:
+    """Refuse a dataset whose own results folder is a published one's (a dataset named `paper`
+    or `gpu`: results/paper/smoke lies in the paper profile's results), rather than suggest a
+    folder that the check would refuse again."""
+    taken = owner(folder)
+    if taken is None or taken == (label, profile):
+        return
+    key = "data.name" if data.get("name") else "data.raw_dir"
+    raise ConfigError(
+        f"{source}: {key}: the dataset's name {label} is also the name of the project's "
+        f"published results folder {RESULTS_ROOT}/{label} (dataset {taken[0]}, profile "
+        f"{taken[1]}), so this run's results, {folder}, would overwrite them; set data.name "
+        "to another name"
+    )
 
 
 def fitting_location(params: Mapping[str, Any]) -> dict[str, str]:
