@@ -41,14 +41,14 @@ ARG SHDH_VERSION=0.1.0
 ARG WHEELHOUSE=artifacts/wheelhouse
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 COPY requirements.lock /tmp/shdh/requirements.lock
-COPY ${WHEELHOUSE} /tmp/shdh/wheels
-# cpu/ first: pip takes 2.14.1+cpu over 2.14.1 for the pin torch==2.14.1 when both are there.
+COPY ${WHEELHOUSE}/deps /tmp/shdh/wheels
+# The package's own requirements (top-level.txt: what `shdh[pipeline,server]` asks for),
+# resolved among the wheelhouse's wheels with the lock as constraints. cpu/ first: pip takes
+# 2.14.1+cpu over 2.14.1 for torch==2.14.1 when both are there, and then no nvidia-* wheel.
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-index --find-links /tmp/shdh/wheels/cpu \
         --find-links /tmp/shdh/wheels --constraint /tmp/shdh/requirements.lock \
-        "shdh[pipeline,server]==${SHDH_VERSION}" \
-    && /opt/venv/bin/pip check \
-    && /opt/venv/bin/shdh --version
+        --requirement /tmp/shdh/wheels/top-level.txt
 
 # ---- runtime: the CPU steps and the MLflow server ----------------------------------------------
 FROM ${RUNTIME_BASE} AS runtime
@@ -92,6 +92,13 @@ RUN groupadd --system --gid 10001 shdh \
     && chmod 0775 /workspace /gcs /minio /s3
 
 COPY --from=venv /opt/venv /opt/venv
+# The package last, in its own small layer: a change of the sources rebuilds only this.
+ARG WHEELHOUSE=artifacts/wheelhouse
+COPY ${WHEELHOUSE}/shdh /tmp/shdh
+RUN /opt/venv/bin/pip install --no-index --no-deps "/tmp/shdh/shdh-${SHDH_VERSION}-py3-none-any.whl" \
+    && /opt/venv/bin/pip check \
+    && rm -rf /tmp/shdh \
+    && shdh --version
 
 # No HEALTHCHECK: the components are batch jobs that exit when done, and Kubernetes ignores
 # image health checks anyway; the MLflow server's probes are in k8s/base/mlflow.yaml.
@@ -106,12 +113,10 @@ ARG SHDH_VERSION=0.1.0
 ARG WHEELHOUSE=artifacts/wheelhouse
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 COPY requirements.lock /tmp/shdh/requirements.lock
-COPY ${WHEELHOUSE} /tmp/shdh/wheels
+COPY ${WHEELHOUSE}/deps /tmp/shdh/wheels
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-index --find-links /tmp/shdh/wheels \
-        --constraint /tmp/shdh/requirements.lock "shdh[pipeline]==${SHDH_VERSION}" \
-    && /opt/venv/bin/pip check \
-    && /opt/venv/bin/shdh --version
+        --constraint /tmp/shdh/requirements.lock --requirement /tmp/shdh/wheels/top-level.txt
 
 # ---- gpu: the train step on NVIDIA GPUs --------------------------------------------------------
 FROM ${GPU_BASE} AS gpu
@@ -147,6 +152,13 @@ RUN groupadd --system --gid 10001 shdh \
     && chmod 0775 /workspace /gcs /minio /s3
 
 COPY --from=venv-gpu /opt/venv /opt/venv
+# The package last, in its own small layer: a change of the sources rebuilds only this.
+ARG WHEELHOUSE=artifacts/wheelhouse
+COPY ${WHEELHOUSE}/shdh /tmp/shdh
+RUN /opt/venv/bin/pip install --no-index --no-deps "/tmp/shdh/shdh-${SHDH_VERSION}-py3-none-any.whl" \
+    && /opt/venv/bin/pip check \
+    && rm -rf /tmp/shdh \
+    && shdh --version
 
 USER 10001:10001
 WORKDIR /workspace

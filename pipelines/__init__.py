@@ -13,7 +13,7 @@ from pipelines.settings import (
     settings_from_overlay,
 )
 from pipelines.shdh_pipeline import PIPELINE_NAME, build_pipeline, compile_pipeline
-from pipelines.submit import submit
+from pipelines.submit import retry, submit
 
 __all__ = [
     "DEFAULT_OVERLAY",
@@ -25,6 +25,7 @@ __all__ = [
     "SettingsError",
     "build_pipeline",
     "compile_pipeline",
+    "retry",
     "run_local",
     "settings_from_file",
     "settings_from_overlay",

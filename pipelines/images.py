@@ -241,43 +241,88 @@ def closure(extras: tuple[str, ...] = ("pipeline", "server")) -> set[str]:
     return seen - {"shdh"}
 
 
-def ensure_wheelhouse(python: str = sys.executable, log=print) -> Path:
-    """WHEELHOUSE: the package's wheel and a wheel of every distribution `pip install
-    shdh[pipeline,server]` installs, at its version in requirements.lock, from the host's package
-    index (`pip wheel --no-deps`: no resolution, and sdists such as kfp's built here). Remade
-    only when the lock or the package's sources change (a stamp keeps their hash)."""
-    key = _hash_files([REPO / "requirements.lock", REPO / "pyproject.toml", *_files(REPO / "src")])
-    stamp = WHEELHOUSE / ".key"
-    if stamp.is_file() and stamp.read_text() == key:
-        log(f"wheelhouse {WHEELHOUSE.relative_to(REPO)}: reused")
-        return WHEELHOUSE
-    start = time.monotonic()
+def top_level(extras: tuple[str, ...] = ("pipeline", "server")) -> list[str]:
+    """What `shdh[EXTRAS]` asks for, markers of the extras dropped: what the images install
+    before the package itself, so that a change of the sources leaves that layer cached."""
     from importlib import metadata
 
-    # The lock's version; for what pip freeze leaves out of it (setuptools, which torch needs),
-    # the version this environment, installed from the lock, has.
-    pins = {name: metadata.version(name) for name in closure()} | lock_pins()
-    tmp = WHEELHOUSE.with_name(WHEELHOUSE.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "cpu").mkdir(parents=True)  # CPU builds of torch (CPU_TORCH_INDEX), searched first
-    wanted = tmp / "requirements.txt"
-    wanted.write_text("".join(f"{name}=={pins[name]}\n" for name in sorted(closure())))
+    from packaging.requirements import Requirement
+
+    wanted = []
+    for text in metadata.distribution("shdh").requires or []:
+        req = Requirement(text)
+        envs = [{"extra": extra} for extra in (*extras, "")]
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            req.marker = None
+            wanted.append(str(req))
+    return sorted(wanted)
+
+
+def ensure_wheelhouse(python: str = sys.executable, log=print) -> Path:
+    """WHEELHOUSE, in two parts that change at different paces:
+
+    deps/  a wheel of every distribution `pip install shdh[pipeline,server]` installs, at its
+           version in requirements.lock, from the host's package index (`pip wheel --no-deps`:
+           no resolution, and sdists such as kfp's built here), and their list; remade only
+           when requirements.lock or pyproject.toml change. deps/cpu/ holds PyTorch's CPU
+           build of the same release where CPU_TORCH_INDEX names an index that has it (CI).
+    shdh/  the package's own wheel, remade whenever its sources change (seconds).
+    """
+    from importlib import metadata
+
+    deps, package = WHEELHOUSE / "deps", WHEELHOUSE / "shdh"
+    index = os.environ.get("CPU_TORCH_INDEX", "")
+    key = _hash_files([REPO / "requirements.lock", REPO / "pyproject.toml"]) + index
     pip = [python, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps"]
-    subprocess.run([*pip, "--no-build-isolation", "-w", str(tmp), str(REPO)], check=True)
-    subprocess.run([*pip, "-w", str(tmp), "-r", str(wanted)], check=True)
-    index = os.environ.get("CPU_TORCH_INDEX")
-    if index:  # CI: PyTorch's CPU builds of the locked release, for the runtime image only
-        cpu = [f"{n}=={pins[n]}+cpu" for n in ("torch", "torchvision")]
-        subprocess.run([*pip, "--index-url", index, "-w", str(tmp / "cpu"), *cpu], check=True)
-    wanted.unlink()
-    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
-    tmp.rename(WHEELHOUSE)
-    stamp.write_text(key + (index or ""))
-    wheels = list(WHEELHOUSE.rglob("*.whl"))
-    size = sum(p.stat().st_size for p in wheels)
-    seconds = time.monotonic() - start
-    log(f"wheelhouse: {len(wheels)} wheels, {size / 1e9:.2f} GB in {seconds:.0f} s")
+    if _stamped(deps, key):
+        log(f"wheelhouse {deps.relative_to(REPO)}: reused")
+    else:
+        start = time.monotonic()
+        # The lock's version; for what pip freeze leaves out of it (setuptools, which torch
+        # needs), the version this environment, installed from the lock, has.
+        pins = {name: metadata.version(name) for name in closure()} | lock_pins()
+        tmp = _fresh(deps)
+        (tmp / "cpu").mkdir()
+        wanted = tmp / "requirements.txt"
+        wanted.write_text("".join(f"{name}=={pins[name]}\n" for name in sorted(closure())))
+        subprocess.run([*pip, "-w", str(tmp), "-r", str(wanted)], check=True)
+        (tmp / "top-level.txt").write_text("".join(f"{r}\n" for r in top_level()))
+        if index:  # PyTorch's CPU builds of the locked release, for the runtime image only
+            cpu = [f"{n}=={pins[n]}+cpu" for n in ("torch", "torchvision")]
+            subprocess.run([*pip, "--index-url", index, "-w", str(tmp / "cpu"), *cpu], check=True)
+        _publish(tmp, deps, key)
+        wheels = list(deps.rglob("*.whl"))
+        size = sum(p.stat().st_size for p in wheels)
+        seconds = time.monotonic() - start
+        log(f"wheelhouse: {len(wheels)} wheels, {size / 1e9:.2f} GB in {seconds:.0f} s")
+    source_key = _hash_files([REPO / "pyproject.toml", REPO / "README.md", *_files(REPO / "src")])
+    if not _stamped(package, source_key):
+        tmp = _fresh(package)
+        subprocess.run([*pip, "--no-build-isolation", "-w", str(tmp), str(REPO)], check=True)
+        _publish(tmp, package, source_key)
     return WHEELHOUSE
+
+
+def _stamps() -> list[str]:
+    return [(WHEELHOUSE / part / ".key").read_text() for part in ("deps", "shdh")]
+
+
+def _stamped(folder: Path, key: str) -> bool:
+    stamp = folder / ".key"
+    return stamp.is_file() and stamp.read_text() == key
+
+
+def _fresh(folder: Path) -> Path:
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _publish(tmp: Path, folder: Path, key: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    (folder / ".key").write_text(key)
 
 
 def _files(folder: Path) -> list[Path]:
@@ -329,7 +374,7 @@ def build_image(target: str, base: str, log=print) -> Built:
     }
     context = [REPO / "Dockerfile", REPO / ".dockerignore", REPO / "requirements.lock"]
     context += [REPO / "pyproject.toml", REPO / "README.md", *_files(REPO / "src")]
-    key_parts = [_hash_files(context), image_id(base) or "", (WHEELHOUSE / ".key").read_text()]
+    key_parts = [_hash_files(context), image_id(base) or "", *_stamps()]
     key = hashlib.sha256(json.dumps([target, args, key_parts]).encode()).hexdigest()
     if _label(image, BUILD_KEY_LABEL) == key:
         log(f"{image}: reused")

@@ -153,3 +153,52 @@ def _version_id(client: Any, pipeline_id: str, name: str) -> str | None:
     )
     versions = response.pipeline_versions or []
     return versions[0].pipeline_version_id if versions else None
+
+
+# A run KFP can retry: it failed (a task's pod failed, was deleted or evicted and its retries, if
+# any, ran out) or was terminated.
+RETRYABLE = ("FAILED", "CANCELED")
+
+
+def retry(
+    run_id: str,
+    *,
+    host: str,
+    credentials: Credentials | None = None,
+    check_version: bool = True,
+) -> str:
+    """Retry a failed or terminated run in place (POST /apis/v2beta1/runs/RUN_ID:retry) and
+    return the state it had.
+
+    What an evicted or deleted train pod needs: KFP puts no retryPolicy on its retried tasks, so
+    Argo's default (OnFailure) does not retry a pod that was deleted or evicted, and KFP ignores
+    retries inside a ParallelFor altogether. A retried run keeps its run id, so the tasks that
+    finished are not run again, and the interrupted fit starts again under the same
+    PIPELINE_RUN_ID and resumes from its checkpoint in the object store (shdh.checkpoint_store).
+    """
+    import kfp
+    import kfp_server_api
+    import urllib3
+
+    credentials = credentials or Credentials()
+    check_server(host, credentials, check_version=check_version)
+    try:
+        client = kfp.Client(host=host, **credentials.client_arguments())
+        state = str(client.get_run(run_id).state or "")
+        if state not in RETRYABLE:
+            raise RuntimeError(
+                f"run {run_id} is {state or 'of unknown state'}: only a failed or canceled run "
+                "can be retried"
+            )
+        client._run_api.run_service_retry_run(run_id=run_id)
+    except kfp_server_api.ApiException as exc:
+        raise RuntimeError(
+            f"Kubeflow Pipelines at {host}: HTTP {exc.status} {exc.reason}: "
+            f"{(exc.body or '').strip()[:300]}"
+        ) from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise RuntimeError(f"Kubeflow Pipelines at {host}: {exc}") from exc
+    log.info(
+        "run %s (%s) retried: its failed tasks run again, finished ones are kept", run_id, state
+    )
+    return state

@@ -83,6 +83,16 @@ class RecordingKubeflow:
             versions = versions[: int(query.get("page_size", ["100"])[0])]
             listed = [{k: v for k, v in ver.items() if k != "pipeline_spec"} for ver in versions]
             return 200, {"pipeline_versions": listed} if listed else {}
+        if method == "GET" and path.startswith(f"{API}/runs/"):
+            found = [r for r in self.runs if r["run_id"] == path.rsplit("/", 1)[1]]
+            return (200, found[0]) if found else (404, {"error": "no such run"})
+        if method == "POST" and path.startswith(f"{API}/runs/") and path.endswith(":retry"):
+            run_id = path.rsplit("/", 1)[1].removesuffix(":retry")
+            found = [r for r in self.runs if r["run_id"] == run_id]
+            if not found:
+                return 404, {"error": "no such run"}
+            found[0]["state"] = "RUNNING"
+            return 200, {}
         if (method, path) == ("POST", f"{API}/runs"):
             run = {**json.loads(body), "run_id": f"run-{len(self.runs) + 1}", "state": "PENDING"}
             self.runs.append(run)
@@ -387,3 +397,47 @@ def test_unreachable_host_is_named(caplog):
     assert submit(f"http://127.0.0.1:{port}") == 1
     (line,) = error_lines(caplog)
     assert str(port) in line and "no answer" in line
+
+
+# --- shdh pipeline retry: what an evicted or deleted train pod needs ---------------------------
+
+
+def retry(host: str, run_id: str, *extra: str) -> int:
+    return main(["pipeline", "retry", run_id, "--host", host, *extra])
+
+
+def test_retry_restarts_a_failed_run_in_place(kubeflow, capsys):
+    """The same run, so finished tasks are kept and the interrupted fit finds its checkpoint
+    under the same pipeline run id."""
+    server, host = kubeflow
+    assert submit(host) == 0
+    (run,) = server.runs
+    run["state"] = "FAILED"  # its train pod was evicted
+    assert retry(host, run["run_id"]) == 0
+    posted = [r for r in server.requests if r["method"] == "POST"]
+    assert posted[-1]["path"] == f"{API}/runs/{run['run_id']}:retry"
+    assert run["state"] == "RUNNING" and len(server.runs) == 1  # no new run
+    assert f"run {run['run_id']} (FAILED) retried" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "SUCCEEDED"])
+def test_retry_refuses_a_run_that_did_not_fail(kubeflow, caplog, state):
+    server, host = kubeflow
+    assert submit(host) == 0
+    (run,) = server.runs
+    run["state"] = state
+    assert retry(host, run["run_id"]) == 1
+    assert error_lines(caplog)[-1].endswith(
+        f"run {run['run_id']} is {state}: only a failed or canceled run can be retried"
+    )
+    assert not [r for r in server.requests if r["path"].endswith(":retry")]
+
+
+def test_retry_checks_the_server_and_names_an_unknown_run(kubeflow, caplog):
+    server, host = kubeflow
+    server.version = "2.13.0"
+    assert retry(host, "run-9") == 1
+    assert "2.13.0" in error_lines(caplog)[-1]
+    server.version = "2.14.3"
+    assert retry(host, "run-9") == 1
+    assert "HTTP 404" in error_lines(caplog)[-1]

@@ -3,6 +3,7 @@
     shdh pipeline compile [--overlay NAME] [--profile P] [--param KEY=VALUE ...] [--out FILE]
     shdh pipeline run --local [--docker] [--profile smoke]
     shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
+    shdh pipeline retry RUN_ID --host URL [--token-file FILE] ...
 
 The DAG (pipelines/) and its components (components/) live in the repository rather than in the
 installed package: compiling needs a checkout, the components' containers need only the package.
@@ -82,6 +83,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("--image", help="with --docker: the image (default: $SHDH_IMAGE)")
     run_p.add_argument("--root", default=DEFAULT_LOCAL_ROOT, help="where the artifacts go")
     add_submit_arguments(submit_p)
+    retry_p = actions.add_parser(
+        "retry",
+        help="retry a failed run in place: finished tasks are kept, an interrupted fit resumes "
+        "from its checkpoint (what an evicted or deleted train pod needs)",
+    )
+    retry_p.add_argument("run_id", metavar="RUN_ID", help="the Kubeflow run id")
+    retry_p.add_argument("--host", required=True, help="Kubeflow Pipelines API URL")
+    add_login_arguments(retry_p)
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +121,10 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-name", help="run name (default: shdh-PROFILE-TIMESTAMP)")
     parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
     parser.add_argument("--service-account", help="service account of the run's pods")
+    add_login_arguments(parser)
+
+
+def add_login_arguments(parser: argparse.ArgumentParser) -> None:
     login = parser.add_argument_group("credentials (multi-user Kubeflow; at most one)")
     for flag, env, what in (
         ("--token", TOKEN_ENV, "a bearer token"),
@@ -130,6 +143,17 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "retry":
+        pipelines = load_pipelines_package()
+        credentials = pipelines.Credentials(args.token, args.token_file, args.cookie)
+        state = pipelines.retry(
+            args.run_id,
+            host=args.host,
+            credentials=credentials,
+            check_version=not args.skip_version_check,
+        )
+        print(f"run {args.run_id} ({state}) retried at {args.host}")
+        return 0
     params = resolve_params(args.params, args.profile, args.param)
     image = getattr(args, "image", None)
     if image:
