@@ -298,7 +298,13 @@ def ensure_wheelhouse(python: str = sys.executable, log=print) -> Path:
     source_key = _hash_files([REPO / "pyproject.toml", REPO / "README.md", *_files(REPO / "src")])
     if not _stamped(package, source_key):
         tmp = _fresh(package)
-        subprocess.run([*pip, "--no-build-isolation", "-w", str(tmp), str(REPO)], check=True)
+        # Built from a copy: setuptools leaves build/ and *.egg-info in the folder it builds.
+        with tempfile.TemporaryDirectory(prefix="shdh-wheel-") as work:
+            for name in ("pyproject.toml", "README.md"):
+                shutil.copy2(REPO / name, work)
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+            shutil.copytree(REPO / "src", Path(work) / "src", ignore=ignore)
+            subprocess.run([*pip, "--no-build-isolation", "-w", str(tmp), work], check=True)
         _publish(tmp, package, source_key)
     return WHEELHOUSE
 

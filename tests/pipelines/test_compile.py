@@ -368,6 +368,49 @@ def test_image_is_chosen_at_compile_time(tmp_path):
     assert set(images.values()) == {"registry.example/team/shdh:abc123"}
 
 
+DIGEST = "sha256:" + "ab" * 32
+GPU_DIGEST = "sha256:" + "cd" * 32
+
+
+def test_images_named_by_digest_are_compiled_as_given(tmp_path):
+    """A digest pins the bytes a pod runs; the CUDA image's digest comes from SHDH_GPU_IMAGE."""
+    out = tmp_path / "pipeline.yaml"
+    env = {k: v for k, v in os.environ.items() if k not in ("SHDH_IMAGE", "SHDH_GPU_IMAGE")}
+    env["SHDH_GPU_IMAGE"] = f"registry.example:5000/team/shdh@{GPU_DIGEST}"
+    command = [str(Path(sys.executable).parent / "shdh"), "pipeline", "compile"]
+    command += ["--profile", "smoke", "--overlay", "gpu", "--out", str(out)]
+    command += ["--image", f"registry.example:5000/team/shdh:0.1.0@{DIGEST}"]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
+    images = {name: e["container"]["image"] for name, e in executors.items()}
+    assert images.pop("exec-train") == f"registry.example:5000/team/shdh@{GPU_DIGEST}"
+    assert set(images.values()) == {f"registry.example:5000/team/shdh:0.1.0@{DIGEST}"}
+
+
+def test_a_digest_without_its_gpu_image_is_refused_by_name(monkeypatch):
+    from components.image import gpu_image, parse_image
+
+    monkeypatch.delenv("SHDH_GPU_IMAGE", raising=False)
+    assert parse_image(f"r.example/shdh@{DIGEST}") == ("r.example/shdh", None, DIGEST)
+    with pytest.raises(ValueError, match="set SHDH_GPU_IMAGE"):
+        gpu_image(f"r.example/shdh@{DIGEST}")
+    assert gpu_image("r.example/shdh:1.0") == "r.example/shdh:1.0-cuda"
+
+
+def test_the_default_repository_is_a_setting(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SHDH_IMAGE"}
+    env["SHDH_IMAGE_REPOSITORY"] = "registry.example/mirror/shdh"
+    code = "from components.image import IMAGE, gpu_image; print(IMAGE, gpu_image())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    from shdh import __version__
+
+    image = f"registry.example/mirror/shdh:{__version__}"
+    assert proc.stdout.split() == [image, f"{image}-cuda"], proc.stderr
+
+
 @pytest.mark.parametrize("image", ["registry.example/shdh", "registry.example/shdh@sha256:ab12"])
 def test_an_image_without_a_tag_is_refused_by_name(image):
     from components.image import split_image
