@@ -53,7 +53,11 @@ def step_name(task: Any) -> str:
 
 
 def apply_resources(task: Any, settings: ClusterSettings) -> Any:
-    """CPU and memory requests and limits of the task's step."""
+    """CPU and memory requests and limits of the task's step; the image pull Secrets."""
+    from kfp import kubernetes
+
+    if settings.image_pull_secrets:
+        kubernetes.set_image_pull_secrets(task, settings.image_pull_secrets)
     sizes = settings.resources[step_name(task)]
     task.set_cpu_request(sizes.cpu_request).set_cpu_limit(sizes.cpu_limit)
     task.set_memory_request(sizes.memory_request).set_memory_limit(sizes.memory_limit)

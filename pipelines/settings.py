@@ -16,6 +16,8 @@ holding the ConfigMap (`--settings`: the overlay rendered, or `kubectl get confi
     train.timeout                                 each try's deadline (the pod's
         activeDeadlineSeconds), a duration such as 90m or 6h
     train.parallelism / baseline.parallelism      how many iterations of each loop run at once
+    image_pull_secrets                            optional: Secrets (comma-separated names) every
+        task's pod pulls the images with, for a private registry; none by default
 
 Every error names where the settings came from and the key.
 """
@@ -124,6 +126,7 @@ class ClusterSettings:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     accelerator_type: str = ""
     accelerator_limit: int = 0
+    image_pull_secrets: list[str] = field(default_factory=list)
 
     @property
     def gpu(self) -> bool:
@@ -230,6 +233,7 @@ def parse_settings(documents: list[Any], source: str) -> ClusterSettings:
         tolerations=keys.json_value("train.tolerations", list),
         accelerator_type=data.get("train.accelerator_type", ""),
         accelerator_limit=keys.integer("train.accelerator_limit", minimum=0),
+        image_pull_secrets=keys.names("image_pull_secrets"),
     )
     keys.check_consistency(settings)
     return settings
@@ -249,9 +253,18 @@ class _Keys:
     def refuse_unknown(self) -> None:
         known = {f"{s}.{r}" for s in ("default", *STEPS) for r in RESOURCE_KEYS}
         known |= {f"train.{k}" for k in _TRAIN_KEYS} | {f"{loop}.parallelism" for loop in LOOPS}
+        known.add("image_pull_secrets")
         for key in self.data:
             if key not in known:
                 raise self.fail(key, "not a setting (a typo?); see pipelines/settings.py")
+
+    def names(self, key: str) -> list[str]:
+        """An optional comma-separated list of Kubernetes object names."""
+        names = [n.strip() for n in self.data.get(key, "").split(",") if n.strip()]
+        for name in names:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+                raise self.fail(key, f"{name!r} is not a Kubernetes object name")
+        return names
 
     def value(self, key: str) -> str:
         if key not in self.data:

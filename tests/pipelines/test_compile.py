@@ -268,6 +268,39 @@ def test_settings_come_from_the_configmap_as_kubectl_prints_it(tmp_path, monkeyp
     assert train["tolerations"][1] == {**spot, "tolerationSeconds": "60"}  # int64 as JSON text
 
 
+def test_image_pull_secrets_are_optional_and_reach_every_task(tmp_path, monkeypatch, smoke):
+    """A private registry: every pod pulls with the Secrets named in the settings; none is set
+    by the repository's overlays."""
+    _, plain, _ = smoke
+    assert not any("imagePullSecret" in e for e in plain["executors"].values())
+    configmap = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "shdh-pipeline"},
+        "data": {**overlay_data("dev"), "image_pull_secrets": "regcred, mirror-creds"},
+    }
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(configmap))
+    spec, platform, _ = compile_with(tmp_path, monkeypatch, "--settings", str(path))
+    assert set(platform["executors"]) == set(spec["deploymentSpec"]["executors"])
+    for executor in platform["executors"].values():
+        names = [s["secretName"] for s in executor["imagePullSecret"]]
+        assert names == ["regcred", "mirror-creds"]
+
+
+def test_a_bad_image_pull_secret_name_is_one_line(tmp_path, monkeypatch, caplog):
+    configmap = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "shdh-pipeline"},
+        "data": {**overlay_data("dev"), "image_pull_secrets": "Reg_Cred"},
+    }
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(configmap))
+    monkeypatch.chdir(REPO)
+    assert main(["pipeline", "compile", "--settings", str(path), "--out", "x.yaml"]) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "data.image_pull_secrets" in line and "'Reg_Cred'" in line
+
+
 def test_an_unknown_overlay_is_one_line_naming_the_known_ones(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(REPO)
     out = tmp_path / "never.yaml"
