@@ -54,20 +54,11 @@ RUN python3 -m venv /opt/venv \
 FROM ${RUNTIME_BASE} AS runtime
 
 ARG SHDH_VERSION=0.1.0
-ARG VCS_REF=unknown
-ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
-
-LABEL org.opencontainers.image.title="shdh" \
-      org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): CPU pipeline steps and the MLflow server" \
-      org.opencontainers.image.version="${SHDH_VERSION}" \
-      org.opencontainers.image.revision="${VCS_REF}" \
-      org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="${BASE_NAME}"
 
 # No bytecode written at run time; logs unbuffered so `kubectl logs` streams them; matplotlib
 # draws without a display and keeps its cache in /tmp, as numba keeps the compiled ranking
-# kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT tags every
-# MLflow run with the image's commit (the image has no .git).
+# kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT (at the end)
+# tags every MLflow run with the image's commit (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -76,8 +67,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
-    NUMBA_CACHE_DIR=/tmp/numba \
-    SHDH_GIT_COMMIT=${VCS_REF}
+    NUMBA_CACHE_DIR=/tmp/numba
 
 # A fixed, numeric UID/GID (10001): the pods' securityContext names the same numbers, and
 # Kubernetes can only verify runAsNonRoot for a numeric USER. /gcs, /minio and /s3 are where
@@ -102,6 +92,18 @@ RUN /opt/venv/bin/pip install --no-index --no-deps "/tmp/shdh/shdh-${SHDH_VERSIO
 
 # No HEALTHCHECK: the components are batch jobs that exit when done, and Kubernetes ignores
 # image health checks anyway; the MLflow server's probes are in k8s/base/mlflow.yaml.
+# The commit and the labels last: a new commit changes only these layers, not the ones above
+# (an ARG takes part in the cache key of every RUN after it).
+ARG VCS_REF=unknown
+ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
+LABEL org.opencontainers.image.title="shdh" \
+      org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): CPU pipeline steps and the MLflow server" \
+      org.opencontainers.image.version="${SHDH_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="${BASE_NAME}"
+ENV SHDH_GIT_COMMIT=${VCS_REF}
+
 USER 10001:10001
 WORKDIR /workspace
 CMD ["shdh", "--help"]
@@ -122,15 +124,6 @@ RUN python3 -m venv /opt/venv \
 FROM ${GPU_BASE} AS gpu
 
 ARG SHDH_VERSION=0.1.0
-ARG VCS_REF=unknown
-ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
-
-LABEL org.opencontainers.image.title="shdh-cuda" \
-      org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): the train step on NVIDIA GPUs (CUDA 13, driver >= 580)" \
-      org.opencontainers.image.version="${SHDH_VERSION}" \
-      org.opencontainers.image.revision="${VCS_REF}" \
-      org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="${BASE_NAME}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -141,8 +134,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NUMBA_CACHE_DIR=/tmp/numba \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
-    SHDH_GIT_COMMIT=${VCS_REF}
+    NVIDIA_REQUIRE_CUDA="cuda>=13.0"
 
 RUN groupadd --system --gid 10001 shdh \
     && useradd --system --uid 10001 --gid 10001 --home-dir /home/shdh --create-home \
@@ -159,6 +151,18 @@ RUN /opt/venv/bin/pip install --no-index --no-deps "/tmp/shdh/shdh-${SHDH_VERSIO
     && /opt/venv/bin/pip check \
     && rm -rf /tmp/shdh \
     && shdh --version
+
+# The commit and the labels last: a new commit changes only these layers, not the ones above
+# (an ARG takes part in the cache key of every RUN after it).
+ARG VCS_REF=unknown
+ARG BASE_NAME=docker.io/library/python:3.11.14-slim-bookworm
+LABEL org.opencontainers.image.title="shdh-cuda" \
+      org.opencontainers.image.description="Supervised Hierarchical Deep Hashing (arXiv 1704.02088): the train step on NVIDIA GPUs (CUDA 13, driver >= 580)" \
+      org.opencontainers.image.version="${SHDH_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="${BASE_NAME}"
+ENV SHDH_GIT_COMMIT=${VCS_REF}
 
 USER 10001:10001
 WORKDIR /workspace
