@@ -65,7 +65,7 @@ def test_each_run_is_a_parent_with_a_nested_run_per_method(runs, client):
             assert child.data.tags[tracking.PIPELINE_TAG] == parent.data.tags[tracking.PIPELINE_TAG]
         commits.add(parent.data.tags.get("mlflow.source.git.commit"))
         report = [a.path for a in client.list_artifacts(parent.info.run_id, "report")]
-        assert report == ["report/results.md"]
+        assert "report/results.md" in report, report
     # The image's commit (SHDH_GIT_COMMIT, no .git inside) and the checkout's: commits of this
     # repository (others may commit while the test runs, so not necessarily one commit).
     for commit in commits:
