@@ -9,12 +9,29 @@ cannot be started they are skipped with the reason, except in CI (CI=true), wher
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines import images
+from shdh.config import deep_merge
+from tests.conftest import REPO
 from tests.integration.conftest import s3_server  # noqa: F401 (the session's S3 server)
+from tests.integration.test_mlflow_server import serve, write_auth_config
+from tests.pipelines.front_doors import smoke_settings
+
+# A deep and a shallow method of each kind, as tests/pipelines/test_local_run.py runs them.
+METHODS = {"shdh", "dpsh", "itq", "cosdish+h"}
+# Two epochs, so that the preemption test can kill a fit after its first one and compare.
+EPOCHS = 2
+USER, PASSWORD = "shdh-admin", "shdh-test-password-0123"
+RUN_TIMEOUT_S = 1800
 
 collect_ignore_glob = [] if os.environ.get("SHDH_TEST_CONTAINERS") == "1" else ["test_*.py"]
 
@@ -35,3 +52,93 @@ def runtime_image(engine) -> str:
     """localhost/shdh:VERSION, built (or reused when nothing it is made of changed)."""
     (built,) = images.build(("runtime",))
     return built.image
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(s3_server, tmp_path_factory):  # noqa: F811
+    """MLflow with basic authentication, artifacts in the S3 bucket through its proxy."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
+    env = {
+        **s3_server.env(),
+        "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
+        "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
+        "MLFLOW_AUTH_ADMIN_USERNAME": USER,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret",
+    }
+    store = [
+        "--artifacts-destination",
+        f"s3://{s3_server.bucket}/mlflow-artifacts",
+        "--app-name",
+        "basic-auth",
+    ]
+    with serve(root, store, env) as server:
+        yield server
+
+
+def container_params(methods) -> dict:
+    """The smoke profile (one torch thread, as tests/pipelines compare front doors) for
+    `methods`, trained for EPOCHS epochs."""
+    return deep_merge(smoke_settings(methods), {"train": {"epochs": EPOCHS}})
+
+
+def pipeline_env(
+    server: dict,
+    s3_server,  # noqa: F811
+    checkpoints: str,
+    experiment: str = "shdh",
+) -> dict[str, str]:
+    """What the steps get on a cluster from shdh-config and shdh-credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_"))}
+    return {
+        **env,
+        **s3_server.env(),
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "MLFLOW_TRACKING_URI": server["url"],
+        "MLFLOW_TRACKING_USERNAME": USER,
+        "MLFLOW_TRACKING_PASSWORD": PASSWORD,
+        "SHDH_CHECKPOINT_URL": f"s3://{s3_server.bucket}/{checkpoints}",
+        "MLFLOW_EXPERIMENT_NAME": experiment,
+    }
+
+
+def run_pipeline(params_file: Path, root: Path, env: dict[str, str], *docker: str) -> dict:
+    """`shdh pipeline run --local [--docker --image IMAGE]`; its results folder's metrics."""
+    command = [sys.executable, "-m", "shdh.cli", "pipeline", "run", "--local", *docker]
+    command += ["--params", str(params_file), "--root", str(root)]
+    start = time.monotonic()
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, f"{' '.join(command)}:\n{(done.stdout + done.stderr)[-6000:]}"
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("results in ")]
+    results = Path(line.removeprefix("results in "))
+    return {
+        "results": results,
+        "metrics": json.loads((results / "metrics.json").read_text()),
+        "seconds": seconds,
+        "log": done.stdout + done.stderr,
+    }
+
+
+@pytest.fixture(scope="session")
+def runs(runtime_image, mlflow_server, s3_server, tmp_path_factory):  # noqa: F811
+    tmp = tmp_path_factory.mktemp("containers")
+    params_file = tmp / "params.yaml"
+    params_file.write_text(yaml.safe_dump(container_params(METHODS), sort_keys=False))
+    docker = run_pipeline(
+        params_file,
+        tmp / "docker",
+        pipeline_env(mlflow_server, s3_server, "checkpoints-docker"),
+        "--docker",
+        "--image",
+        runtime_image,
+    )
+    here = run_pipeline(
+        params_file, tmp / "venv", pipeline_env(mlflow_server, s3_server, "checkpoints-venv")
+    )
+    times = f"in containers {docker['seconds']:.0f} s, in the venv {here['seconds']:.0f} s"
+    print(f"smoke DAG: {times}")
+    return {"docker": docker, "venv": here, "image": runtime_image}
