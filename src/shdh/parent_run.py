@@ -3,8 +3,8 @@
 It lasts as long as the pipeline. The first tracked step opens it (DVC: the first train stage;
 Kubeflow: the start step), every method run nests under it, and the evaluate step writes the
 story onto it and closes it: the results table as its description (the run note the UI
-shows), every method's scores as metrics named METRIC/METHOD-BITS (one chart section per
-metric, the methods side by side), the report and the figures as artifacts. Its params are the
+shows), an HTML report with this run's figures, the figures and the result files as artifacts
+(the scores themselves are the method runs' metrics). Its params are the
 pipeline's settings, flattened (train.epochs, baselines.ksh.n_anchors), so two pipeline runs
 compare setting by setting. A step that fails marks it FAILED; reopened by a rerun of the same
 pipeline run, it is RUNNING again until evaluate closes it.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,26 +91,44 @@ def log_settings(client: Any, run_id: str, settings: dict[str, Any]) -> None:
     client.log_batch(run_id, params=params)
 
 
-def summarize(parent_run_id: str, results_dir: str | Path, report: str | Path | None) -> None:
-    """Write the evaluation onto the parent: the results table as its description, the scores
-    as METRIC/METHOD-BITS metrics, the result files, figures and report as artifacts."""
-    from mlflow.entities import Metric
+REPORT_FILE = "report/report.html"
+
+
+def summarize(
+    parent_run_id: str, results_dir: str | Path, report: str | Path | None = None
+) -> None:
+    """Write the evaluation onto the parent: the results table as its description, the result
+    files, this run's figures and an HTML report of them as artifacts.
+
+    The per-method scores stay on the method runs (one name per metric, grouped by the method,
+    bits and seed tags): on the parent they would be hundreds of one-bar charts. The figures
+    are redrawn from this run's curves.npz, so none comes from a file the run did not make
+    (results/plots also holds Fig. 5, drawn from a separate benchmark's sweep). `report`, the
+    hand-edited document around the generated tables, links outside the run: it is not logged.
+    """
+    import tempfile
+
+    from shdh.figures import CURVES_FILE, load_curves, write_figures
+    from shdh.report import run_report_html
 
     client = mlflow_store.configure().MlflowClient()
     results_dir = Path(results_dir)
     table = (results_dir / "table.md").read_text()
     client.set_tag(parent_run_id, NOTE_TAG, description(table))
-    scores = json.loads((results_dir / "metrics.json").read_text())
-    now = int(time.time() * 1000)
-    metrics = [Metric(key, value, now, 0) for key, value in sorted(score_metrics(scores).items())]
-    client.log_batch(parent_run_id, metrics=metrics)
     for name in RESULT_FILES:
         if (results_dir / name).is_file():
             client.log_artifact(parent_run_id, str(results_dir / name), "results")
-    for figure in sorted((results_dir / "plots").glob("*.png")):
-        client.log_artifact(parent_run_id, str(figure), "figures")
-    if report is not None and Path(report).is_file():
-        client.log_artifact(parent_run_id, str(report), "report")
+    if not (results_dir / CURVES_FILE).is_file():
+        return
+    scores = json.loads((results_dir / "metrics.json").read_text())
+    curves, dataset, n = load_curves(results_dir / CURVES_FILE)
+    title = f"Results of {client.get_run(parent_run_id).info.run_name}"
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = write_figures(curves, Path(tmp) / "figures")
+        for figure in figures:
+            client.log_artifact(parent_run_id, str(figure.path), "figures")
+        page = run_report_html(scores, figures, dataset=dataset, n=n, title=title)
+    client.log_text(parent_run_id, page, REPORT_FILE)
 
 
 def description(table: str) -> str:
@@ -120,24 +137,13 @@ def description(table: str) -> str:
         "## Results of this pipeline run\n\n"
         f"{table.strip()}\n\n"
         "Each method run below this one holds its own metrics, per-epoch training curves, codes "
-        "and model. Artifacts: report/ (the results document), figures/, results/.\n"
+        f"and model. Artifacts: {REPORT_FILE} (the results with their figures), figures/, "
+        "results/.\n"
     )
     if len(text) > NOTE_LIMIT:
         cut = "\n\n(table cut here: results/table.md holds all of it)\n"
         text = text[: NOTE_LIMIT - len(cut)] + cut
     return text
-
-
-def score_metrics(scores: dict[str, Any]) -> dict[str, float]:
-    """metrics.json's {method: {bits: {metric: value}}} as METRIC/METHOD-BITS keys, so the
-    column picker and the charts group one metric of every method together."""
-    return {
-        f"{metric_key(name)}/{metric_key(method)}-{bits}": float(value)
-        for method, by_bits in scores.items()
-        for bits, row in by_bits.items()
-        for name, value in row.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
 
 
 def parent_of_pipeline(pipeline_id: str) -> str:

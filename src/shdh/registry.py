@@ -79,9 +79,16 @@ def register_best(
     version = mlflow.register_model(
         best.data.tags[MODEL_URI_TAG],
         name,
-        tags={"shdh.selected_by": key, "shdh.parent_run_id": parent_run_id},
+        tags={
+            "shdh.selected_by": key,
+            f"shdh.{key}": f"{value:.6f}",
+            "shdh.parent_run_id": parent_run_id,
+        },
     )
     client = mlflow.MlflowClient()
+    parent = client.get_run(parent_run_id)
+    text = version_description(best, parent, key, value)
+    client.update_model_version(name, version.version, description=text)
     client.set_registered_model_alias(name, alias, version.version)
     log.info(
         "registered %s (run %s, %s=%.4f) as %s version %s, alias @%s",
@@ -101,6 +108,16 @@ def register_best(
         run_name=best.info.run_name or "",
         metric=key,
         value=value,
+    )
+
+
+def version_description(best: Any, parent: Any, metric: str, value: float) -> str:
+    """What the registry page says of a version: why it won (the metric and its value) and
+    which pipeline run it won in, so it can be judged without opening the runs."""
+    return (
+        f"The best deep encoder of pipeline run {parent.info.run_name} "
+        f"({parent.info.run_id}) by {metric}: {best.info.run_name} with "
+        f"{metric} = {value:.4f} (run {best.info.run_id})."
     )
 
 

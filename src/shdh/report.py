@@ -23,6 +23,13 @@ from shdh.figures import (
 TABLE_COLUMNS = ("acg", "dcg", "ndcg", "ndcg_list", "wr")
 
 
+def column_names(n: int) -> list[str]:
+    """The table columns as every document names them: NDCG@n is normalised by the ideal order
+    of the whole database (metrics.json's ndcg@n, MLflow's ndcg_at_n), NDCG_list@n by that of
+    the retrieved list (the paper's variant: ndcg_list@n, ndcg_list_at_n)."""
+    return [f"{c.upper().replace('_LIST', '_list')}@{n}" for c in TABLE_COLUMNS]
+
+
 def results_table(metrics: dict[str, Any], n: int = 100) -> str:
     """Markdown table: one row per method and code length, the @n metrics as columns.
 
@@ -30,7 +37,7 @@ def results_table(metrics: dict[str, Any], n: int = 100) -> str:
     retrieved list (the paper-compatible variant). Random codes are listed last, as the floor.
     Over several seeds a cell is the mean +- the sample standard deviation.
     """
-    header = f"| method | bits | ACG@{n} | DCG@{n} | NDCG@{n} | NDCG@{n} (list ideal) | WR@{n} |"
+    header = "| method | bits | " + " | ".join(column_names(n)) + " |"
     lines = [header, "|---|---:|---:|---:|---:|---:|---:|"]
     methods = sorted(metrics, key=lambda m: (m == "random", m))
     for method in methods:
@@ -46,8 +53,8 @@ def results_table(metrics: dict[str, Any], n: int = 100) -> str:
 
 # ---- docs/results.md: our numbers in the layout of the paper's Table 1 ----------------------
 
-# Paper Table 1 columns; NDCG is the paper's variant (ideal order of the retrieved list).
-_TABLE1_METRICS = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG", "ndcg_list", 4))
+# Paper Table 1 columns; the paper's NDCG is our NDCG_list (ideal order of the retrieved list).
+_TABLE1_METRICS = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG_list", "ndcg_list", 4))
 BEGIN_MARK = "<!-- shdh evaluate: generated tables begin -->"
 END_MARK = "<!-- shdh evaluate: generated tables end -->"
 
@@ -123,17 +130,18 @@ def results_doc(
         m: {b: {key: vals[i] for key, vals in cols.items()} for i, b in enumerate(paper_bits)}
         for m, cols in paper.items()
     }
-    paper_metrics = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG", "ndcg", 4))
+    # the paper's NDCG is normalised by the retrieved list's ideal order: our NDCG_list
+    paper_metrics = (("ACG", "acg", 4), ("DCG", "dcg", 4), ("NDCG_list", "ndcg", 4))
     paper_name = {"cifar100": "Table 1, CIFAR-100", "iaprtc12": "Table 2, IAPRTC-12"}[paper_key]
     parts = [
         BEGIN_MARK,
         f"### This run: {dataset}, @{n} (written by `shdh evaluate`)\n",
-        "NDCG is the paper's variant (normalised by the ideal order of the retrieved list).\n",
+        "NDCG_list is the paper's NDCG (normalised by the ideal order of the retrieved list).\n",
         *filter(None, [seeds_line(metrics)]),
         _table1(ours, bits, n),
         f"NDCG@{n} normalised by the ideal order of the whole database (the stricter, standard "
         "form):\n",
-        _table1(ours, bits, n, (("NDCG (database ideal)", "ndcg", 4),)),
+        _table1(ours, bits, n, (("NDCG", "ndcg", 4),)),
         f"### The paper ({paper_name}), for reference\n",
         _table1(paper_rows, list(paper_bits), n, paper_metrics),
         *_claims_section(ours, bits, paper_rows, list(paper_bits), n),
@@ -155,7 +163,11 @@ CLAIMS = (
     ("best deep over best shallow", DEEP, SHALLOW),
 )
 # (label, our key, the paper's key): the paper's NDCG is our list-ideal variant.
-_CLAIM_METRICS = (("ACG", "acg", "acg"), ("DCG", "dcg", "dcg"), ("NDCG", "ndcg_list", "ndcg"))
+_CLAIM_METRICS = (
+    ("ACG", "acg", "acg"),
+    ("DCG", "dcg", "dcg"),
+    ("NDCG_list", "ndcg_list", "ndcg"),
+)
 
 
 def _relative_gain(rows, better, worse, bits: int, key: str) -> float | None:
@@ -307,3 +319,57 @@ def check_outputs(results_dir: str | Path, report: str | Path | None) -> None:
     check_writable(Path(results_dir) / "metrics.json", "evaluate.results_dir")
     if report:
         check_writable(report, "evaluate.report")
+
+
+def run_report_html(
+    metrics: dict[str, Any], figures: Sequence[Figure], *, dataset: str, n: int, title: str
+) -> str:
+    """One pipeline run's report as a single HTML page, for the parent run's artifacts: MLflow's
+    artifact viewer renders HTML but not a markdown file's images, so the figures are embedded
+    (base64 PNG) and nothing links outside the run. Every number and figure is this run's."""
+    import base64
+    import html
+
+    def cell(row: dict[str, Any], column: str) -> str:
+        key = f"{column}@{n}"
+        return html.escape(_cell(row.get(key), row.get(f"{key}_sd"), 3 if column == "dcg" else 4))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", "bits", *column_names(n)])
+    rows = []
+    for method in sorted(metrics, key=lambda m: (m == "random", m)):
+        for bits in sorted(metrics[method], key=int):
+            cells = "".join(f"<td>{cell(metrics[method][bits], c)}</td>" for c in TABLE_COLUMNS)
+            rows.append(f"<tr><td>{html.escape(method)}</td><td>{bits}</td>{cells}</tr>")
+    images = []
+    for figure in figures:
+        data = base64.b64encode(Path(figure.path).read_bytes()).decode("ascii")
+        caption = html.escape(figure.caption)
+        images.append(
+            f'<figure><img src="data:image/png;base64,{data}" alt="{caption}">'
+            f"<figcaption>{caption}</figcaption></figure>"
+        )
+    seeds = seeds_line(metrics)
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+            f"<style>{_REPORT_CSS}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1>",
+            f"<p>Dataset {html.escape(dataset)}, scored at @{n}. NDCG@{n} is normalised by the "
+            f"ideal order of the whole database, NDCG_list@{n} by that of the retrieved list "
+            "(the paper's NDCG). Random codes are the floor every method must beat.</p>",
+            f"<p>{html.escape(seeds)}</p>" if seeds else "",
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
+            "<h2>Figures</h2>",
+            *images,
+            "</body></html>",
+        ]
+    )
+
+
+_REPORT_CSS = (
+    "body{font-family:sans-serif;margin:1.5em;max-width:72em}"
+    "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:.2em .6em}"
+    "td{text-align:right}td:first-child{text-align:left}"
+    "img{max-width:100%}figure{margin:1em 0}figcaption{font-style:italic}"
+)

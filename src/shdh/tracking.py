@@ -151,6 +151,33 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
 
+def log_to_run(
+    run_id: str, metrics: dict[str, float], artifacts: list[tuple[Path, str | None]] = ()
+) -> None:
+    """Add metrics and artifacts to a finished run without reopening it.
+
+    Reopening a run (start_run(run_id=...)) moves its end time to now: a fit scored minutes
+    later would show the whole wait as its duration. Through the client the run keeps the
+    start and end of its fit.
+    """
+    import time
+
+    from mlflow.entities import Metric
+
+    client = configure().MlflowClient()
+    now = int(time.time() * 1000)
+    batch = [Metric(metric_key(k), float(v), now, 0) for k, v in sorted(metrics.items())]
+    client.log_batch(run_id, metrics=batch)
+    for path, artifact_path in artifacts:
+        client.log_artifact(run_id, str(path), artifact_path)
+
+
+def method_tags(method: str, bits: int, seed: int) -> dict[str, str]:
+    """The tags of a method run: the chart view groups runs by them (method and bits, the
+    seeds of one group drawn as their mean and spread), and the runs table filters by them."""
+    return {"method": method, "bits": str(bits), "seed": str(seed)}
+
+
 def save_run_ref(path: str | Path, active: Any) -> None:
     """Record which MLflow run a model belongs to (and under which pipeline run), next to it."""
     from shdh.atomic import atomic_write_text

@@ -7,9 +7,12 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shdh import parent_run, tracking
+from shdh.figures import save_curves
+from shdh.metrics import Curves
 
 
 def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
@@ -144,23 +147,41 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
         "| method | bits | NDCG@100 |\n|---|---:|---:|\n| shdh | 16 | 0.5 |\n"
     )
     (results / "metrics.json").write_text('{"ksh+h": {"16": {"ndcg@100": 0.25, "seeds": 2}}}')
-    (results / "plots" / "wr_at_n-16.png").write_bytes(b"png")
+    save_curves(results / "curves.npz", {("ksh+h", 16): tiny_curves()}, dataset="toy", n=100)
+    # Fig. 5 of a separate sweep: not this run's, so not on its parent
+    (results / "plots" / "alpha.png").write_bytes(b"png")
     (tmp_path / "results.md").write_text("# Results\n")
     parent_run.summarize(parent, results, tmp_path / "results.md")
     tracking.end_parent(parent)
     done = client.get_run(parent)
     assert done.info.status == "FINISHED"
     assert "| shdh | 16 | 0.5 |" in done.data.tags["mlflow.note.content"]
-    assert done.data.metrics == {"ndcg_at_100/ksh_h-16": 0.25, "seeds/ksh_h-16": 2.0}
+    assert done.data.metrics == {}  # the scores are the method runs' metrics
     listed = {
         a.path for d in ("figures", "report", "results") for a in client.list_artifacts(parent, d)
     }
     assert listed == {
+        "figures/wr_by_radius-16.png",
         "figures/wr_at_n-16.png",
-        "report/results.md",
+        "figures/wr_vs_bits.png",
+        "report/report.html",
         "results/table.md",
         "results/metrics.json",
     }
+    page = client.download_artifacts(parent, "report/report.html", str(tmp_path))
+    text = Path(page).read_text()
+    assert text.count('<img src="data:image/png;base64,') == 3
+    assert "<td>ksh+h</td><td>16</td>" in text and "NDCG_list@100" in text
+    assert "<!--" not in text and "href=" not in text  # nothing outside the run
+
+
+def tiny_curves() -> Curves:
+    return Curves(
+        wr_at_n=np.linspace(0.1, 0.5, 10),
+        radius=np.arange(3),
+        radius_real=np.arange(3, dtype=float),
+        wr_at_radius=np.array([0.2, 0.5, 1.0]),
+    )
 
 
 def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
@@ -175,6 +196,8 @@ def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
 WRITER = """
 import sys
 from shdh import parent_run, tracking
+from shdh.figures import save_curves
+from shdh.metrics import Curves
 name, n_runs, n_metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 parent = parent_run.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
 for r in range(n_runs):

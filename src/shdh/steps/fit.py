@@ -90,7 +90,7 @@ def tracked_run(
     with tracking.run(
         run_name=tracking.child_run_name(plan.method, plan.bits, plan.seed),
         params=params,
-        tags={"method": plan.method, "bits": str(plan.bits), **started, **(tags or {})},
+        tags={**tracking.method_tags(plan.method, plan.bits, plan.seed), **started, **(tags or {})},
         run_id=run_id,
         parent_run_id=parent_run_id,
     ) as active:

@@ -193,8 +193,17 @@ def _epoch_logger(name: str, epochs: int):
             entry["mean_abs_z"],
             100 * entry["flip_fraction"],
         )
-        tracking.log_metrics(
-            {k: v for k, v in entry.items() if k != "epoch"}, step=int(entry["epoch"])
-        )
+        tracking.log_metrics(epoch_metrics(entry), step=int(entry["epoch"]))
 
     return on_epoch
+
+
+# The loss terms of history.json as MLflow names them: `e1` and `e2` are also the names of the
+# settings that choose those terms (params), and one name for a param and a metric makes the
+# comparison view show two unrelated rows under it.
+LOSS_TERMS = {"e1": "loss_e1", "e2": "loss_e2"}
+
+
+def epoch_metrics(entry: dict[str, Any]) -> dict[str, float]:
+    """One epoch of history.json as the run's metrics: the epoch is the step, not a metric."""
+    return {LOSS_TERMS.get(k, k): v for k, v in entry.items() if k != "epoch"}

@@ -329,21 +329,51 @@ def _score(
     )
     result = Scored(method, bits, metrics, curves, path, seed)
     log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
+        artifacts = _run_artifacts(Path(tmp), path, result, name)
+        logged = {**metrics, **(extra or {})}
+        if run_id:  # the fit's run: added to, not reopened, so its duration stays the fit's
+            tracking.log_to_run(run_id, logged, artifacts)
+        else:
+            _new_method_run(method, bits, seed, logged, artifacts, tags, parent_run_id)
+    return result
+
+
+# A method run's artifacts carry the same names in every run (the comparison view lists the
+# artifacts two runs have in common); the codes file of results/codes/ is named after the fit.
+RUN_CODES = "codes.npz"
+RUN_PLOT = "wr.png"
+
+
+def _run_artifacts(tmp: Path, codes_path: Path, result: Scored, name: str) -> list[tuple]:
+    """The codes file and a WR@n plot of one fit, under the names every method run shares."""
+    import shutil
+
+    codes = shutil.copyfile(codes_path, tmp / RUN_CODES)
+    plot = tmp / RUN_PLOT
+    wr_at_n_figure({result.method: result.curves}, plot, title=f"{name.replace('-', ', ', 1)} bits")
+    return [(codes, None), (plot, None)]
+
+
+def _new_method_run(
+    method: str,
+    bits: int,
+    seed: int,
+    metrics: dict[str, float],
+    artifacts: list[tuple],
+    tags: dict[str, str] | None,
+    parent_run_id: str | None,
+) -> None:
+    """A run of its own for scores with no fit run (random codes, codes trained elsewhere)."""
     with tracking.run(
         run_name=tracking.child_run_name(method, bits, seed),
-        run_id=run_id,
         parent_run_id=parent_run_id,
-        params=None if run_id else {"method": method, "bits": bits, "seed": seed},
-        tags={"method": method, "bits": str(bits), **(tags or {})},
+        params={"method": method, "bits": bits, "seed": seed},
+        tags={**tracking.method_tags(method, bits, seed), **(tags or {})},
     ):
-        tracking.log_metrics({**metrics, **(extra or {})})
-        tracking.log_artifact(path, "codes")
-        with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
-            plot = Path(tmp) / f"{name}-wr.png"
-            title = f"{name.replace('-', ', ', 1)} bits"
-            wr_at_n_figure({method: result.curves}, plot, title=title)
-            tracking.log_artifact(plot, "plots")
-    return result
+        tracking.log_metrics(metrics)
+        for artifact, artifact_path in artifacts:
+            tracking.log_artifact(artifact, artifact_path)
 
 
 def eval_workers(value: int | None) -> int:
