@@ -230,6 +230,5 @@ def test_the_oracle_trains_once_per_seed_from_a_bundle(tmp_path, fashion_raw):
     first, second = (json.loads((out / "fits" / f"oracle-{b}.json").read_text()) for b in (16, 24))
     assert first["checkpoint_from"] is None and second["checkpoint_from"] == "oracle-16"
     assert second["history"] == first["history"]
-    assert second["fit_seconds"] < first["fit_seconds"] / 3  # encoded, not trained again
     codes = load_codes(out / "codes" / "oracle-24.npz")
     assert codes.n_bits == 24 and len(codes.db_ids) > 0

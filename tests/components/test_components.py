@@ -265,8 +265,10 @@ def test_evaluate_and_report_score_every_model_and_track_it(chain, client):
     assert parent.info.status == "FINISHED"  # closed by evaluate, the story on it
     assert "| shdh | 16 |" in parent.data.tags["mlflow.note.content"]
     assert parent.data.params["train.methods"] == '["shdh"]'
+    # the report as a page with its figures embedded, beside its markdown
     assert [a.path for a in client.list_artifacts(chain["parent"], "report")] == [
-        "report/results.md"
+        "report/report.html",
+        "report/results.md",
     ]
 
 

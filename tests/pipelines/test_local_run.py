@@ -114,7 +114,7 @@ def test_a_kubeflow_run_is_one_parent_with_a_nested_run_per_method(runs, client)
     deep = [c for c in children if c.data.tags.get("method") in ("shdh", "dpsh")]
     assert len(deep) == 2 and all(tracking.MODEL_URI_TAG in c.data.tags for c in deep)
     artifacts = [a.path for a in client.list_artifacts(kfp_parent.info.run_id, "report")]
-    assert artifacts == ["report/results.md"]
+    assert artifacts == ["report/report.html", "report/results.md"]
 
 
 def test_run_local_fails_fast_naming_an_unreachable_tracking_server(monkeypatch, caplog):
