@@ -79,7 +79,8 @@ def evaluate(
             features_path=gist.path if gist else None,
             **context,
         )
-        summarize(context["parent_run_id"], results.path, None)  # report adds the report
+        view = summarize(context["parent_run_id"], results.path, None)  # report adds the report
     end_parent(context["parent_run_id"])  # the pipeline's last tracked step
+    print(f"the methods compared in the MLflow UI: {view}")
     for name, value in kfp_metrics(scores, cfg["n"]).items():
         metrics.log_metric(name, value)

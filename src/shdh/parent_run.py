@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shdh import mlflow_store
+from shdh import comparison_view, mlflow_store
 from shdh.tracking import (
     PIPELINE_TAG,
     ROLE_TAG,
@@ -94,11 +94,10 @@ def log_settings(client: Any, run_id: str, settings: dict[str, Any]) -> None:
 REPORT_FILE = "report/report.html"
 
 
-def summarize(
-    parent_run_id: str, results_dir: str | Path, report: str | Path | None = None
-) -> None:
+def summarize(parent_run_id: str, results_dir: str | Path, report: str | Path | None = None) -> str:
     """Write the evaluation onto the parent: the results table as its description, the result
-    files, this run's figures and an HTML report of them as artifacts.
+    files, this run's figures and an HTML report of them as artifacts; save the UI's view of
+    its methods compared and return that view's address.
 
     The per-method scores stay on the method runs (one name per metric, grouped by the method,
     bits and seed tags): on the parent they would be hundreds of one-bar charts. The figures
@@ -114,13 +113,14 @@ def summarize(
     client = mlflow_store.configure().MlflowClient()
     results_dir = Path(results_dir)
     table = (results_dir / "table.md").read_text()
-    client.set_tag(parent_run_id, NOTE_TAG, description(table))
+    scores = json.loads((results_dir / "metrics.json").read_text())
+    view = save_comparison_view(client, parent_run_id, scores)
+    client.set_tag(parent_run_id, NOTE_TAG, description(table, view))
     for name in RESULT_FILES:
         if (results_dir / name).is_file():
             client.log_artifact(parent_run_id, str(results_dir / name), "results")
     if not (results_dir / CURVES_FILE).is_file():
-        return
-    scores = json.loads((results_dir / "metrics.json").read_text())
+        return view
     curves, dataset, n = load_curves(results_dir / CURVES_FILE)
     title = f"Results of {client.get_run(parent_run_id).info.run_name}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,12 +129,30 @@ def summarize(
             client.log_artifact(parent_run_id, str(figure.path), "figures")
         page = run_report_html(scores, figures, dataset=dataset, n=n, title=title)
     client.log_text(parent_run_id, page, REPORT_FILE)
+    return view
 
 
-def description(table: str) -> str:
-    """The parent's note: the results table, and where the rest is."""
+def save_comparison_view(client: Any, parent_run_id: str, scores: dict[str, Any]) -> str:
+    """Save the UI's view of this pipeline run's methods compared (shdh.comparison_view) as a
+    view of the experiment; returns its address in the UI of this store."""
+    parent = client.get_run(parent_run_id)
+    pipeline_id = parent.data.tags[PIPELINE_TAG]
+    key = comparison_view.view_key(pipeline_id)
+    state = comparison_view.view_state(pipeline_id, comparison_view.charted_scores(scores))
+    name = f"Methods of {parent.info.run_name}"
+    comparison_view.save_view(client, parent.info.experiment_id, key, name, state)
+    path = comparison_view.view_path(parent.info.experiment_id, key)
+    return f"{comparison_view.ui_url(mlflow_store.tracking_uri())}/{path}"
+
+
+def description(table: str, view: str) -> str:
+    """The parent's note: the results table, the link to the methods compared (its address
+    inside the UI, so it holds wherever the UI is served), and where the rest is."""
+    link = view[view.index("#") :]
     text = (
         "## Results of this pipeline run\n\n"
+        f"[Compare the methods of this run in charts]({link}): grouped by method and code "
+        "length, one chart per score.\n\n"
         f"{table.strip()}\n\n"
         "Each method run below this one holds its own metrics, per-epoch training curves, codes "
         f"and model. Artifacts: {REPORT_FILE} (the results with their figures), figures/, "

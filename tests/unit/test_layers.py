@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "shdh.encoder_model": STEPS,
     "shdh.mlflow_store": STEPS,
     "shdh.parent_run": STEPS,
+    "shdh.comparison_view": STEPS,
     "shdh.registry": STEPS,
     "shdh.checkpoint_store": STEPS,
     "shdh.cpu_limit": STEPS,

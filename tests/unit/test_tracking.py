@@ -151,11 +151,21 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     # Fig. 5 of a separate sweep: not this run's, so not on its parent
     (results / "plots" / "alpha.png").write_bytes(b"png")
     (tmp_path / "results.md").write_text("# Results\n")
-    parent_run.summarize(parent, results, tmp_path / "results.md")
+    view = parent_run.summarize(parent, results, tmp_path / "results.md")
     tracking.end_parent(parent)
     done = client.get_run(parent)
     assert done.info.status == "FINISHED"
-    assert "| shdh | 16 | 0.5 |" in done.data.tags["mlflow.note.content"]
+    note = done.data.tags["mlflow.note.content"]
+    assert "| shdh | 16 | 0.5 |" in note
+    # The UI's view of the methods compared: saved on the experiment, linked from the note.
+    experiment = done.info.experiment_id
+    assert view == (
+        f"http://127.0.0.1:5000/#/experiments/{experiment}/runs"
+        "?viewStateShareKey=shdh-p1&compareRunsMode=CHART"
+    )
+    assert f"]({view[view.index('#') :]})" in note
+    tags = client.get_experiment(experiment).tags
+    assert "mlflow.sharedViewState.shdh-p1" in tags
     assert done.data.metrics == {}  # the scores are the method runs' metrics
     listed = {
         a.path for d in ("figures", "report", "results") for a in client.list_artifacts(parent, d)

@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
             codes_from=args.codes_from,
             **context,
         )
-        parent_run.summarize(parent, ev["results_dir"], ev.get("report"))
+        view = parent_run.summarize(parent, ev["results_dir"], ev.get("report"))
     tracking.end_parent(parent)  # the last tracked stage: the pipeline run is complete
     print((Path(ev["results_dir"]) / "table.md").read_text())
+    print(f"the methods compared in the MLflow UI: {view}")
     print(f"results in {ev['results_dir']}/ (metrics.json, table.md, plots/, codes/)")
     if ev.get("report"):
         print(f"report: {ev['report']}")
