@@ -94,6 +94,25 @@ def test_the_dag_has_every_step_and_its_edges(smoke):
     assert {"deep_models", "shallow_models", "gist"} <= set(collected)
 
 
+def test_the_dag_ends_by_registering_the_best_encoder_of_its_own_run(smoke):
+    """As dvc.yaml's last stage: after evaluate has put every score on the method runs, the
+    register task picks the best deep encoder of the parent run that start opened, by the
+    pipeline's metric, and points the pipeline's alias at it. Nothing runs after it."""
+    spec, _, _ = smoke
+    tasks = root_tasks(spec)
+    register = tasks["register"]
+    assert register["componentRef"]["name"] == "comp-register"
+    assert set(register["dependentTasks"]) == {"evaluate", "start"}
+    inputs = register["inputs"]["parameters"]
+    assert inputs["parent_run_id"]["taskOutputParameter"]["producerTask"] == "start"
+    assert {k: v["componentInputParameter"] for k, v in inputs.items() if k != "parent_run_id"} == {
+        "model_name": "register_model",
+        "metric": "register_metric",
+        "alias": "register_alias",
+    }
+    assert not any("register" in t.get("dependentTasks", []) for t in tasks.values())
+
+
 def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
     spec, _, _ = smoke
     parameters = spec["root"]["inputDefinitions"]["parameters"]
