@@ -113,11 +113,11 @@ def register_best(
 
 def version_description(best: Any, parent: Any, metric: str, value: float) -> str:
     """What the registry page says of a version: why it won (the metric and its value) and
-    which pipeline run it won in, so it can be judged without opening the runs."""
+    which pipeline run it won in, so it can be judged without opening the runs. The metric
+    leads: the model's page shows only the first few words of each version's description."""
     return (
-        f"The best deep encoder of pipeline run {parent.info.run_name} "
-        f"({parent.info.run_id}) by {metric}: {best.info.run_name} with "
-        f"{metric} = {value:.4f} (run {best.info.run_id})."
+        f"{metric} = {value:.4f}: {best.info.run_name} (run {best.info.run_id}), the best deep "
+        f"encoder of pipeline run {parent.info.run_name} ({parent.info.run_id}) by {metric}."
     )
 
 

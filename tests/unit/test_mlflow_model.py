@@ -129,7 +129,11 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
     assert (done.name, done.version, done.run_id) == ("shdh-encoder", "1", children["dpsh-16"])
     assert done.metric == "ndcg_at_100" and done.value == pytest.approx(0.9)
     client = mlflow.MlflowClient()
-    assert str(client.get_model_version_by_alias("shdh-encoder", "champion").version) == "1"
+    champion = client.get_model_version_by_alias("shdh-encoder", "champion")
+    assert str(champion.version) == "1"
+    # Why it won, first: the registry's table shows the start of a description only.
+    assert champion.description.startswith("ndcg_at_100 = 0.9000: dpsh-16 (run ")
+    assert f"pipeline run pipeline-x ({parent_id}) by ndcg_at_100." in champion.description
     model = registry.load_by_alias("shdh-encoder", "champion")
     assert registry.check_loaded(model) == (2, 2)  # 16 bits pack into 2 bytes
     # Another metric picks another run; the alias follows the newest registration.
