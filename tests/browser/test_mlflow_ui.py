@@ -1,17 +1,20 @@
 """Comparing runs in the MLflow UI, as users do, in a real browser.
 
 A real `mlflow server` on SQLite, two smoke pipeline runs tracked into it (the dvc.yaml commands,
-then `train.epochs: 2` with only training and evaluation rerun, as `dvc exp run -S
+then `train.epochs: 2` with training, evaluation and registration rerun, as `dvc exp run -S
 train.epochs=2` does), and MLflow's own web UI opened in Debian's headless Chromium. The test
-asserts what a user sees: the runs table with the pipeline runs, one expanded into a run per
-method with its NDCG@100, and the comparison views of two methods and of two pipeline runs. Its
-screenshots are the pictures of docs/mlflow.md.
+asserts what a user sees: the saved view of a pipeline run's methods, opened from the link in
+its description, with every method charted and no click; the runs table with the pipeline runs,
+one expanded into a run per method with its NDCG@100; the comparison views of two methods and of
+two pipeline runs; the parent's HTML report with its figures loaded; the champion in the Model
+Registry. Its screenshots are the pictures of docs/mlflow.md.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 import yaml
 
 from shdh.config import deep_merge
+from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 from tests.browser import ui
 from tests.browser.ui import start_browser, wait_for
 from tests.conftest import REPO
@@ -74,7 +78,7 @@ def track_two_pipeline_runs(url: str, work: Path) -> dict[str, Any]:
         rerun = [
             c
             for c in dvc_commands(changed)
-            if c.startswith(("shdh train --method", "shdh evaluate"))
+            if c.startswith(("shdh train --method", "shdh evaluate", "shdh register"))
         ]
         for command in rerun:
             assert main([*command.split()[1:], "--params", str(second)]) == 0, command
@@ -193,3 +197,96 @@ def test_comparing_two_pipeline_runs_shows_each_method_beside_itself(
         assert len(shown) == 2, (method, shown)
         for text, run in zip(shown, pair, strict=True):
             assert close_to(text, run.data.metrics["ndcg_at_100"]), (method, text)
+
+
+def test_the_link_in_a_pipeline_runs_description_opens_its_methods_charted(
+    server, tracked, screenshots
+):
+    """A new user (a fresh browser profile) follows the link: with no toggle, no 'Show all
+    runs' and no group-by to set, the saved view shows every method of that pipeline run, and
+    only its runs, as a bar per method and code length in each score's chart."""
+    second = tracked["parents"][-1]
+    note = second.data.tags["mlflow.note.content"]
+    (link,) = re.findall(r"\]\((#/experiments/[^)]+)\)", note)
+    assert "viewStateShareKey=" in link and "compareRunsMode=CHART" in link
+    children = tracked["children"][second.info.run_id]
+    expected = {
+        f"tag.method.{r.data.tags['method']},tag.bits.{r.data.tags['bits']}": r
+        for r in children.values()
+    }
+    browser = start_browser()
+    try:
+        ui.open_view(browser, server, link)
+        charts = wait_for(
+            lambda: [c for c in ui.bar_charts(browser) if set(c) == set(expected)],
+            "a bar chart of every method of the pipeline run",
+            browser,
+        )
+        assert {"tag.method.shdh,tag.bits.16", "tag.method.dpsh,tag.bits.16"} <= set(charts[0])
+        # The first chart is NDCG@100, a bar its method's score (one seed: the group's mean);
+        # the second pipeline run's deep scores, not a mean with the first's.
+        for label, value in charts[0].items():
+            assert close_to(str(value), expected[label].data.metrics[DEFAULT_METRIC]), label
+        assert f"Methods of {second.info.run_name}" in ui.page_text(browser)  # the view's name
+        ui.close_assistant(browser)
+        shot = ui.screenshot(browser, screenshots / "mlflow-view.png")
+        assert shot.stat().st_size > 10_000
+    finally:
+        browser.quit()
+
+
+def test_the_parents_report_shows_its_figures_in_the_artifact_viewer(
+    server, tracked, browser, screenshots
+):
+    import mlflow
+
+    parent = tracked["parents"][0]
+    client = mlflow.MlflowClient(tracking_uri=server)
+    figures = client.list_artifacts(parent.info.run_id, "figures")
+    assert figures
+    ui.open_view(
+        browser,
+        server,
+        f"#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+        "/artifacts/report/report.html",
+    )
+    images = wait_for(
+        lambda: (
+            (found := ui.framed_images(browser)) and all(i["complete"] for i in found) and found
+        ),
+        "the report's figures",
+        browser,
+    )
+    assert len(images) == len(figures)
+    assert all(i["width"] > 0 for i in images), images  # each figure decoded: it rendered
+    ui.close_assistant(browser)
+    assert ui.screenshot(browser, screenshots / "mlflow-report.png").stat().st_size > 10_000
+
+
+def test_the_champion_is_in_the_model_registry_with_why_it_won(
+    server, tracked, browser, screenshots
+):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=server)
+    champion = client.get_model_version_by_alias(DEFAULT_MODEL_NAME, DEFAULT_ALIAS)
+    latest = tracked["parents"][-1]
+    assert champion.run_id in {
+        r.info.run_id for r in tracked["children"][latest.info.run_id].values()
+    }
+    ui.open_view(browser, server, f"#/models/{DEFAULT_MODEL_NAME}")
+    row = wait_for(
+        lambda: [
+            r.text
+            for r in ui.by_xpath(browser, "//tr | //div[@role='row']")
+            if f"Version {champion.version}" in r.text and f"@ {DEFAULT_ALIAS}" in r.text
+        ],
+        f"version {champion.version} with the alias @{DEFAULT_ALIAS}",
+        browser,
+    )[0]
+    # The table shows a description's first words: the winning metric and its value.
+    value = float(champion.tags[f"shdh.{DEFAULT_METRIC}"])
+    assert f"{DEFAULT_METRIC} = {value:.4f}" in row, row
+    assert latest.info.run_name in champion.description
+    ui.close_assistant(browser)
+    assert ui.screenshot(browser, screenshots / "mlflow-registry.png").stat().st_size > 10_000

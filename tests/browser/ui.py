@@ -261,3 +261,43 @@ def open_comparison(browser: Any, url: str, experiment_id: str, run_ids: list[st
     browser.refresh()
     wait_for(lambda: "Run details" in page_text(browser), "the comparison page", browser)
     close_assistant(browser)
+
+
+# Plotly keeps each chart's data on its element: a bar chart's bars are its y labels (the runs or
+# groups) and x values, whatever the window lets the axis print.
+_BARS_SCRIPT = """
+return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => (plot.data || [])
+  .filter((trace) => trace.type === 'bar')
+  .map((trace) => Object.fromEntries(trace.y.map((label, i) => [String(label), trace.x[i]]))))
+  .filter((traces) => traces.length).map((traces) => Object.assign({}, ...traces));
+"""
+
+
+def bar_charts(browser: Any) -> list[dict[str, float]]:
+    """Every bar chart drawn on the page, in page order, as {bar label: value}."""
+    return browser.execute_script(_BARS_SCRIPT) or []
+
+
+def open_view(browser: Any, url: str, link: str) -> None:
+    """Open an address of the UI afresh (`link` starts at '#/'), as a link followed from
+    elsewhere: the single-page app keeps its page when only the fragment changes."""
+    browser.get(f"{url}/{link}")
+    browser.refresh()
+
+
+def framed_images(browser: Any) -> list[dict[str, Any]]:
+    """The images inside the artifact viewer's frame (an HTML artifact is shown in a sandboxed
+    iframe): their size as decoded, 0 for an image that did not load."""
+    from selenium.webdriver.common.by import By
+
+    frames = browser.find_elements(By.TAG_NAME, "iframe")
+    if not frames:
+        return []
+    browser.switch_to.frame(frames[0])
+    try:
+        return browser.execute_script(
+            "return [...document.images].map((i) => ({complete: i.complete, "
+            "width: i.naturalWidth, alt: i.alt}));"
+        )
+    finally:
+        browser.switch_to.default_content()
