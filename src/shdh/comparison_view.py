@@ -41,10 +41,9 @@ _NDCG_AT = re.compile(r"ndcg@(\d+)")
 
 def view_key(pipeline_id: str) -> str:
     """The key of a pipeline run's view: one per pipeline run, rewritten when it is rerun."""
-    key = metric_key(f"shdh-{pipeline_id}")
-    if not pipeline_id or len(key) > 200:
+    if not 0 < len(pipeline_id) <= 190:
         raise ValueError(f"pipeline run id {pipeline_id!r}: expected 1 to 190 characters")
-    return key
+    return metric_key(f"shdh-{pipeline_id}")
 
 
 def charted_scores(scores: dict[str, Any]) -> list[str]:
@@ -71,6 +70,8 @@ def view_state(
     names, the first one sorting the table) and a line chart of each of `epoch_metrics`."""
     if not scores:
         raise ValueError("a comparison view needs at least one score to chart")
+    if "'" in pipeline_id:  # it is quoted in the view's search filter
+        raise ValueError(f"pipeline run id {pipeline_id!r}: a quote cannot be searched for")
     section = _uuid()
     cards = [_bar(name, section) for name in scores]
     cards += [_line(name, section) for name in epoch_metrics]

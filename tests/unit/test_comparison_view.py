@@ -44,9 +44,11 @@ def test_the_view_shows_one_pipeline_runs_methods_grouped_with_a_chart_per_score
     assert "metrics.`ndcg_at_100`" in state["selectedColumns"]
 
 
-def test_a_view_without_a_score_is_refused():
+def test_a_view_without_a_score_or_of_an_unsearchable_run_is_refused():
     with pytest.raises(ValueError, match="at least one score"):
         cv.view_state("p1", [])
+    with pytest.raises(ValueError, match='pipeline run id "p\'1": a quote'):
+        cv.view_state("p'1", SCORES)
 
 
 def test_the_tag_reads_as_a_named_view_and_as_the_state_itself():
@@ -88,8 +90,10 @@ def test_charted_scores_are_the_tables_columns_at_its_n_ndcg_first():
 
 def test_the_address_opens_the_chart_view_on_the_ui_of_the_store():
     assert cv.view_key("abc") == "shdh-abc"
-    with pytest.raises(ValueError, match="pipeline run id ''"):
+    with pytest.raises(ValueError, match="pipeline run id '': expected 1 to 190"):
         cv.view_key("")
+    with pytest.raises(ValueError, match="expected 1 to 190 characters"):
+        cv.view_key("a" * 191)
     path = cv.view_path("3", "shdh-abc")
     assert path == "#/experiments/3/runs?viewStateShareKey=shdh-abc&compareRunsMode=CHART"
     assert cv.ui_url("sqlite:////repo/mlflow.db") == "http://127.0.0.1:5000"
