@@ -360,6 +360,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, help="override train.epochs")
     parser.add_argument("--device", help="override train.device (auto, cpu, cuda)")
     parser.add_argument("--compile", action="store_true", help="train with torch.compile")
+    parser.add_argument(
+        "--no-cuda-graph", action="store_true", help="eager steps, whatever train.cuda_graph says"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -368,6 +371,8 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}
     if args.compile:
         overrides["compile"] = True
+    if args.no_cuda_graph:
+        overrides["cuda_graph"] = False
     fits = plan_fits(bundle.settings, args.methods, args.bits, args.seeds)
     for path in train_bundle(
         bundle,

@@ -15,6 +15,11 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 HEAD_INITS = ("default", "paper")  # the hashing head's initialisation (shdh.nets.hashing)
+# "step": the paper's fixed decay (lr *= lr_decay every lr_decay_every epochs) for `epochs`
+# epochs. "plateau": the convergence rule (docs/results-gpu.md): lr *= lr_decay once the
+# validation NDCG@100 has gained less than min_delta for more than `patience` epochs, and the fit
+# stops at the plateau after max_decays decays; `epochs` is then only a cap.
+SCHEDULES = ("step", "plateau")
 T = TypeVar("T")
 
 
@@ -35,6 +40,16 @@ class LoopSettings:
     bf16: bool = True  # bf16 autocast for the network on CUDA (never on CPU)
     num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
     compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
+    cuda_graph: bool = False  # replay each training step as one CUDA graph (GPU; opt-in)
+    # Seconds between checkpoints (0: after every epoch; the last epoch always gets one). A GPU
+    # epoch of the paper's network takes about a second and its checkpoint 270 MB, so writing
+    # every epoch would cost a fifth of the time; an interrupted fit redoes at most this much.
+    checkpoint_seconds: float = 0.0
+    val_size: int = 0  # training items held out and scored (NDCG@100) after every epoch; 0 = none
+    schedule: str = "step"  # see SCHEDULES
+    patience: int = 2  # "plateau": epochs without a gain of min_delta before the lr decays
+    min_delta: float = 0.001  # "plateau": the validation NDCG@100 gain that counts
+    max_decays: int = 2  # "plateau": the plateau after this many decays ends the fit
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -42,9 +57,15 @@ class LoopSettings:
             raise ValueError(
                 f"{name}.head_init must be one of {HEAD_INITS}, got {self.head_init!r}"
             )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{name}.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for key, ok in self._in_range().items():
             if not ok:
                 raise ValueError(f"{name}.{key} is out of range: {getattr(self, key)!r}")
+        if self.schedule == "plateau" and self.val_size == 0:
+            raise ValueError(
+                f"{name}.schedule 'plateau' follows the validation score: it needs val_size > 0"
+            )
 
     def _in_range(self) -> dict[str, bool]:
         return {
@@ -59,6 +80,11 @@ class LoopSettings:
             "lr_decay_every": self.lr_decay_every >= 1,
             "grad_clip": self.grad_clip >= 0,
             "num_threads": self.num_threads is None or self.num_threads >= 1,
+            "val_size": self.val_size >= 0,
+            "patience": self.patience >= 0,
+            "min_delta": self.min_delta >= 0,
+            "max_decays": self.max_decays >= 0,
+            "checkpoint_seconds": self.checkpoint_seconds >= 0,
         }
 
     @classmethod
@@ -88,7 +114,7 @@ def settings_of(cls: type[T], value: T | Mapping[str, Any] | None, argument: str
 LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))
 # The loop settings that change how fast a fit runs, never what it computes: a checkpoint resumes
 # under other values of them, and records that compare fits leave them out.
-RUNTIME_FIELDS = ("device", "num_threads", "compile")
+RUNTIME_FIELDS = ("device", "num_threads", "compile", "cuda_graph", "checkpoint_seconds")
 DEFAULT_LOOP = LoopSettings()  # the hashers' default (frozen, so one instance serves all)
 
 

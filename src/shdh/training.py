@@ -28,8 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from shdh.atomic import atomic_path
+from shdh import convergence
+from shdh.checkpoint_writer import CheckpointWriter
 from shdh.code_fingerprint import differing, fingerprint
+from shdh.cuda_graph_step import GraphedStep
 from shdh.devices import resolve_device
 from shdh.loop import RUNTIME_FIELDS, TrainConfig
 from shdh.nets.cnnf import to_input
@@ -50,6 +52,9 @@ LossFn = Callable[
     [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
     tuple[torch.Tensor, dict[str, torch.Tensor]],
 ]
+# validate(model, query_idx, database_idx) -> the validation score (shdh.convergence): indices
+# into the images, the model as trained so far.
+Validate = Callable[[HashingNet, np.ndarray, np.ndarray], float]
 
 
 class TrainingDivergedError(RuntimeError):
@@ -131,13 +136,6 @@ def _sha256(a: np.ndarray) -> str:
 def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
     state = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
-
-
-def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())  # a checkpoint must survive a power cut, not only a crash
 
 
 def _read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -380,6 +378,11 @@ class _Batches:
         return batch
 
 
+# step(images, positions on the device, full=whether the batch has batch_size items) -> the
+# detached (loss, parts) of one training step (_Run._make_step)
+_Step = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
 @dataclass
 class _State:
     """What a checkpoint restores: the network, its optimiser and schedule, the history, the
@@ -387,7 +390,7 @@ class _State:
 
     model: HashingNet
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.StepLR
+    scheduler: Any  # StepLR or ReduceLROnPlateau (shdh.convergence.make_scheduler)
     history: list[dict[str, float]]
     probe_codes: torch.Tensor
     bank_z: torch.Tensor
@@ -457,20 +460,25 @@ def train(
     progress: Callable[[int, str], Any] | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     code: dict[str, str] | None = None,
+    validate: Validate | None = None,
 ) -> TrainResult:
-    """Train a HashingNet on images[train_idx]; checkpoint to out_dir/checkpoint.pt every epoch.
+    """Train a HashingNet on images[train_idx]; checkpoint to out_dir/checkpoint.pt after every
+    epoch, or every config.checkpoint_seconds and after the last one.
 
     ancestors: (N, K) ancestor ids, or (N, K, M) ancestor sets (multi-label items, -1 padded),
     handed to loss_fn batch by batch.
 
     loss_fn: the method's batch loss (a shdh.losses.Loss, or any callable of that shape; a
     Loss's settings must match for a checkpoint to be resumed). on_epoch(entry) is called after
-    each epoch's checkpoint is written (e.g. to log to MLflow). resume: one of RESUME_MODES;
-    "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where it stopped but a
-    changed one retrains. progress(total, description) makes each epoch's bar (shdh.progress.bars);
-    None: no bar. code: the digests of the code that decides the numbers
+    each epoch, once its checkpoint (when one is due) is handed to the writer (e.g. to log to
+    MLflow; on a GPU the file may still be being written, shdh.checkpoint_writer). resume: one
+    of RESUME_MODES; "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where
+    it stopped but a changed one retrains. progress(total, description) makes each epoch's bar
+    (shdh.progress.bars); None: no bar. code: the digests of the code that decides the numbers
     (shdh.code_fingerprint; default: this loop's and the loss's modules, with what they import);
-    a checkpoint made by other code is not resumed.
+    a checkpoint made by other code is not resumed. validate: how the method scores held-out
+    items (needed when config.val_size > 0; shdh.convergence says what is held out and how the
+    score schedules and stops the fit).
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)
@@ -480,6 +488,8 @@ def train(
     _check_inputs(
         config, images, ancestors, train_idx, segment_sizes, segment_levels, layer_weights
     )
+    if config.val_size > 0 and validate is None:
+        raise ValueError("train: val_size > 0 needs a validate function to score held-out items")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
@@ -495,7 +505,7 @@ def train(
         "code": code or fingerprint([__name__, type(loss_fn).__module__]),
     }
     ckpt = _resumable_checkpoint(resume, ckpt_path, config, identity)
-    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch)
+    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate)
     cuda_devices = [device] if device.type == "cuda" else []
     # Seeds stay local to this run.
     with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
@@ -515,6 +525,7 @@ class _Run:
     ckpt_path: Path
     progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
     on_epoch: Callable[[dict[str, float]], None] | None
+    validate: Validate | None = None
 
     def __call__(
         self,
@@ -524,6 +535,9 @@ class _Run:
         ckpt: dict[str, Any] | None,
     ) -> TrainResult:
         config, device = self.config, self.device
+        split = convergence.validation_split(len(train_idx), config.val_size, config.seed)
+        val_queries, val_database = train_idx[split.queries], train_idx[split.database]
+        train_idx = train_idx[split.train]
         n_train = len(train_idx)
         # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
         anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
@@ -532,17 +546,31 @@ class _Run:
         probe_idx = train_idx[probe]
         state = self._restore(ckpt, images, probe_idx, n_train)
         batches = _Batches(images, train_idx, device, config.batch_size)
-        step_model = self._step_model(state.model)
+        step = self._make_step(state, self._step_model(state.model), anc_train)
+        writer = CheckpointWriter(self.ckpt_path, background=device.type == "cuda")
+        stopped = bool(state.history) and bool(state.history[-1].get(convergence.STOP_KEY))
+        written = time.perf_counter()
         with _cuda_speedups(device):
             for epoch in range(state.epoch + 1, config.epochs + 1):
-                entry = self._epoch(epoch, state, step_model, batches, anc_train)
+                if stopped:
+                    break
+                entry = self._epoch(epoch, state, step, batches, len(train_idx))
                 z_probe = _forward_all(state.model, images, probe_idx, 512, device)  # (P, L)
                 stats, state.probe_codes = _probe_diagnostics(z_probe, state.probe_codes)
-                state.history.append({**entry, **stats})
+                entry.update(stats)
+                score = self._validation(entry, state.model, val_queries, val_database)
+                stopped = convergence.step_schedule(config, state.scheduler, score)
+                if config.schedule == "plateau":
+                    entry[convergence.STOP_KEY] = stopped
+                state.history.append(entry)
                 state.epoch = epoch
-                self._checkpoint(state)
+                last = stopped or epoch == config.epochs
+                if last or time.perf_counter() - written >= config.checkpoint_seconds:
+                    writer.write(self._checkpoint(state))
+                    written = time.perf_counter()
                 if self.on_epoch is not None:
                     self.on_epoch(state.history[-1])
+        writer.wait()
         state.model.eval()
         return TrainResult(model=state.model, history=state.history, checkpoint_path=self.ckpt_path)
 
@@ -561,9 +589,7 @@ class _Run:
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-        scheduler = torch.optim.lr_scheduler.StepLR(
-            optimizer, step_size=config.lr_decay_every, gamma=config.lr_decay
-        )
+        scheduler = convergence.make_scheduler(config, optimizer)
         n_bank = n_train if config.memory_bank else 0
         state = _State(
             model,
@@ -603,23 +629,17 @@ class _Run:
         self,
         epoch: int,
         state: _State,
-        step_model: nn.Module,
+        train_step: _Step,
         batches: _Batches,
-        anc_train: torch.Tensor,
+        n_train: int,
     ) -> dict[str, float]:
         """One pass over the training items in the seeded (seed, epoch) order."""
         config, device = self.config, self.device
         state.model.train()
         lr = state.optimizer.param_groups[0]["lr"]
-        n_train = len(anc_train)
         order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch))
         order_on_device = order.to(device)  # one copy per epoch, none per step
         losses = _LossLog(math.ceil(n_train / config.batch_size), device)
-        autocast = torch.autocast(
-            device_type=device.type,
-            dtype=torch.bfloat16,
-            enabled=config.bf16 and device.type == "cuda",
-        )
         n_seen, t0 = 0, time.perf_counter()
         desc = f"epoch {epoch}/{config.epochs}"
         bar = self.progress(losses.n_steps, desc) if self.progress else _NoBar()
@@ -628,16 +648,8 @@ class _Run:
             if len(pos) < 2:  # a lone trailing item has no in-batch partner
                 continue
             pos_t = order_on_device[start : start + config.batch_size]
-            x = to_input(batches.gather(pos, pos_t), config.image_size, device)  # (b, C, S, S)
-            if device.type == "cuda":
-                x = x.contiguous(memory_format=torch.channels_last)
-            with autocast:
-                z = step_model(x)  # (b, L)
-            loss, parts = self.loss_fn(z.float(), anc_train[pos_t], _bank(state, anc_train, pos_t))
-            self._step(state, loss)  # outside autocast above: the loss is fp32
-            if config.memory_bank:
-                state.bank_z[pos_t] = z.detach().float()
-                state.bank_filled[pos_t] = True
+            full = len(pos) == config.batch_size
+            loss, parts = train_step(batches.gather(pos, pos_t), pos_t, full=full)
             losses.add(step, loss, parts)
             n_seen += len(pos)
             if len(losses.steps) % SYNC_EVERY == 0:
@@ -646,7 +658,6 @@ class _Run:
         self._guard(losses, epoch, bar)
         bar.close()
         seconds = time.perf_counter() - t0  # the guard above waited for the GPU to finish
-        state.scheduler.step()
         return {
             "epoch": epoch,
             **losses.means(),
@@ -655,12 +666,71 @@ class _Run:
             "images_per_sec": n_seen / seconds if seconds > 0 else math.inf,
         }
 
-    def _step(self, state: _State, loss: torch.Tensor) -> None:
-        state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(state.model.parameters(), self.config.grad_clip)
-        state.optimizer.step()
+    def _make_step(self, state: _State, step_model: nn.Module, anc_train: torch.Tensor) -> _Step:
+        """The training step on one batch: uint8 images (b, H, W[, C]) on the device and their
+        positions in the training set (on the device) -> (loss, parts). A CUDA graph replays the
+        full batches where config.cuda_graph asks for it (not with a memory bank, whose
+        partners change in number from step to step)."""
+        config, device = self.config, self.device
+
+        def forward_backward(
+            images: torch.Tensor, anc: torch.Tensor, pos_t: torch.Tensor | None, cache: bool
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            x = to_input(images, config.image_size, device)  # (b, C, S, S)
+            if device.type == "cuda":
+                x = x.contiguous(memory_format=torch.channels_last)
+            autocast = torch.autocast(
+                device_type=device.type,
+                dtype=torch.bfloat16,
+                enabled=config.bf16 and device.type == "cuda",
+                cache_enabled=cache,  # a CUDA graph must not keep autocast's weight casts
+            )
+            with autocast:
+                z = step_model(x)  # (b, L)
+            bank = None if pos_t is None else _bank(state, anc_train, pos_t)
+            loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
+            loss.backward()
+            if config.grad_clip > 0:
+                nn.utils.clip_grad_norm_(state.model.parameters(), config.grad_clip)
+            state.optimizer.step()
+            if config.memory_bank:
+                state.bank_z[pos_t] = z.detach().float()
+                state.bank_filled[pos_t] = True
+            return loss.detach(), {k: v.detach() for k, v in parts.items()}
+
+        graphed = None
+        if config.cuda_graph and device.type == "cuda" and not config.memory_bank:
+            graphed = GraphedStep(
+                lambda images, anc: forward_backward(images, anc, None, cache=False),
+                state.optimizer,
+                device,
+            )
+
+        def step(
+            images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
+        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            anc = anc_train[pos_t]
+            if graphed is not None and full:
+                return graphed(images, anc)
+            if graphed is not None:
+                return graphed.eager(images, anc)
+            state.optimizer.zero_grad(set_to_none=True)
+            return forward_backward(images, anc, pos_t, cache=True)
+
+        return step
+
+    def _validation(
+        self, entry: dict[str, Any], model: HashingNet, queries: np.ndarray, database: np.ndarray
+    ) -> float | None:
+        """The validation score of the model after this epoch (None without held-out items);
+        entered in the epoch's history with the seconds it took."""
+        if len(queries) == 0:
+            return None
+        start = time.perf_counter()
+        score = float(self.validate(model, queries, database))
+        entry[convergence.VAL_METRIC] = score
+        entry["val_seconds"] = time.perf_counter() - start
+        return score
 
     def _guard(self, losses: _LossLog, epoch: int, bar: Any) -> None:
         """Stop at a non-finite loss before it reaches a checkpoint: the last good one stays."""
@@ -678,7 +748,7 @@ class _Run:
         )
         raise TrainingDivergedError(f"loss is {value} at epoch {epoch}, step {step}; {last}")
 
-    def _checkpoint(self, state: _State) -> None:
+    def _checkpoint(self, state: _State) -> dict[str, Any]:
         checkpoint = {
             "model": state.model.state_dict(),
             "optimizer": state.optimizer.state_dict(),
@@ -695,7 +765,7 @@ class _Run:
         }
         if self.config.memory_bank:
             checkpoint["bank_z"], checkpoint["bank_filled"] = state.bank_z, state.bank_filled
-        _atomic_save(checkpoint, self.ckpt_path)
+        return checkpoint
 
 
 def _bank(

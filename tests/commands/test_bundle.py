@@ -232,3 +232,32 @@ def test_the_oracle_trains_once_per_seed_from_a_bundle(tmp_path, fashion_raw):
     assert second["history"] == first["history"]
     codes = load_codes(out / "codes" / "oracle-24.npz")
     assert codes.n_bits == 24 and len(codes.db_ids) > 0
+
+
+def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fashion_raw):
+    """The gpu profile's rule travels in the bundle: a fit from it holds out items, scores them
+    every epoch and ends at the plateau (its record has the curve); --no-cuda-graph is recorded
+    in the run's manifest as the setting it overrides."""
+    _, bundle = _bundle_run(
+        tmp_path,
+        fashion_raw,
+        methods=["shdh"],
+        bits=[16],
+        epochs=6,
+        val_size=30,
+        schedule="plateau",
+        patience=0,
+        min_delta=0.5,
+        max_decays=0,
+        cuda_graph=True,
+    )
+    out = tmp_path / "gpu"
+    argv = ["bundle", "train", str(bundle), "--out", str(out), "--no-progress", "--no-cuda-graph"]
+    assert cli_main(argv) == 0
+    history = json.loads((out / "fits" / "shdh-16.json").read_text())["history"]
+    # epoch 1 sets the best score; epoch 2 gains less than 0.5, so the lr decays once more than
+    # max_decays = 0 allows: the fit ends there, well before the 6-epoch cap
+    assert [e["stopped"] for e in history] == [False, True]
+    assert all(0 < e["val_ndcg_at_100"] <= 1 for e in history)
+    manifest = json.loads((out / "bundle.json").read_text())
+    assert manifest["train"]["cuda_graph"] is False and manifest["train"]["val_size"] == 30

@@ -51,7 +51,9 @@ from shdh.losses import (
     check_labelled,
     flat_objective,
 )
+from shdh.metrics import evaluate
 from shdh.nets.hashing import build_model
+from shdh.retrieval import pack_codes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ RUN_FILE = "hasher.json"  # in work_dir: what the checkpoint there was trained w
 # training loop lets `epochs` grow, to extend a finished run).
 _RUNTIME_PARAMS = ("epochs", *RUNTIME_FIELDS, "work_dir")
 _STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
+VAL_DEPTH = 100  # the validation score is NDCG@100, the tables' headline metric
 
 
 class _DeepHasher(Hasher):
@@ -115,6 +118,9 @@ class _DeepHasher(Hasher):
     ) -> Loss:
         """The batch loss for a code of these segments (the tree's level weights u_k)."""
         return self.objective.for_layout(sizes, levels, layer_weights)
+
+    def _before_training(self) -> None:
+        """What a method adds to its state once the layout is known, before the loop runs."""
 
     def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
         """The network's output segments: the code's own, except for a method whose network
@@ -173,10 +179,37 @@ class _DeepHasher(Hasher):
         loss_fn = self._loss_fn(sizes, levels, u)
         net_sizes, net_levels = self._net_layout(sizes, levels)
         config = dataclasses.replace(config, n_bits=sum(net_sizes))
+        # The code's layout is known before training: the validation score encodes with it.
+        self.K_ = np.int64(K)
+        self.segment_sizes_ = np.asarray(sizes, dtype=np.int64)
+        self.segment_levels_ = np.asarray(levels, dtype=np.int64)
+        self.layer_weights_ = np.asarray(u, dtype=np.float64)
+        self.image_shape_ = np.asarray(images.shape[1:], dtype=np.int64)
+        try:
+            self._before_training()
+            result = self._train(config, images, pairs, (net_sizes, net_levels), loss_fn)
+        except BaseException:
+            for name in _STATE_FIELDS:  # a failed fit leaves no state
+                vars(self).pop(name, None)
+            raise
+        self.model_ = result.model.eval()
+        self.history_ = result.history
+
+    def _train(
+        self,
+        config: training.TrainConfig,
+        images: np.ndarray,
+        pairs: Any,
+        net_layout: tuple[list[int], list[int]],
+        loss_fn: Loss,
+    ) -> training.TrainResult:
+        """The training loop on these images, in work_dir, with the fit's options."""
         opts = self._fit_options
+        anc = np.asarray(pairs.ancestors)
+        net_sizes, net_levels = net_layout
         with self._work_dir() as work_dir:
             resume = self._prepare_work_dir(work_dir, images, pairs, opts["resume"])
-            result = training.train(
+            return training.train(
                 config,
                 images,
                 anc,
@@ -184,20 +217,42 @@ class _DeepHasher(Hasher):
                 work_dir,
                 segment_sizes=net_sizes,
                 segment_levels=net_levels,
-                layer_weights=u,
+                layer_weights=[float(w) for w in pairs.weights],
                 loss_fn=loss_fn,
                 resume=resume,
                 progress=opts["progress"],
                 on_epoch=opts["on_epoch"],
                 code=self.code_fingerprint(),
+                validate=self._validator(images, anc) if config.val_size else None,
             )
-        self.model_ = result.model.eval()
-        self.history_ = result.history
-        self.K_ = np.int64(K)
-        self.segment_sizes_ = np.asarray(sizes, dtype=np.int64)
-        self.segment_levels_ = np.asarray(levels, dtype=np.int64)
-        self.layer_weights_ = np.asarray(u, dtype=np.float64)
-        self.image_shape_ = np.asarray(images.shape[1:], dtype=np.int64)
+
+    def _validator(self, images: np.ndarray, anc: np.ndarray) -> training.Validate:
+        """The validation score of shdh.convergence: the held-out items ranked against the
+        validation database with this method's own codes and distance (weighted Hamming for
+        SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with
+        the evaluation's own gain (shdh.metrics), so that it is the table's metric."""
+
+        def score(model: torch.nn.Module, queries: np.ndarray, database: np.ndarray) -> float:
+            self.model_ = model
+            try:
+                q, db = self._encode(images[queries]), self._encode(images[database])
+            finally:
+                del self.model_
+            scores, _ = evaluate(
+                pack_codes(np.where(q > 0, 1, -1)),
+                pack_codes(np.where(db > 0, 1, -1)),
+                anc[queries],
+                anc[database],
+                self.segment_sizes(),
+                self.segment_weights(),
+                n=VAL_DEPTH,
+                wr_ns=(VAL_DEPTH,),
+                curve_max=VAL_DEPTH,
+                radius_queries=1,
+            )
+            return scores[f"ndcg@{VAL_DEPTH}"]
+
+        return score
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return training.encode(  # (N, L) int8 +-1

@@ -87,9 +87,12 @@ class Oracle(LevelSegments, _DeepHasher):
         try:
             super()._fit(X, pairs)
         except BaseException:
-            for name in ("K_", "classes_", "class_paths_"):  # a failed fit leaves no state
+            for name in ("K_", "classes_", "class_paths_", "class_codes_"):  # no state is left
                 vars(self).pop(name, None)
             raise
+
+    def _before_training(self) -> None:
+        """The class codes: the validation score encodes with them while training goes on."""
         sizes, levels = self._layout(int(self.K_))
         self.class_codes_ = class_codes(self.class_paths_, sizes, levels, self.seed)
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.loop import HEAD_INITS
+from shdh.loop import HEAD_INITS, SCHEDULES
 from shdh.settings.checks import (
     BOOL,
     TEXT,
@@ -116,6 +116,13 @@ class LoopSettings:
     bf16: bool = setting(BOOL, "bf16 autocast on CUDA", True)
     num_threads: int | None = setting(optional(integer(1)), "torch CPU threads", None)
     compile: bool = setting(BOOL, "torch.compile the network for training (GPU)", False)
+    cuda_graph: bool = setting(BOOL, "replay each training step as a CUDA graph (GPU)", False)
+    checkpoint_seconds: float = setting(number(0), "seconds between checkpoints; 0: every epoch", 0)
+    val_size: int = setting(integer(0), "training items held out to score every epoch", 0)
+    schedule: str = setting(choice(*SCHEDULES), "step (fixed decay) or plateau", "step")
+    patience: int = setting(integer(0), "plateau: epochs without gain before a decay", 2)
+    min_delta: float = setting(number(0), "plateau: validation NDCG@100 gain that counts", 0.001)
+    max_decays: int = setting(integer(0), "plateau: decays before the fit stops", 2)
 
 
 def _overrides(name: str, own: list[tuple[str, Any, Any]], doc: str) -> type:
