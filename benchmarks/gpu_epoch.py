@@ -1,18 +1,24 @@
-"""The training loop against its limit: images/s of the bare training step of the network, then
-of the project's loop (`shdh.training.train`) on Fashion-MNIST-H-sized data, their ratio, and
-the epoch time.
+"""The training loop against its limits: images/s of bare training steps of the network, then
+of the project's loop (`shdh.training.train`) on Fashion-MNIST-H-sized data, their ratios, and
+the epoch's wall time.
 
     python benchmarks/gpu_epoch.py [--device cuda] [--width 1.0] [--n-train 63000]
         [--batch 128] [--bits 64] [--epochs 2] [--compile] [--no-bf16] [--quick]
+        [--trace DIR]
 
-The bare step is what the loop cannot beat: the same network (CNN-F at --width, channels_last
-on a GPU), the same SHDH loss in fp32 and the same SGD step with gradient clipping, at the same
-batch size, on one batch already on the device, with no host sync until the clock stops. The
-loop adds everything a real run needs: the seeded order, gathering and converting each batch,
-the loss bookkeeping, the probe codes and a checkpoint per epoch. Its figure is the last epoch's
-images/s (the first carries cuDNN autotuning and the allocator's growth); the epoch's wall time
-with the probe and the checkpoint is printed too. Target: loop / bare step >= 0.9 at batch 128
-on a GPU.
+Two bare steps bound the loop, each on one batch already on the device, with no host sync until
+the clock stops: the network-only step (forward, backward and the SGD step of the same network,
+channels_last and bf16 on a GPU, with a plain sum for a loss) and the whole step (the same with
+the SHDH loss in fp32 and gradient clipping, as the loop runs it). Their difference is the
+loss's cost. With CUDA the whole step is also timed as one CUDA graph (shdh.cuda_graph_step),
+the loop's `cuda_graph` option. The loop adds what a real run needs: the seeded order,
+gathering and converting each batch, the loss bookkeeping, the probe codes and a checkpoint per
+epoch (written in the background on a GPU). Its figure is the last epoch's images/s (the first
+carries cuDNN autotuning and the allocator's growth); the wall time per epoch, with the probe
+and the checkpoint, is printed too. Targets on one H200 at batch 128: loop >= 0.9 x the
+network-only step, the loss <= 10% of the step, probe and checkpoint <= 3% of an epoch.
+--trace DIR profiles 30 eager steps of the loop with torch.profiler: the operators by CUDA and
+by CPU time in DIR/profile.txt, the timeline in DIR/trace.json.gz.
 
 The data is 63,000 synthetic 28x28 uint8 images (Fashion-MNIST-H's database: 70,000 less the
 10% query split) labelled with random leaves of the Fashion-MNIST-H tree (K = 4); pixels cost
@@ -25,16 +31,22 @@ images, an eighth-width net) checks the script anywhere in about a minute. Not a
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import os
+import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh import hierarchy, training
+from shdh.cuda_graph_step import GraphedStep
 from shdh.devices import resolve_device
 from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import to_input
@@ -72,9 +84,19 @@ def layout(bits: int) -> dict:
 
 
 def bare_step(
-    config: training.TrainConfig, images: np.ndarray, anc: np.ndarray, steps: int, warmup: int
+    config: training.TrainConfig,
+    images: np.ndarray,
+    anc: np.ndarray,
+    steps: int,
+    warmup: int,
+    *,
+    loss: bool = True,
+    graph: bool = False,
+    profiler: Any = None,
 ) -> float:
-    """Images/s of forward + fp32 SHDH loss + backward + clipping + SGD on one resident batch."""
+    """Images/s of forward + backward + SGD on one resident batch: with the fp32 SHDH loss and
+    clipping (loss=True, the loop's step) or with a plain sum (the network-only limit); as one
+    CUDA graph when graph=True."""
     device = resolve_device(config.device)
     lay = layout(config.n_bits)
     model = training._build(config, 1, lay["segment_sizes"]).to(device).train()
@@ -89,29 +111,49 @@ def bare_step(
     if device.type == "cuda":
         x = x.contiguous(memory_format=torch.channels_last)
     anc_b = torch.as_tensor(anc[: config.batch_size], dtype=torch.long, device=device)
-    autocast = torch.autocast(
-        device_type=device.type, dtype=torch.bfloat16, enabled=config.bf16 and device.type == "cuda"
-    )
+
+    def one_step(x: torch.Tensor, anc_b: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        autocast = torch.autocast(
+            device_type=device.type,
+            dtype=torch.bfloat16,
+            enabled=config.bf16 and device.type == "cuda",
+            cache_enabled=not graph,
+        )
+        with autocast:
+            z = step_model(x)
+        if loss:
+            value, _ = loss_fn(z.float(), anc_b, None)
+        else:
+            value = z.float().sum()
+        value.backward()
+        if loss:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        return value.detach(), {}
+
+    graphed = GraphedStep(one_step, optimizer, device) if graph else None
 
     def run(n: int) -> None:
         for _ in range(n):
+            if graphed is not None:
+                graphed(x, anc_b)
+                continue
             optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                z = step_model(x)
-            loss, _ = loss_fn(z.float(), anc_b, None)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+            one_step(x, anc_b)
 
     torch.backends.cudnn.benchmark = device.type == "cuda"  # as the loop sets it
     run(warmup)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    run(steps)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return steps * config.batch_size / (time.perf_counter() - start)
+    with profiler if profiler is not None else contextlib.nullcontext():
+        run(steps)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    if graphed is not None and graphed.replays < steps:
+        raise RuntimeError("the CUDA graph was not replayed: capture failed (see the log)")
+    return steps * config.batch_size / seconds
 
 
 def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[dict]:
@@ -137,6 +179,55 @@ def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) 
     return result.history
 
 
+def profile_steps(
+    config: training.TrainConfig, images: np.ndarray, anc: np.ndarray, out: Path
+) -> None:
+    """torch.profiler over 30 eager whole steps (after the warm-up): the operators by CUDA and
+    by CPU time, and the timeline."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU]
+    if resolve_device(config.device).type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    prof = profile(activities=activities)
+    bare_step(config, images, anc, 30, 10, profiler=prof)  # profiles the timed steps only
+    table = prof.key_averages()
+    sort_cuda = "cuda_time_total" if len(activities) > 1 else "cpu_time_total"
+    text = [
+        "by CUDA time:",
+        table.table(sort_by=sort_cuda, row_limit=30),
+        "by CPU time (self):",
+        table.table(sort_by="self_cpu_time_total", row_limit=30),
+    ]
+    (out / "profile.txt").write_text("\n".join(text))
+    trace = out / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    with open(trace, "rb") as src, gzip.open(out / "trace.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    trace.unlink()
+    print(f"profile: {out / 'profile.txt'}, timeline {out / 'trace.json.gz'}")
+
+
+def report_loop(name: str, history: list[dict], n_train: int, interval: float) -> dict:
+    """The loop's speed and overheads: the next-to-last epoch is a steady one without a
+    checkpoint (where the interval exceeds an epoch), the last one always writes one; the
+    checkpoint's cost is the difference of their overheads, spread over the interval."""
+    steady, last = history[-2] if len(history) > 1 else history[-1], history[-1]
+    probe = steady["wall_seconds"] - steady["seconds"]
+    checkpoint = max(0.0, (last["wall_seconds"] - last["seconds"]) - probe)
+    wall = steady["wall_seconds"]
+    per_epoch = checkpoint * min(1.0, wall / interval) if interval > 0 else checkpoint
+    share = (probe + per_epoch) / wall
+    print(
+        f"{name}: {steady['images_per_sec']:,.0f} images/s, {steady['seconds']:.2f} s of steps "
+        f"and {wall:.2f} s of wall time per epoch of {n_train:,} images; probe {probe:.3f} s an "
+        f"epoch, checkpoint {checkpoint:.3f} s every {interval:g} s: {share:.1%} of an epoch "
+        "(target <= 3%)"
+    )
+    return steady
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -144,12 +235,16 @@ def main() -> None:
     parser.add_argument("--n-train", type=int, default=63_000)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--bits", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument(
+        "--checkpoint-seconds", type=float, default=30.0, help="as train.checkpoint_seconds"
+    )
     parser.add_argument("--steps", type=int, default=300, help="timed bare steps")
     parser.add_argument("--compile", action="store_true", help="torch.compile both")
     parser.add_argument("--no-bf16", action="store_true", help="fp32 on the GPU")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="2,000 images, width 1/8, 2 epochs")
+    parser.add_argument("--trace", type=Path, help="profile 30 loop steps into this folder")
     args = parser.parse_args()
     if args.quick:
         args.n_train, args.width, args.steps = 2000, min(args.width, 0.125), 20
@@ -171,6 +266,7 @@ def main() -> None:
         compile=args.compile,
         num_threads=args.threads,
         seed=0,
+        checkpoint_seconds=args.checkpoint_seconds,
     )
     print(f"machine: {machine_line()}")
     print(commit_line())
@@ -184,30 +280,55 @@ def main() -> None:
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    cuda = device.type == "cuda"
+    warmup = max(10, args.steps // 10)
     with training.torch_threads(args.threads):
-        bare = bare_step(config, images, anc, args.steps, warmup=max(10, args.steps // 10))
-        history = the_loop(config, images, anc)
+        net_only = bare_step(config, images, anc, args.steps, warmup, loss=False)
+        whole = bare_step(config, images, anc, args.steps, warmup)
+        graphed = net_graphed = None
+        if cuda:
+            try:
+                graphed = bare_step(config, images, anc, args.steps, warmup, graph=True)
+                net_graphed = bare_step(
+                    config, images, anc, args.steps, warmup, graph=True, loss=False
+                )
+            except RuntimeError as err:
+                print(f"CUDA graph step: failed ({err})")
+        eager_loop = the_loop(config, images, anc)
+        graph_loop = the_loop(replace(config, cuda_graph=True), images, anc) if cuda else None
+        if args.trace:
+            profile_steps(config, images, anc, args.trace)
 
-    print("\n| epoch | loop seconds | loop images/s | wall seconds (with probe, checkpoint) |")
-    print("|---:|---:|---:|---:|")
-    for e in history:
-        print(
-            f"| {e['epoch']} | {e['seconds']:.2f} | {e['images_per_sec']:,.0f} | "
-            f"{e['wall_seconds']:.2f} |"
-        )
-    last = history[-1]
-    ratio = last["images_per_sec"] / bare
-    # The target holds where it was set; elsewhere the ratio is shown without a verdict.
-    judged = device.type == "cuda" and args.batch == 128
-    verdict = ("PASS" if ratio >= 0.9 else "FAIL") if judged else "not judged here"
-    print(f"\nbare training step: {bare:,.0f} images/s")
-    print(
-        f"loop (last epoch): {last['images_per_sec']:,.0f} images/s, {last['seconds']:.2f} s "
-        f"per epoch of {args.n_train:,} images ({last['wall_seconds']:.2f} s with the probe "
-        f"and the checkpoint)"
-    )
-    print(f"loop / bare step: {ratio:.2f} (target >= 0.9 at batch 128 on a GPU: {verdict})")
-    if device.type == "cuda":
+    ms = 1000 * args.batch
+    print(f"\nnetwork-only step: {net_only:,.0f} images/s ({ms / net_only:.2f} ms a step)")
+    print(f"whole step (SHDH loss, clipping): {whole:,.0f} images/s ({ms / whole:.2f} ms a step)")
+    loss_share = (ms / whole - ms / net_only) / (ms / whole)
+    print(f"the loss and clipping: {loss_share:.1%} of the whole step (target <= 10% on a GPU)")
+    if graphed is not None and net_graphed is not None:
+        print(f"whole step as one CUDA graph: {graphed:,.0f} images/s ({ms / graphed:.2f} ms)")
+        print(f"network-only step as one CUDA graph: {net_graphed:,.0f} images/s")
+        share = (ms / graphed - ms / net_graphed) / (ms / graphed)
+        print(f"the loss and clipping in CUDA graphs: {share:.1%} of the whole step")
+
+    print("\n| loop | epoch | loop seconds | loop images/s | wall seconds |")
+    print("|---|---:|---:|---:|---:|")
+    for name, history in (("eager", eager_loop), ("CUDA graph", graph_loop or [])):
+        for e in history:
+            print(
+                f"| {name} | {e['epoch']} | {e['seconds']:.2f} | {e['images_per_sec']:,.0f} | "
+                f"{e['wall_seconds']:.2f} |"
+            )
+    print()
+    # The targets hold where they were set; elsewhere the ratios are shown without a verdict.
+    judged = cuda and args.batch == 128
+    for name, history in (("eager loop", eager_loop), ("CUDA-graph loop", graph_loop)):
+        if not history:
+            continue
+        last = report_loop(name, history, args.n_train, args.checkpoint_seconds)
+        ratio = last["images_per_sec"] / net_only
+        verdict = ("PASS" if ratio >= 0.9 else "FAIL") if judged else "not judged here"
+        print(f"{name} / network-only step: {ratio:.2f} (target >= 0.9 at batch 128: {verdict})")
+    if cuda:
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB")
 
 

@@ -1,62 +1,130 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: the loop-vs-bare-step benchmark, then the deep fits of the
-# `gpu` profile from a bundle, then the compiled benchmark, packed into one archive.
+# One call on a lent GPU machine: the converged protocol of the `gpu` profile and its benchmarks,
+# packed into one archive.
 #
-#   bash benchmarks/gpu_session.sh BUNDLE OUT_DIR [FIT_SECONDS]
+#   bash benchmarks/gpu_session.sh BUNDLE OUT_DIR [SESSION_SECONDS]
 #
 # The machine has torch, numpy and numba but not the project's install, so everything runs from
-# src/ on PYTHONPATH. Device time is scarce and a call is cut off at its limit, so every phase has
-# its own deadline, the most important fits come first (64 bits, seeds 0-2) and the archive is
-# written whatever finished: a fit cut off by its deadline leaves no codes file, only a checkpoint
-# that is not packed. The three methods train side by side, one process each: at batch 128 one
-# fit uses a fraction of the card (about 1 GiB, and the step is launch-bound), so three streams
-# finish the 64-bit fits in about the time of one stream's. Their images/s are therefore shared
-# figures; the benchmark runs alone, before them, for the loop's own speed.
+# src/ on PYTHONPATH. Device time is scarce and a call is cut off at its limit, so every phase
+# has its own deadline and the archive is written whatever finished: the fits get what is left
+# of SESSION_SECONDS (default 540, for a 600-second call) after the checks, less 25 s to pack.
+# Phases:
+# 1. the CUDA-graph check (benchmarks/gpu_graph_check.py): eager and graphed fits must agree,
+#    else every fit trains with eager steps (--no-cuda-graph);
+# 2. the loop benchmark with a profiler trace (benchmarks/gpu_epoch.py --trace);
+# 3. the deep fits from the bundle, under the bundle's convergence rule (profiles/gpu.yaml): one
+#    process per (method, seed), nine side by side, each doing 64 bits first, then 32 and 48. At
+#    batch 128 one fit uses a small part of the card; where the machine allows it, CUDA MPS lets
+#    the processes' kernels run at the same time instead of taking turns. A fit cut off by the
+#    deadline leaves no codes file; rerun the script (or `python -m shdh.bundle train` with
+#    --methods, --bits, --seeds) with the work folders kept and it resumes from the checkpoints.
+# 4. pack: every fit's codes and record in one folder (gpu-session/gpu-run/, for `shdh evaluate
+#    --codes-from`), in OUT/gpu-run-BITS.tar.gz, and the logs, the benchmark output and the
+#    trace in OUT/gpu-session.tar.gz.
 #
-# DEVICE=cpu QUICK=1 checks the script on a machine without a GPU (tiny benchmark, and the fits
-# are cut off by FIT_SECONDS).
+# DEVICE=cpu QUICK=1 checks the script on a machine without a GPU (tiny benchmark and check; the
+# fits are cut off by the deadline). MPS=0 leaves MPS off; FITS=0 runs the check and the benchmark
+# only (BUNDLE is then not read).
 set -u
-bundle=${1:?usage: gpu_session.sh BUNDLE OUT_DIR [FIT_SECONDS]}
-out=${2:?usage: gpu_session.sh BUNDLE OUT_DIR [FIT_SECONDS]}
-fit_seconds=${3:-330}
+usage="usage: gpu_session.sh BUNDLE OUT_DIR [SESSION_SECONDS]"
+bundle=${1:?$usage}
+out=${2:?$usage}
+session_seconds=${3:-540}
 device=${DEVICE:-cuda}
 py=$(command -v python3 || command -v python)
-export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 run=$(mktemp -d)/gpu-session
 mkdir -p "$run" "$out"
 quick=()
-[ "${QUICK:-0}" = 1 ] && quick=(--quick)
+check=()
+if [ "${QUICK:-0}" = 1 ]; then
+  quick=(--quick)
+  check=(--n-train 512 --epochs 2 --width 0.125)
+fi
 
 phase() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$run/session.log"; }
 
 phase "machine"
 { nvidia-smi -L 2>&1 || true; "$py" -c 'import torch, numpy; print("torch", torch.__version__,
-"cuda", torch.version.cuda, "numpy", numpy.__version__)'; } | tee -a "$run/session.log"
+"cuda", torch.version.cuda, "numpy", numpy.__version__)'; nproc; } | tee -a "$run/session.log"
 
-phase "benchmark: loop vs bare step, batch 128"
-timeout 120 "$py" benchmarks/gpu_epoch.py --device "$device" "${quick[@]}" \
-  >"$run/gpu_epoch-b128.txt" 2>&1
-echo "rc $?" >>"$run/gpu_epoch-b128.txt"
-tail -n 12 "$run/gpu_epoch-b128.txt" | tee -a "$run/session.log"
+phase "CUDA graph check: eager and graphed fits from one seed"
+graph_flag=()
+(cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" "${check[@]}") \
+  >"$run/graph-check.txt" 2>&1
+rc=$?
+echo "rc $rc" >>"$run/graph-check.txt"
+tail -n 8 "$run/graph-check.txt" | tee -a "$run/session.log"
+if [ "$rc" != 0 ]; then
+  graph_flag=(--no-cuda-graph)
+  phase "the graphed steps did not agree or failed: eager steps for the fits"
+fi
 
-phase "fits: shdh, dpsh, oracle side by side; 64 bits first, seeds 0-2 (deadline ${fit_seconds}s)"
+phase "benchmark: network-only and whole step, eager and graphed loops, profiler trace"
+(cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
+  --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
+echo "rc $?" >>"$run/gpu_epoch.txt"
+tail -n 22 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+
+if [ "${FITS:-1}" = 0 ]; then
+  phase "pack (no fits)"
+  tar czf "$out/gpu-session.tar.gz" -C "$(dirname "$run")" gpu-session
+  ls -la "$out"
+  exit 0
+fi
+
+mps=0
+if [ "${MPS:-1}" = 1 ] && [ "$device" = cuda ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$run/mps-pipe CUDA_MPS_LOG_DIRECTORY=$run/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d && timeout 60 "$py" -c 'import torch; torch.ones(1, device="cuda")'
+  then
+    mps=1
+  else
+    echo quit | nvidia-cuda-mps-control 2>/dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
+phase "MPS: $([ $mps = 1 ] && echo on || echo off)"
+
+fit_seconds=$((session_seconds - SECONDS - 25))
+phase "fits: (method, seed) side by side, 64 bits first (deadline ${fit_seconds}s)"
 pids=()
 for method in shdh dpsh oracle; do
-  timeout "$fit_seconds" "$py" -m shdh.bundle train "$bundle" --out "$run/fits-$method" \
-    --work-dir "$run/work-$method" --methods "$method" --bits 64 32 48 --seeds 0 1 2 \
-    --device "$device" --no-progress >"$run/fits-$method.log" 2>&1 &
-  pids+=($!)
+  for seed in 0 1 2; do
+    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 timeout "$fit_seconds" "$py" -m shdh.bundle train \
+      "$bundle" --out "$run/fits-$method-s$seed" --work-dir "$run/work-$method-s$seed" \
+      --methods "$method" --bits 64 32 48 --seeds "$seed" --device "$device" --no-progress \
+      "${graph_flag[@]}" >"$run/fits-$method-s$seed.log" 2>&1 &
+    pids+=($!)
+  done
 done
 for pid in "${pids[@]}"; do wait "$pid"; echo "stream $pid rc $?" >>"$run/session.log"; done
-ls "$run"/fits-*/codes 2>/dev/null | tee -a "$run/session.log"
-
-phase "benchmark: batch 512, torch.compile"
-timeout 90 "$py" benchmarks/gpu_epoch.py --device "$device" --batch 512 --compile "${quick[@]}" \
-  >"$run/gpu_epoch-b512-compile.txt" 2>&1
-echo "rc $?" >>"$run/gpu_epoch-b512-compile.txt"
-tail -n 8 "$run/gpu_epoch-b512-compile.txt" | tee -a "$run/session.log"
+[ $mps = 1 ] && { echo quit | nvidia-cuda-mps-control; }
 
 phase "pack"
-rm -rf "$run"/work-*
-tar czf "$out/gpu-session.tar.gz" -C "$(dirname "$run")" gpu-session
+mkdir -p "$run/gpu-run/codes" "$run/gpu-run/fits"
+for d in "$run"/fits-*/; do
+  cp "$d"codes/*.npz "$run/gpu-run/codes/" 2>/dev/null
+  cp "$d"fits/*.json "$run/gpu-run/fits/" 2>/dev/null
+  [ -f "$run/gpu-run/bundle.json" ] || cp "$d"bundle.json "$run/gpu-run/" 2>/dev/null
+done
+"$py" - "$run/gpu-run/fits" <<'PY' | tee -a "$run/session.log"
+import json, pathlib, sys
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    r = json.loads(path.read_text())
+    h = r["history"]
+    val = [e.get("val_ndcg_at_100") for e in h]
+    print(f"{path.stem}: {len(h)} epochs, {r['fit_seconds']:.0f} s, val NDCG@100 "
+          f"{' '.join(f'{v:.3f}' for v in val if v is not None)}")
+PY
+rm -rf "$run"/work-* "$run"/fits-*/ "$run"/mps-pipe
+# One archive per code length (a call brings back files of at most 16 MiB; 27 fits' codes come
+# to about 14 MB), unpacked side by side into gpu-session/gpu-run; and the rest.
+for bits in 64 32 48; do
+  (cd "$(dirname "$run")" && tar czf "$out/gpu-run-$bits.tar.gz" gpu-session/gpu-run/bundle.json \
+    $(cd "$(dirname "$run")" && ls gpu-session/gpu-run/codes/*-"$bits"*.npz \
+      gpu-session/gpu-run/fits/*-"$bits"*.json 2>/dev/null))
+done
+tar czf "$out/gpu-session.tar.gz" -C "$(dirname "$run")" --exclude gpu-session/gpu-run gpu-session
 ls -la "$out"
