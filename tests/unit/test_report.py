@@ -111,3 +111,14 @@ def test_the_papers_claims_are_checked_against_this_run():
     # best deep (DPSH's 4.0 at 64 bits) over best shallow (KSH; nothing at 64 bits)
     assert rows[("best deep over best shallow", "ACG")][0].strip() == "+100.0% / -"
     assert ("COSDISH+H over COSDISH", "ACG") not in rows  # neither was run
+
+
+def test_the_claims_groups_cover_every_registered_method_but_the_oracle() -> None:
+    """A method added to the registry must join the "best deep / best shallow" claim by its
+    kind: a method missing from the report's groups would drop out of it silently. The oracle is
+    a bound to compare with, not a hashing method, so it is in neither group."""
+    from shdh import report
+    from shdh.hashers import REGISTRY, is_deep
+
+    assert set(report.DEEP) | set(report.SHALLOW) == set(REGISTRY) - {"oracle"}
+    assert all(is_deep(m) for m in report.DEEP) and not any(is_deep(m) for m in report.SHALLOW)
