@@ -6,8 +6,12 @@ Rendering runs the real `kubectl kustomize` (what `kubectl apply -k` applies), o
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 TARGETS = ("base", "overlays/dev", "overlays/gpu", "overlays/kubeflow", "overlays/profile")
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
+OBJECT_STORE = "shdh-seaweedfs"  # the Deployment and Service of SeaweedFS
+# Stand-ins for the Secrets' S3 keys: the steps' identity and the object store's admin.
+STEP_S3_KEYS = {"AWS_ACCESS_KEY_ID": "step-access", "AWS_SECRET_ACCESS_KEY": "step-secret"}
+ADMIN_S3_KEYS = {"S3_ADMIN_ACCESS_KEY": "admin-access", "S3_ADMIN_SECRET_KEY": "admin-secret"}
 
 Obj = dict[str, Any]
 
@@ -68,6 +76,37 @@ def containers(objects: list[Obj]) -> Iterator[tuple[str, Obj, Obj]]:
     for label, spec in pod_specs(objects):
         for container in spec.get("initContainers", []) + spec["containers"]:
             yield f"{label}/{container['name']}", container, spec
+
+
+def s3_identities(target: str, secrets: dict[str, str]) -> tuple[dict, subprocess.CompletedProcess]:
+    """The identities file that the object store's init container writes, from its own script
+    and environment in the rendered manifest, with `secrets` standing in for the Secrets' keys;
+    {} when the script wrote none."""
+    objects = render(target)
+    spec = find(objects, "Deployment", OBJECT_STORE)["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["python", "-c"]
+    config = find(objects, "ConfigMap", "shdh-config")["data"]
+    with tempfile.TemporaryDirectory() as folder:
+        env = {"PATH": os.environ["PATH"]}
+        for item in init["env"]:
+            ref = item.get("valueFrom", {})
+            if "configMapKeyRef" in ref:
+                env[item["name"]] = config[ref["configMapKeyRef"]["key"]]
+            elif "secretKeyRef" in ref:
+                env[item["name"]] = secrets[ref["secretKeyRef"]["key"]]
+            else:
+                env[item["name"]] = item["value"]
+        env["S3_CONFIG_PATH"] = str(Path(folder) / "s3.json")
+        result = subprocess.run(
+            [sys.executable, "-c", init["args"][0]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        written = Path(env["S3_CONFIG_PATH"])
+        return (json.loads(written.read_text()) if written.exists() else {}), result
 
 
 def env_references(text: str) -> list[str]:

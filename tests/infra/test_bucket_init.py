@@ -1,5 +1,5 @@
 """The MLflow pod's init container (k8s/base/mlflow.yaml) run for real: its script, taken from
-the rendered manifest, against a real S3 server (SeaweedFS, standing in for MinIO) with the
+the rendered manifest, against a real S3 server (SeaweedFS, the stack's object store) with the
 environment the manifest gives it."""
 
 from __future__ import annotations

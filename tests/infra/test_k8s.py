@@ -19,8 +19,11 @@ import yaml
 
 from tests.infra.dockerfile import instructions, stages
 from tests.infra.manifests import (
+    ADMIN_S3_KEYS,
     K8S,
+    OBJECT_STORE,
     REPO,
+    STEP_S3_KEYS,
     TARGETS,
     containers,
     env_references,
@@ -29,6 +32,7 @@ from tests.infra.manifests import (
     quantity,
     render,
     rendered_text,
+    s3_identities,
 )
 
 KUBERNETES_VERSION = "1.32"
@@ -44,8 +48,20 @@ NAMESPACES = {
 # Targets that deploy into a namespace something else owns (KFP, a Kubeflow profile).
 FOREIGN_NAMESPACE = {"overlays/kubeflow", "overlays/profile"}
 GPU_TARGETS = {"overlays/gpu", "overlays/profile"}
-SECRET_NAME = "shdh-credentials"
+# The servers' Secret (database, object store and MLflow administrators) and the steps' Secret
+# (a bucket-scoped S3 identity, an MLflow user without administration rights).
+SERVER_SECRET = "shdh-server-credentials"
+STEP_SECRET = "shdh-credentials"
 SECRET_EXAMPLE = K8S / "secret.example.yaml"
+# The pods that may hold the servers' credentials: the servers and the Job that makes the
+# steps' MLflow user. Nothing the pipeline steps run is among them.
+SERVER_PODS = {
+    "StatefulSet/postgres",
+    "Deployment/shdh-seaweedfs",
+    "Deployment/mlflow",
+    "Job/mlflow-pipeline-user",
+}
+S3_ACTIONS = ("Read", "Write", "List", "Tagging")
 SENSITIVE = re.compile(r"PASSWORD|SECRET|KEY|TOKEN")
 PLACEHOLDER = "<set-me>"
 GPU_LABEL = "nvidia.com/gpu.present"
@@ -54,8 +70,9 @@ GPU_TAINT = "nvidia.com/gpu"
 targets = pytest.mark.parametrize("target", TARGETS)
 
 
-def secret_example() -> dict:
-    return yaml.safe_load(SECRET_EXAMPLE.read_text())
+def secret_examples() -> dict[str, dict]:
+    """The Secrets of the example, by name."""
+    return {s["metadata"]["name"]: s for s in yaml.safe_load_all(SECRET_EXAMPLE.read_text())}
 
 
 def env_of(container: dict) -> dict[str, dict]:
@@ -87,9 +104,33 @@ def test_renders_the_whole_stack(target):
         ("Service", "mlflow"),
         ("StatefulSet", "postgres"),
         ("Service", "postgres"),
-        ("StatefulSet", "minio"),
-        ("Service", "minio"),
+        ("Deployment", OBJECT_STORE),
+        ("Service", OBJECT_STORE),
+        ("PersistentVolumeClaim", f"{OBJECT_STORE}-data"),
+        ("Job", "mlflow-pipeline-user"),
     }
+
+
+@targets
+def test_the_object_store_is_seaweedfs_and_no_minio_is_left(target):
+    """The S3 store current Kubeflow (1.11+, KFP 2.16) ships: SeaweedFS's S3 gateway, at a
+    pinned release, reached by every S3 client of the stack through its Service."""
+    objects = render(target)
+    for obj in objects:
+        assert "minio" not in obj["metadata"]["name"].lower(), obj["metadata"]["name"]
+    for label, container, _ in containers(objects):
+        assert "minio" not in container["image"].lower(), label
+        assert not any("MINIO" in item["name"] for item in container.get("env", [])), label
+    deployment = find(objects, "Deployment", OBJECT_STORE)
+    (server,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert server["image"].startswith("chrislusf/seaweedfs:")
+    assert server["command"] == ["weed"] and server["args"][0] == "server"
+    assert "-s3" in server["args"] and "-s3.config=/config/s3.json" in server["args"]
+    service = find(objects, "Service", OBJECT_STORE)
+    (port,) = service["spec"]["ports"]
+    config = find(objects, "ConfigMap", "shdh-config")["data"]
+    for key in ("AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL"):
+        assert config[key] == f"http://{OBJECT_STORE}:{port['port']}", key
 
 
 @targets
@@ -149,26 +190,107 @@ def test_config_maps_hold_no_credentials(target):
                 assert not SENSITIVE.search(key.upper()), f"ConfigMap {obj['metadata']['name']}"
 
 
-@targets
-def test_every_secret_reference_is_a_key_of_the_example(target):
-    keys = set(secret_example()["stringData"])
-    used = set()
-    for label, container, _ in containers(render(target)):
+def secret_references(objects) -> list[tuple[str, str, str]]:
+    """(workload "Kind/name", Secret, key) of every secretKeyRef of every container."""
+    found = []
+    for label, container, _ in containers(objects):
         for item in container.get("env", []):
             ref = item.get("valueFrom", {}).get("secretKeyRef")
             if ref:
-                assert ref["name"] == SECRET_NAME, label
-                assert ref["key"] in keys, f"{label}: {ref['key']} is not in {SECRET_EXAMPLE.name}"
-                used.add(ref["key"])
-    assert used == keys, f"keys of {SECRET_EXAMPLE.name} that nothing uses: {keys - used}"
+                found.append(("/".join(label.split("/")[:2]), ref["name"], ref["key"]))
+    return found
 
 
-def test_secret_example_is_a_valid_secret_of_placeholders_only():
-    secret = secret_example()
-    kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
-    assert secret["metadata"] == {"name": SECRET_NAME, "namespace": NAMESPACE}
-    assert "data" not in secret
-    assert set(secret["stringData"].values()) == {PLACEHOLDER}
+@targets
+def test_every_secret_reference_is_a_key_of_the_example(target):
+    keys = {name: set(secret["stringData"]) for name, secret in secret_examples().items()}
+    used: set[tuple[str, str]] = set()
+    for workload, name, key in secret_references(render(target)):
+        assert key in keys.get(name, ()), (
+            f"{workload}: {name}/{key} is not in {SECRET_EXAMPLE.name}"
+        )
+        used.add((name, key))
+    # The steps' keys are used by the pipeline (pipelines/cluster.py), not only by the stack.
+    from pipelines.cluster import SECRET, SECRET_KEYS
+
+    used |= {(SECRET, key) for key in SECRET_KEYS}
+    every = {(name, key) for name, names in keys.items() for key in names}
+    assert used == every, f"keys of {SECRET_EXAMPLE.name} that nothing uses: {every - used}"
+
+
+def test_secret_example_is_valid_secrets_of_placeholders_only():
+    secrets = secret_examples()
+    assert set(secrets) == {SERVER_SECRET, STEP_SECRET}
+    for name, secret in secrets.items():
+        kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
+        assert secret["metadata"] == {"name": name, "namespace": NAMESPACE}
+        assert "data" not in secret
+        assert set(secret["stringData"].values()) == {PLACEHOLDER}
+
+
+@targets
+def test_administrator_credentials_go_to_the_servers_only(target):
+    """The object store's admin keys, the MLflow administrator and the database account are in
+    the servers' Secret, which only the server pods read; the steps get their own Secret, which
+    holds none of them, and nothing in the stack hands the servers' keys to a step."""
+    from pipelines.cluster import SECRET, SECRET_KEYS
+
+    objects = render(target)
+    references = secret_references(objects)
+    for workload, name, key in references:
+        assert name in (SERVER_SECRET, STEP_SECRET), f"{workload}: {name}"
+        if name == SERVER_SECRET:
+            assert workload in SERVER_PODS, f"{workload} reads {SERVER_SECRET}/{key}"
+    # What the compiled pipeline attaches to every step (tests/pipelines/test_compile.py).
+    assert SECRET == STEP_SECRET
+    assert set(SECRET_KEYS) == set(secret_examples()[STEP_SECRET]["stringData"])
+    assert not set(SECRET_KEYS) & set(secret_examples()[SERVER_SECRET]["stringData"])
+    # The administrators come from the servers' Secret.
+    env = {label.split("/")[-1]: env_of(c) for label, c, _ in containers(objects)}
+    for variable in ("MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        assert env["mlflow"][variable]["valueFrom"]["secretKeyRef"]["name"] == SERVER_SECRET
+    for container in ("mlflow", "create-buckets"):  # MLflow's artifact store, bucket creation
+        for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            ref = env[container][variable]["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == SERVER_SECRET, (container, variable)
+    # The pipeline's service account may read no Secret of the stack through the API.
+    for rule in find(objects, "Role", "shdh-pipeline")["rules"]:
+        if "secrets" in rule["resources"]:
+            assert not {SERVER_SECRET, STEP_SECRET} & set(rule["resourceNames"]), rule
+
+
+@targets
+def test_the_steps_s3_identity_is_scoped_to_the_pipelines_bucket(target):
+    """SeaweedFS's identities: the steps' keys may read, write, list and tag the pipeline's
+    bucket (checkpoints, DVC remote) and nothing else; MLflow's bucket and bucket administration
+    are the admin's. tests/infra/test_s3_identities.py checks the same against a real server."""
+    identities, result = s3_identities(target, {**STEP_S3_KEYS, **ADMIN_S3_KEYS})
+    assert result.returncode == 0, result.stderr
+    by_key = {
+        credential["accessKey"]: identity
+        for identity in identities["identities"]
+        for credential in identity["credentials"]
+    }
+    assert set(by_key) == {"step-access", "admin-access"}
+    step, admin = by_key["step-access"], by_key["admin-access"]
+    assert step["credentials"] == [{"accessKey": "step-access", "secretKey": "step-secret"}]
+    config = find(render(target), "ConfigMap", "shdh-config")["data"]
+    bucket = config["S3_PIPELINE_BUCKET"]
+    assert sorted(step["actions"]) == sorted(f"{action}:{bucket}" for action in S3_ACTIONS)
+    assert urlsplit(config["SHDH_CHECKPOINT_URL"]).hostname == bucket
+    mlflow = next(c for label, c, _ in containers(render(target)) if label.endswith("/mlflow"))
+    (destination,) = [a for a in mlflow["args"] if a.startswith("--artifacts-destination=")]
+    assert urlsplit(destination.partition("=")[2]).hostname != bucket
+    assert "Admin" in admin["actions"]
+
+
+def test_the_object_store_refuses_one_key_for_both_identities():
+    """The admin's and the steps' access keys must differ, or SeaweedFS could give a request
+    either identity's rights."""
+    same = {**STEP_S3_KEYS, "S3_ADMIN_ACCESS_KEY": "step-access", "S3_ADMIN_SECRET_KEY": "x"}
+    identities, result = s3_identities("base", same)
+    assert result.returncode != 0 and identities == {}
+    assert "must differ" in result.stderr
 
 
 def test_secret_example_is_in_no_kustomization():
@@ -245,12 +367,12 @@ def test_servers_have_startup_readiness_and_liveness_probes(target):
 def test_probes_ask_each_server_the_right_question(target):
     objects = render(target)
     by_name = {label.split("/")[-1]: c for label, c, _ in containers(objects)}
-    mlflow, postgres, minio = by_name["mlflow"], by_name["postgres"], by_name["minio"]
+    mlflow, postgres, seaweedfs = by_name["mlflow"], by_name["postgres"], by_name["seaweedfs"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert mlflow[probe]["httpGet"]["path"] == "/health"
         assert "pg_isready" in " ".join(postgres[probe]["exec"]["command"])
-    assert minio["livenessProbe"]["httpGet"]["path"] == "/minio/health/live"
-    assert minio["readinessProbe"]["httpGet"]["path"] == "/minio/health/ready"
+        # SeaweedFS's S3 gateway answers /healthz without credentials, on the S3 port.
+        assert seaweedfs[probe]["httpGet"] == {"path": "/healthz", "port": "s3"}
 
 
 @targets
@@ -322,7 +444,7 @@ def test_the_manifests_name_the_image_as_the_code_does():
 def test_statefulsets_have_volumes_and_headless_services(target):
     objects = render(target)
     statefulsets = [obj for obj in objects if obj["kind"] == "StatefulSet"]
-    assert {s["metadata"]["name"] for s in statefulsets} == {"postgres", "minio"}
+    assert {s["metadata"]["name"] for s in statefulsets} == {"postgres"}
     for statefulset in statefulsets:
         service = find(objects, "Service", statefulset["spec"]["serviceName"])
         assert service["spec"]["clusterIP"] == "None"
@@ -333,6 +455,26 @@ def test_statefulsets_have_volumes_and_headless_services(target):
             for m in c.get("volumeMounts", [])
         }
         assert claims and claims <= mounted
+
+
+@targets
+def test_the_object_store_keeps_its_data_on_its_own_claim(target):
+    """One pod writes the volume: the Deployment replaces its pod only after the old one stops."""
+    objects = render(target)
+    deployment = find(objects, "Deployment", OBJECT_STORE)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = deployment["spec"]["template"]["spec"]
+    (claim,) = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in spec["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    find(objects, "PersistentVolumeClaim", claim)
+    (server,) = spec["containers"]
+    data = next(v["name"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    assert f"-dir={mounts[data]}" in server["args"]
 
 
 @targets
@@ -411,8 +553,8 @@ def test_no_server_pod_gets_an_istio_sidecar_in_any_overlay(target):
     """dev and gpu run in a profile namespace named shdh as the profile overlay runs in its
     own: the sidecar setting must be the same everywhere, or the steps cannot reach the servers."""
     objects = render(target)
-    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
-    assert {o["metadata"]["name"] for o in workloads} >= {"mlflow", "postgres", "minio"}
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Job")]
+    assert {f"{o['kind']}/{o['metadata']['name']}" for o in workloads} == SERVER_PODS
     for workload in workloads:
         labels = workload["spec"]["template"]["metadata"]["labels"]
         assert labels.get("sidecar.istio.io/inject") == "false", workload["metadata"]["name"]

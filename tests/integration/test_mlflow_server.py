@@ -331,6 +331,67 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     np.testing.assert_array_equal(np.asarray(predicted), codes.db_codes[:50])
 
 
+def pipeline_user_job() -> tuple[str, dict[str, str]]:
+    """The script of the Job that creates the steps' MLflow user (k8s/base), and the values its
+    manifest sets literally."""
+    (job,) = yaml.safe_load_all((REPO / "k8s" / "base" / "mlflow-pipeline-user.yaml").read_text())
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-c"]
+    return container["args"][0], {i["name"]: i["value"] for i in container["env"] if "value" in i}
+
+
+def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
+    mlflow_server, monkeypatch
+):
+    """The Job run as the cluster runs it, twice (the second time with a new password, as after
+    a rotation): the steps' user logs runs into the experiment and tags the registered model,
+    but may not write to another experiment nor create users."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.server import get_app_client
+
+    url = mlflow_server["url"]
+    script, literal = pipeline_user_job()
+    experiment, model = "shdh-least-privilege", "shdh-least-privilege-encoder"
+    step_user = "shdh-pipeline"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    for name, value in AUTH.items():
+        monkeypatch.setenv(name, value)
+    admin = MlflowClient(url)
+    admin.create_registered_model(model)  # one an earlier install registered
+    other = admin.create_experiment("shdh-least-privilege-other")
+    for password in ("shdh-step-password-0123", "shdh-step-password-4567"):
+        env = {
+            **os.environ,
+            **literal,
+            "MLFLOW_EXPERIMENT_NAME": experiment,
+            "SHDH_REGISTERED_MODEL": model,
+            "PIPELINE_USERNAME": step_user,
+            "PIPELINE_PASSWORD": password,
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+    assert f"{step_user} may edit registered_model {model}" in result.stdout
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", step_user)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    step = MlflowClient(url)
+    run = step.create_run(step.get_experiment_by_name(experiment).experiment_id)
+    step.log_metric(run.info.run_id, "ndcg_at_100", 0.9)
+    step.set_terminated(run.info.run_id)
+    step.set_registered_model_tag(model, "shdh.champion_of", run.info.run_id)
+    with pytest.raises(MlflowException, match="Permission denied"):
+        step.create_run(other)
+    with pytest.raises(MlflowException, match="Permission denied"):
+        get_app_client("basic-auth", tracking_uri=url).create_user("intruder", "x" * 16)
+    # The first password no longer logs in.
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "shdh-step-password-0123")
+    with pytest.raises(MlflowException):
+        MlflowClient(url).get_experiment_by_name(experiment)
+
+
 def test_the_server_stops_by_its_pid(mlflow_server):
     process = mlflow_server["process"]
     stop_by_pid(process)
