@@ -2,10 +2,11 @@
 remote on a real S3 server (SeaweedFS), and MLflow records its hash.
 
 The project here is a copy of the repository's own .dvc/config (remote `shdh`, bucket `shdh`,
-endpoint http://minio:9000) with a tiny data/ folder, pushed as docs/cluster-data.md says: the
-endpoint of a port-forward in .dvc/config.local, the credentials in the environment. The step
-gets only what the pipeline compiler puts in it (data.dvc and the committed .dvc/config) and
-reaches the server through AWS_ENDPOINT_URL, as the pods do with the ConfigMap shdh-config.
+endpoint http://shdh-seaweedfs:8333) with a tiny data/ folder, pushed as docs/cluster-data.md
+says: the endpoint of a port-forward in .dvc/config.local, the credentials in the environment.
+The step gets only what the pipeline compiler puts in it (data.dvc and the committed
+.dvc/config) and reaches the server through AWS_ENDPOINT_URL, as the pods do with the ConfigMap
+shdh-config.
 """
 
 from __future__ import annotations
@@ -165,13 +166,15 @@ def test_credentials_in_the_committed_config_are_refused(pushed, tmp_path):
 
 
 def test_the_repository_remote_is_the_stacks_object_store_without_credentials():
-    """.dvc/config's default remote: S3 at the MinIO Service of k8s/base, in a bucket the
-    stack creates, and no secret (they live in config.local or the environment)."""
+    """.dvc/config's default remote: S3 at the object store's Service of k8s/base, in the bucket
+    the stack creates for the steps (the one their S3 identity may use), and no secret (they
+    live in config.local or the environment)."""
     name, remote = default_remote(committed_config(REPO / ".dvc"), ".dvc/config")
     manifests = yaml.safe_load_all((REPO / "k8s" / "base" / "config.yaml").read_text())
     (data,) = [m["data"] for m in manifests if m["metadata"]["name"] == "shdh-config"]
     assert remote["url"].startswith(f"s3://{STACK_BUCKET}/")
     assert STACK_BUCKET in data["S3_BUCKETS"].split()
-    assert remote["endpointurl"] == data["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert STACK_BUCKET == data["S3_PIPELINE_BUCKET"]
+    assert remote["endpointurl"] == data["AWS_ENDPOINT_URL"] == "http://shdh-seaweedfs:8333"
     assert json.loads(data_version(REPO))["dvc_file"] == (REPO / "data.dvc").read_text()
     assert name == "shdh"
