@@ -1,5 +1,6 @@
-"""prepare: bring the raw files of the data version (DVC, else the public download), convert
-them to the dataset format and make the split."""
+"""prepare: bring the raw files of the data version (DVC; the public download on a local run,
+or where data.download_fallback allows it), convert them to the dataset format and make the
+split."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Output
@@ -13,13 +14,15 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
 
     Inputs:
         data: the `data` section of params.yaml as JSON (dataset, sources, raw_dir, verify,
-            query_fraction, max_items, and for own data the readers' settings: image_size,
-            color, skip_bad_images, workers, inner_labels, name, table).
+            download_fallback, query_fraction, max_items, and for own data the readers'
+            settings: image_size, color, skip_bad_images, workers, inner_labels, name, table).
         seed: the master seed (the query/database split, the max_items subset).
         data_version: data.dvc and .dvc/config of the checkout the pipeline was compiled from
             (shdh.data.dvc_pull.data_version): `dvc pull` of exactly that version from that
-            remote. Empty (a local run), or when the pull fails (said in the log, naming `dvc
-            push`), the raw files come from the public download of data.sources instead.
+            remote. A failed pull fails the step, naming the remote, what DVC said and `dvc
+            push`; with data.download_fallback true it logs that as a warning and the raw
+            files come from the public download of data.sources instead. Empty (a local run):
+            the public download.
     Outputs:
         prepared: the dataset folder and split written by shdh.steps.prepare.prepare; its metadata
             holds `dataset`, `dvc_data_md5` (the raw files' hash as data.dvc records it) and

@@ -84,16 +84,16 @@ def cluster_env(s3_env, monkeypatch):
     return s3_env
 
 
-def data_section(sources: list[str]) -> str:
+def data_section(sources: list[str], **settings) -> str:
     params = smoke_settings()
-    params["data"].update(sources=sources, verify=False, max_items=None)
+    params["data"].update(sources=sources, verify=False, max_items=None, **settings)
     return pipeline_arguments(params)["data"]
 
 
-def download(tmp_path: Path, version: str, sources: list[str]) -> dsl.Dataset:
+def download(tmp_path: Path, version: str, sources: list[str], **settings) -> dsl.Dataset:
     prepared = artifact(dsl.Dataset, tmp_path / "prepared")
     component("prepare").python_func(
-        data=data_section(sources), seed=0, prepared=prepared, data_version=version
+        data=data_section(sources, **settings), seed=0, prepared=prepared, data_version=version
     )
     return artifact(dsl.Dataset, tmp_path / "prepared", prepared.metadata)
 
@@ -121,27 +121,64 @@ def test_the_first_step_pulls_the_pushed_version_and_mlflow_records_its_hash(
     assert mlflow.MlflowClient().get_run(parent).data.tags["dvc_data_md5"] == md5
 
 
-def test_a_version_never_pushed_names_dvc_push_and_the_public_download_takes_over(
-    pushed, cluster_env, tmp_path, caplog
-):
-    project = tmp_path / "newer"
+@pytest.fixture(scope="module")
+def unpushed(pushed, tmp_path_factory):
+    """The pushed project with one more file added: a data version the remote does not hold."""
+    project = tmp_path_factory.mktemp("unpushed") / "newer"
     shutil.copytree(pushed["root"], project)
     (project / "data" / "README.txt").write_text("a file added after the push\n")
     dvc(["add", "-q", "data"], project, pushed["env"])
+    assert md5_of(project) != md5_of(pushed["root"])
+    return project
+
+
+@pytest.mark.parametrize("bucket", ["shdh", "no-such-bucket"], ids=["not-pushed", "no-bucket"])
+def test_a_failed_pull_fails_the_step_naming_the_remote_what_dvc_said_and_the_setting(
+    pushed, unpushed, cluster_env, tmp_path, bucket
+):
+    """The remote holds other versions but not this one, or its bucket does not exist."""
+    project = tmp_path / "project"
+    shutil.copytree(unpushed, project)
+    config = project / ".dvc" / "config"
+    config.write_text(config.read_text().replace("s3://shdh/", f"s3://{bucket}/"))
     md5 = md5_of(project)
-    assert md5 != md5_of(pushed["root"])
-    version = data_version(project)
+    with pytest.raises(DataVersionError) as err:  # the mirror is there, and not used
+        download(tmp_path, data_version(project), sources=[str(pushed["mirror"])])
+    text = str(err.value)
+    assert (
+        f"data version {md5} (data.dvc) is not in the DVC remote 'shdh' (s3://{bucket}/dvcstore)"
+        in text
+    )
+    assert "`dvc push data.dvc`" in text
+    assert (
+        "DVC said: Some of the cache files do not exist neither locally nor on remote. "
+        f"Missing cache files: md5: {md5}" in text
+    )
+    assert text.endswith("set data.download_fallback: true (params.yaml)")
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_with_download_fallback_the_public_download_takes_over_and_warns_what_failed(
+    pushed, unpushed, cluster_env, tmp_path, caplog
+):
+    md5 = md5_of(unpushed)
+    version = data_version(unpushed)
     with caplog.at_level(logging.INFO):
-        prepared = download(tmp_path / "fallback", version, sources=[str(pushed["mirror"])])
+        prepared = download(
+            tmp_path / "fallback", version, [str(pushed["mirror"])], download_fallback=True
+        )
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(
-        md5 in m and "`dvc push data.dvc`" in m and "falling back to the public download" in m
+        f"data version {md5} (data.dvc) is not in the DVC remote 'shdh' (s3://shdh/dvcstore)" in m
+        and "`dvc push data.dvc`" in m
+        and "DVC said: Some of the cache files do not exist" in m
+        and "data.download_fallback is true, so falling back to the public download" in m
         for m in warnings
     ), warnings
     assert prepared.metadata["data_source"] == "download"
     assert prepared.metadata["dvc_data_md5"] == md5_of(pushed["root"])  # the four raw files
     with pytest.raises(DataVersionError, match=r"dvc push.*public download failed too"):
-        download(tmp_path / "nothing", version, sources=[])
+        download(tmp_path / "nothing", version, sources=[], download_fallback=True)
 
 
 def test_a_config_without_a_remote_names_dvc_push(pushed, cluster_env, tmp_path, caplog):

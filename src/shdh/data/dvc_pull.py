@@ -10,14 +10,20 @@ checks their hashes. Credentials come from the environment (AWS_ACCESS_KEY_ID, .
 AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, when set (the ConfigMap shdh-config on a cluster),
 replaces the remote's endpointurl, so that one committed config serves a laptop and the pods.
 
-When the pull fails (no remote, the version not pushed, the store unreachable), the step says
-why, names `dvc push`, and falls back to the public download of data.sources.
+When the pull fails (no remote, the version not pushed, the store unreachable), the step fails,
+naming the remote, the version, what DVC said, `dvc push` and the setting data.download_fallback.
+A silent fallback would train on whatever data.sources serves, not on the version the pipeline
+was compiled from, so the public download takes over only when that setting says so, with a
+warning naming what failed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,16 @@ log = logging.getLogger(__name__)
 DVC_FILE = "data.dvc"
 DVC_CONFIG = ".dvc/config"
 PUSH_HINT = "push it from a checkout that has the data: `dvc push data.dvc` (docs/cluster-data.md)"
+FALLBACK_SETTING = "data.download_fallback"
+FALLBACK_HINT = (
+    f"To download the raw files from data.sources instead when the pull fails, set "
+    f"{FALLBACK_SETTING}: true (params.yaml)"
+)
+# The loggers DVC and its storage libraries report a failed transfer on: the exception DVC
+# raises says only how many files failed, its log says why (missing objects, no such bucket,
+# refused keys).
+_DVC_LOGGERS = ("dvc", "dvc_data", "dvc_objects", "dvc_s3")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Remote options that hold a secret: they belong in .dvc/config.local, never in the pipeline.
 _SECRETS = (
     "access_key_id",
@@ -69,9 +85,11 @@ def data_version(root: str | Path = ".") -> str:
     remote = default_remote(committed_config(root / ".dvc"), str(root / DVC_CONFIG))
     if remote is None:
         log.warning(
-            "%s names no default DVC remote, so the pipeline will fall back to the "
-            "public download; add one (`dvc remote add -d`) and `dvc push data.dvc`",
+            "%s names no default DVC remote, so the pipeline's prepare step will fail "
+            "(or, with %s: true, download from data.sources); add one (`dvc remote add -d`) "
+            "and `dvc push data.dvc`",
             root / DVC_CONFIG,
+            FALLBACK_SETTING,
         )
     return json.dumps(texts, sort_keys=True)
 
@@ -131,22 +149,57 @@ def pull(version: str, dest: str | Path) -> Path:
     name, settings = remote
     where = f"the DVC remote '{name}' ({settings.get('url')})"
     _local_config(dest, name)
-    try:
-        with Repo(str(dest)) as repo:
-            repo.pull(targets=[str(dest / DVC_FILE)])
-    except CheckoutError as exc:
-        raise DataVersionError(
-            f"data version {md5} ({DVC_FILE}) is not in {where}; {PUSH_HINT}"
-        ) from exc
-    except DownloadError as exc:
-        raise DataVersionError(
-            f"data version {md5} could not be fetched from {where}: {exc} (DVC "
-            f"logged why; check the endpoint and the AWS credentials)"
-        ) from exc
-    except DvcException as exc:
-        raise DataVersionError(f"dvc pull of data version {md5} from {where}: {exc}") from exc
+    with _dvc_log() as said:
+        try:
+            with Repo(str(dest)) as repo:
+                repo.pull(targets=[str(dest / DVC_FILE)])
+        except CheckoutError as exc:
+            raise DataVersionError(
+                f"data version {md5} ({DVC_FILE}) is not in {where}; {PUSH_HINT}. "
+                f"DVC said: {_dvc_said(said, exc)}"
+            ) from exc
+        except DownloadError as exc:
+            raise DataVersionError(
+                f"data version {md5} ({DVC_FILE}) could not be fetched from {where}; check "
+                f"the endpoint and the AWS credentials. DVC said: {_dvc_said(said, exc)}"
+            ) from exc
+        except DvcException as exc:
+            raise DataVersionError(
+                f"dvc pull of data version {md5} ({DVC_FILE}) from {where} failed. "
+                f"DVC said: {_dvc_said(said, exc)}"
+            ) from exc
     log.info("pulled data version %s from %s", md5, where)
     return dest / path
+
+
+@contextmanager
+def _dvc_log() -> Iterator[list[str]]:
+    """The warnings and errors DVC logs inside the block, one line each, in order."""
+    said: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                # DVC logs the cause as the record's exception ("Could not connect to ...").
+                text = f"{text} - {record.exc_info[1]}"
+            said.append(" ".join(_ANSI.sub("", text).split()))
+
+    handler = Collect(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in _DVC_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield said
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def _dvc_said(said: list[str], exc: Exception) -> str:
+    """What DVC logged and the text of what it raised, on one line, each once."""
+    lines = [*said, " ".join(_ANSI.sub("", str(exc)).split())]
+    return " | ".join(dict.fromkeys(line for line in lines if line))
 
 
 def _parse(version: str) -> dict[str, str]:
@@ -179,8 +232,11 @@ def _local_config(dest: Path, remote: str) -> None:
 
 
 def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawData:
-    """The raw data for the `data` section: the pulled data version when one is given and the
-    pull succeeds, else the public download (shdh fetch from data.sources), said in the log.
+    """The raw data for the `data` section: the pulled data version when one is given, else
+    (a local run) the public download (shdh fetch from data.sources), said in the log.
+
+    A pull that fails raises DataVersionError, unless data.download_fallback is true: then the
+    public download takes over, with a warning that says what failed.
 
     The files land at work/RAW_DIR (data.raw_dir without its anchor), the folder data.dvc
     tracks being work/PATH, so that its hash is the one data.dvc records.
@@ -192,6 +248,7 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
     work = Path(work)
     sources = data.get("sources")
     failure = "no data version was given (a local run)"
+    fallback = bool(data.get("download_fallback", False))
     if version:
         try:
             tracked = pull(version, work)
@@ -202,9 +259,14 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
                 )
             return RawData(work / raw_dir, dvc_dir_md5(tracked), "dvc")
         except DataVersionError as exc:
+            if not fallback:
+                raise DataVersionError(f"{exc}. {FALLBACK_HINT}") from exc
             failure = str(exc)
         log.warning(
-            "%s; falling back to the public download from data.sources %s", failure, sources
+            "%s; %s is true, so falling back to the public download from data.sources %s",
+            failure,
+            FALLBACK_SETTING,
+            sources,
         )
     else:
         log.info("%s: the public download from data.sources %s", failure, sources)

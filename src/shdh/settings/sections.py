@@ -58,6 +58,9 @@ class DataSettings:
     raw_dir: str = setting(TEXT, "the raw files; a folder tree or a CSV/Parquet file of your own")
     sources: list = setting(list_of(TEXT), "where `shdh fetch` looks, in order")
     verify: bool = setting(BOOL, "md5 checks of downloads", True)
+    download_fallback: bool = setting(
+        BOOL, "a pipeline step whose dvc pull fails downloads from sources instead", False
+    )
     skip_bad_images: bool = setting(BOOL, "leave out undecodable images instead of failing", False)
     image_size: int = setting(integer(1), "folder/table: the side images are resized to", 32)
     color: bool = setting(BOOL, "folder/table: RGB images; false: grayscale", True)
