@@ -5,7 +5,10 @@ that call the same shdh library function as the matching DVC stage (shdh.command
 front doors run the same code. Settings arrive as the params.yaml section of the step, passed
 as a JSON string (see shdh.kubeflow.pipeline_arguments for why not a dict).
 
-    prepare -> tree -> smatrix -> start -> plan -> train@METHOD-BITS (deep)
-                      features ------------------> baseline@METHOD-BITS (shallow)
-                                                   -> evaluate -> report
+    prepare -> tree -> smatrix -> start -> train@METHOD-BITS (deep)
+                      features ---------> baseline@METHOD-BITS (shallow)
+                                          -> evaluate -> report
+
+The pipeline makes one task per planned fit when it is built (pipelines.shdh_pipeline), so
+evaluate is made per plan too: components.evaluate.evaluate_for.
 """

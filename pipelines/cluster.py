@@ -66,7 +66,12 @@ def apply_resources(task: Any, settings: ClusterSettings) -> Any:
 
 def apply_training(task: Any, settings: ClusterSettings, gpu_image: str) -> Any:
     """Retries with backoff and a deadline per try; on GPU settings the accelerator, node
-    selector, tolerations and the CUDA image."""
+    selector, tolerations and the CUDA image.
+
+    The backend honours the retries of a task of the root DAG only (it ignores them inside a
+    ParallelFor, which is why each fit is a task of its own), and retries a failed container,
+    not an evicted or deleted pod: no retry policy reaches Argo, whose default is OnFailure.
+    `shdh pipeline retry` is the answer to those."""
     from kfp import kubernetes
 
     retry = settings.retry

@@ -1,13 +1,17 @@
 """Talking to a Kubeflow Pipelines API: credentials, and whether the server can run this pipeline.
 
-The pipeline needs KFP backend MIN_BACKEND or newer. It names each run's MLflow parent run by
+The pipeline needs KFP backend MIN_BACKEND or newer, the KFP of Kubeflow 1.10, the oldest
+that current Kubeflow releases ship. It names each run's MLflow parent run by
 `{{$.pipeline_job_uuid}}` (dsl.PIPELINE_JOB_ID_PLACEHOLDER), which the open-source backend
 resolves since 2.5.0 (kubeflow/pipelines#11599; older ones leave the text as is, so every run
-would share one MLflow parent), and `evaluate` collects the models out of the train and baseline
-loops with dsl.Collected, which the backend runs for artifacts since 2.14.0 (#11725; older ones
-refuse the run). The loops' parallelism cap needs 2.5.0 (#10798). The server's version is the
-`tag_name` of GET /apis/v2beta1/healthz; kfp.Client.get_kfp_healthz drops that field (its
-response model has only multi_user), so it is read from the raw answer.
+would share one MLflow parent); its train tasks' retries reach Argo since 2.5.0 (#11673;
+older ones drop them), and a failed run is retried in place (`shdh pipeline retry`) since
+2.5.0 (#11585). The compiled pipeline uses nothing newer: no ParallelFor, so neither
+dsl.Collected's artifact fan-in (2.14.0) nor a loop cap; every fit is a task of the root DAG
+and evaluate takes one Model input per fit (tests/pipelines/test_compile.py checks the IR).
+
+The server's version is the `tag_name` of GET /apis/v2beta1/healthz; kfp.Client.get_kfp_healthz
+drops that field (its response model has only multi_user), so it is read from the raw answer.
 
 A multi-user Kubeflow admits a request with one of: a bearer token (an OIDC or Kubernetes
 token), a service-account token in a file (a projected volume, or `kubectl create token`,
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIN_BACKEND = (2, 14, 0)
+MIN_BACKEND = (2, 5, 0)
 HEALTHZ = "/apis/v2beta1/healthz"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 _FIX_CREDENTIALS = "give --token, --token-file or --cookie"
@@ -143,8 +147,7 @@ def check_server(host: str, credentials: Credentials, *, check_version: bool = T
         if version < MIN_BACKEND:
             raise RuntimeError(
                 f"Kubeflow Pipelines at {host} is {dotted(version)}; this "
-                f"pipeline needs {dotted(MIN_BACKEND)} or newer (ParallelFor "
-                "artifact collection, run-id placeholders): upgrade the KFP "
-                "backend"
+                f"pipeline needs {dotted(MIN_BACKEND)} or newer (run-id placeholders, "
+                "task retries): upgrade the KFP backend"
             )
     return Server(version or (0, 0, 0), bool(answer.get("multi_user", False)))

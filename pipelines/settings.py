@@ -15,7 +15,7 @@ holding the ConfigMap (`--settings`: the overlay rendered, or `kubectl get confi
         (preempted, evicted) train task is retried after the backoff, which grows by the factor
     train.timeout                                 each try's deadline (the pod's
         activeDeadlineSeconds), a duration such as 90m or 6h
-    train.parallelism / baseline.parallelism      how many iterations of each loop run at once
+    train.parallelism / baseline.parallelism      how many deep / shallow fit tasks run at once
     image_pull_secrets                            optional: Secrets (comma-separated names) every
         task's pod pulls the images with, for a private registry; none by default
 
@@ -43,7 +43,6 @@ STEPS = (
     "tree",
     "smatrix",
     "start",
-    "plan",
     "features",
     "train",
     "baseline",
@@ -121,7 +120,7 @@ class ClusterSettings:
     resources: dict[str, Resources]  # for every step of STEPS
     retry: Retry
     timeout_seconds: int
-    parallelism: dict[str, int]  # for every loop of LOOPS
+    parallelism: dict[str, int]  # for the fit tasks of every step of LOOPS
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     accelerator_type: str = ""

@@ -1,8 +1,8 @@
 """The SHDH pipeline as a Kubeflow DAG, the same steps as dvc.yaml:
 
     prepare -> tree -> smatrix -> start (MLflow parent run)
-      -> ParallelFor deep runs:    train    (SHDH and DPSH at each code length; GPU on a cluster)
-      -> features -> ParallelFor shallow runs: baseline (on GIST features)
+      -> train    one task per deep fit (SHDH and DPSH at each code length; GPU on a cluster)
+      -> features -> baseline: one task per shallow fit (on GIST features)
       -> evaluate (every model) -> report, register (the best encoder, by a metric, with an alias)
 
 The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
@@ -13,11 +13,14 @@ The raw data's version is fixed when the pipeline is built for a cluster: the pr
 gets the checkout's data.dvc and .dvc/config and pulls that version from the DVC remote
 (shdh.data.dvc_pull; docs/cluster-data.md), so a new data version is a new pipeline version.
 
-Each branch fans out over one list of {method, bits} from a `plan` task, not over nested loops
-of methods and bits: Kubeflow (and kfp.local) collect the outputs of a single loop level only.
-Whether the shallow branch exists is decided when the pipeline is built: a loop over an empty
-list collects nothing that `evaluate` could be given, so `baselines.methods: []` leaves the
-branch out (and a run's methods and bits lists must not be emptied at submit time).
+The fits are unrolled when the pipeline is built, from the run plan of its params (shdh.plan:
+methods x bits x seeds, in scoring order): each is a task of its own, shown by its fit's name
+(METHOD-BITS[-seedS]). KFP ignores the retries of a task inside a ParallelFor, and collecting
+artifacts out of one (dsl.Collected) needs a recent backend; a task of the root DAG has neither
+limit. So the fits a run makes are fixed at compile time: a run's train and baselines
+parameters may change a fit's settings, not which fits there are (`shdh pipeline submit`
+compiles from the same params it passes). A loop cap (train.parallelism, baseline.parallelism)
+becomes chains: fit i starts after fit i - cap of its kind, so at most `cap` run at once.
 """
 
 from pathlib import Path
@@ -25,10 +28,9 @@ from typing import Any, NamedTuple
 
 # The components under other names: the pipeline's parameters take the sections' names.
 from components.baseline import baseline as baseline_op
-from components.evaluate import evaluate as evaluate_op
+from components.evaluate import evaluate_for, fit_inputs
 from components.features import features as features_op
 from components.image import IMAGE, gpu_image
-from components.plan import plan as plan_op
 from components.prepare import prepare as prepare_op
 from components.register import register as register_op
 from components.report import report as report_op
@@ -47,7 +49,7 @@ from pipelines.cluster import (
 )
 from pipelines.settings import ClusterSettings
 from shdh.data import dvc_pull
-from shdh.kubeflow import branch_runs, pipeline_arguments, project_root
+from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, project_root
 from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 
 PIPELINE_NAME = "shdh"
@@ -67,9 +69,9 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
 
     With a cluster's `settings`, what only a Kubernetes cluster understands is added:
     environment from the ConfigMap and Secret and CPU and memory bounds on every task, a cap on
-    each loop, and retries, a deadline and (on GPU settings) the GPU and the CUDA image on each
-    train task, whose `train.device` follows (pipelines.cluster.train_device). kfp.local runs
-    the pipeline built without settings.
+    how many fits of each kind run at once, and retries, a deadline and (on GPU settings) the
+    GPU and the CUDA image on each train task, whose `train.device` follows
+    (pipelines.cluster.train_device). kfp.local runs the pipeline built without settings.
     """
     if settings is not None:
         params = train_device(params, settings)
@@ -128,46 +130,57 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
                 evaluate=evaluate,
             )
         )
-        inputs: dict[str, Any] = {"deep_runs": [], "shallow_runs": []}
-        if deep_runs:
-            planned = step(plan_op(train=train, baselines=baselines, kind="deep"))
-            with dsl.ParallelFor(planned.output, parallelism=cap("train")) as item:
-                fit = train_op(
-                    prepared=prepared,
-                    similarity=similarity,
-                    method=item.method,
-                    bits=item.bits,
-                    own_seed=item.own_seed,
-                    settings=train,
-                    **tracked,
-                )
-                step(fit.after(opened))
-                if settings is not None:
-                    apply_training(fit, settings, gpu_image(IMAGE))
-            inputs.update(deep_runs=planned.output, deep_models=dsl.Collected(fit.outputs["model"]))
+
+        def unrolled(runs: list[dict], loop: str, make: Any) -> list[Any]:
+            """One task per planned fit, after the parent run is open, at most cap(loop) at
+            once: the i-th also waits for the (i - cap)-th."""
+            fits: list[Any] = []
+            limit = cap(loop)
+            for i, run in enumerate(runs):
+                fit = make(method=run["method"], bits=run["bits"], own_seed=run["own_seed"])
+                fit.set_display_name(fit_name(run)).after(opened)
+                if limit and i >= limit:
+                    fit.after(fits[i - limit])
+                fits.append(step(fit))
+            return fits
+
+        def deep_fit(**run: Any) -> Any:
+            fit = train_op(
+                prepared=prepared, similarity=similarity, settings=train, **run, **tracked
+            )
+            if settings is not None:
+                apply_training(fit, settings, gpu_image(IMAGE))
+            return fit
+
+        models = unrolled(deep_runs, "train", deep_fit)
+        inputs: dict[str, Any] = {}
         if shallow_runs:
             gist = step(features_op(prepared=prepared, settings=features)).outputs["gist"]
-            planned = step(plan_op(train=train, baselines=baselines, kind="shallow"))
-            with dsl.ParallelFor(planned.output, parallelism=cap("baseline")) as item:
-                fit = baseline_op(
+            inputs["gist"] = gist
+
+            def shallow_fit(**run: Any) -> Any:
+                return baseline_op(
                     prepared=prepared,
                     similarity=similarity,
                     gist=gist,
-                    method=item.method,
-                    bits=item.bits,
-                    own_seed=item.own_seed,
                     settings=baselines,
+                    **run,
                     **tracked,
                 )
-                step(fit.after(opened))
-            inputs.update(
-                shallow_runs=planned.output,
-                gist=gist,
-                shallow_models=dsl.Collected(fit.outputs["model"]),
-            )
+
+            models += unrolled(shallow_runs, "baseline", shallow_fit)
+        outputs = [m.outputs["model"] for m in models]
+        inputs.update(zip(fit_inputs(len(models)), outputs, strict=True))
+        evaluate_op = evaluate_for(len(models), gist=bool(shallow_runs))
         scored = step(
             evaluate_op(
-                prepared=prepared, similarity=similarity, settings=evaluate, **tracked, **inputs
+                prepared=prepared,
+                similarity=similarity,
+                deep_runs=deep_runs,
+                shallow_runs=shallow_runs,
+                settings=evaluate,
+                **tracked,
+                **inputs,
             )
         )
         written = step(

@@ -170,11 +170,12 @@ def retry(
     """Retry a failed or terminated run in place (POST /apis/v2beta1/runs/RUN_ID:retry) and
     return the state it had.
 
-    What an evicted or deleted train pod needs: KFP puts no retryPolicy on its retried tasks, so
-    Argo's default (OnFailure) does not retry a pod that was deleted or evicted, and KFP ignores
-    retries inside a ParallelFor altogether. A retried run keeps its run id, so the tasks that
-    finished are not run again, and the interrupted fit starts again under the same
-    PIPELINE_RUN_ID and resumes from its checkpoint in the object store (shdh.checkpoint_store).
+    What an evicted or deleted train pod needs: each fit is a task of its own whose retries the
+    backend applies, but KFP puts no retryPolicy on them, so Argo's default (OnFailure) retries
+    a failed container and not a pod that was deleted or evicted. A retried run keeps its run
+    id, so the tasks that finished are not run again, and the interrupted fit starts again under
+    the same PIPELINE_RUN_ID and resumes from its checkpoint in the object store
+    (shdh.checkpoint_store).
     """
     import kfp
     import kfp_server_api

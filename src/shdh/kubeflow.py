@@ -236,3 +236,67 @@ def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
         for name, value in row.items()
         if name.endswith(f"@{n}")
     }
+
+
+def fit_name(run: dict[str, Any]) -> str:
+    """A {method, bits, own_seed} fit's name: METHOD-BITS, or METHOD-BITS-seedS for one of a
+    `seeds` list (shdh.steps.fit.run_name), as its model folder and MLflow run are named."""
+    from shdh.steps.fit import run_name
+
+    return run_name(str(run["method"]), int(run["bits"]), own_seed_arg(run["own_seed"]))
+
+
+def evaluate_fits(
+    *,
+    prepared: Any,
+    similarity: Any,
+    runs: list[dict[str, Any]],
+    models: list[Any],
+    settings: str,
+    seed: int,
+    profile: str,
+    pipeline_run_id: str,
+    results: Any,
+    metrics: Any,
+    gist: Any = None,
+) -> None:
+    """The evaluate component's work: score the fitted `models` of the planned `runs` (shdh
+    evaluate), log the metrics to each model's MLflow run, write the results table, scores and
+    figures onto the pipeline's parent run and close it; the @n metrics go to `metrics` for the
+    Kubeflow UI. Here rather than in the component, whose signature is made per plan."""
+    import tempfile
+
+    from shdh.parent_run import summarize
+    from shdh.plan import fit_plan
+    from shdh.steps.score import score
+    from shdh.tracking import end_parent, failure_ends
+
+    cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
+    context = run_context(prepared.metadata, profile, pipeline_run_id)
+    with failure_ends(context["parent_run_id"]), tempfile.TemporaryDirectory() as models_dir:
+        root = gather_models(models, models_dir)
+        fits = [
+            fit_plan(
+                None,
+                r["method"],
+                int(r["bits"]),
+                own_seed_arg(r["own_seed"]),
+                seed=seed,
+                models_root=root,
+            )
+            for r in runs
+        ]
+        scores = score(
+            fits,
+            prepared_dir=prepared.path,
+            smatrix_path=similarity.path,
+            results_dir=results.path,
+            eval_params=cfg,
+            features_path=gist.path if gist else None,
+            **context,
+        )
+        view = summarize(context["parent_run_id"], results.path, None)  # report adds the report
+    end_parent(context["parent_run_id"])  # the pipeline's last tracked step
+    print(f"the methods compared in the MLflow UI: {view}")
+    for name, value in kfp_metrics(scores, cfg["n"]).items():
+        metrics.log_metric(name, value)

@@ -1,6 +1,6 @@
 """Every Kubeflow component's Python function, called directly on tiny data in the upstream
-format: the chain prepare -> tree -> smatrix -> features -> plan -> start -> train/baseline ->
-evaluate -> report, with local artifacts standing in for Kubeflow's."""
+format: the chain prepare -> tree -> smatrix -> features -> start -> train/baseline (each fit of
+the plan) -> evaluate -> report, with local artifacts standing in for Kubeflow's."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from kfp import dsl
 
 from shdh import tracking
-from shdh.kubeflow import pipeline_arguments
+from shdh.kubeflow import branch_runs, pipeline_arguments
 from tests.conftest import write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
@@ -28,7 +28,6 @@ COMPONENTS = (
     "tree",
     "smatrix",
     "features",
-    "plan",
     "start",
     "train",
     "baseline",
@@ -38,8 +37,11 @@ COMPONENTS = (
 )
 
 
-def component(name: str):
-    return getattr(importlib.import_module(f"components.{name}"), name)
+def component(name: str, n_fits: int = 3):
+    module = importlib.import_module(f"components.{name}")
+    if name == "evaluate":  # made for the plan: one model input per fit, and the GIST features
+        return module.evaluate_for(n_fits, gist=True)
+    return getattr(module, name)
 
 
 def start_settings(args: dict) -> dict:
@@ -91,9 +93,8 @@ def chain(tmp_path_factory):
         )
         gist = artifact(dsl.Dataset, art["gist"])
         component("features").python_func(prepared=prepared, settings=args["features"], gist=gist)
-        plan = component("plan").python_func
-        runs = {
-            kind: plan(train=args["train"], baselines=args["baselines"], kind=kind)
+        runs = {  # the plan the pipeline is built from
+            kind: branch_runs(params["train"], params["baselines"], kind)
             for kind in ("deep", "shallow")
         }
         parent = component("start").python_func(
@@ -120,7 +121,8 @@ def chain(tmp_path_factory):
                 )
         results = artifact(dsl.Dataset, art["results"])
         metrics = artifact(dsl.Metrics, art["metrics"])
-        component("evaluate").python_func(
+        fitted = [*models["deep"], *models["shallow"]]
+        component("evaluate", len(fitted)).python_func(
             prepared=prepared,
             similarity=similarity,
             deep_runs=runs["deep"],
@@ -128,9 +130,8 @@ def chain(tmp_path_factory):
             settings=args["evaluate"],
             results=results,
             metrics=metrics,
-            deep_models=models["deep"],
-            shallow_models=models["shallow"],
             gist=gist,
+            **{f"fit_{i}": model for i, model in enumerate(fitted)},
             **tracked,
         )
         document = artifact(dsl.Markdown, art["document"])
@@ -219,20 +220,37 @@ def test_tree_smatrix_and_features_write_the_library_formats(chain):
     assert np.load(tmp / "gist").shape == (300, 512)
 
 
-def test_plan_lists_the_runs_of_each_branch_as_dvc_yaml_expands_them(chain):
+def test_the_plan_lists_the_runs_of_each_branch_as_dvc_yaml_expands_them(chain):
     assert chain["runs"]["deep"] == [{"method": "shdh", "bits": 16, "own_seed": -1}]
     assert chain["runs"]["shallow"] == [
         {"method": "itq", "bits": 16, "own_seed": -1},
         {"method": "kmh", "bits": 16, "own_seed": -1},
     ]
-    plan = component("plan").python_func
-    seeded = json.dumps({**json.loads(chain["args"]["train"]), "seeds": [5, 6]})
-    assert plan(train=seeded, baselines=chain["args"]["baselines"], kind="deep") == [
+    train = json.loads(chain["args"]["train"])
+    baselines = json.loads(chain["args"]["baselines"])
+    assert branch_runs({**train, "seeds": [5, 6]}, baselines, "deep") == [
         {"method": "shdh", "bits": 16, "own_seed": 5},
         {"method": "shdh", "bits": 16, "own_seed": 6},
     ]
     with pytest.raises(ValueError, match="kind"):
-        plan(train=chain["args"]["train"], baselines=chain["args"]["baselines"], kind="both")
+        branch_runs(train, baselines, "both")
+
+
+def test_evaluate_takes_one_model_input_per_fit_of_the_plan():
+    """kfp passes a list of artifacts only out of a ParallelFor, so evaluate is made per plan:
+    a Model input per fit, and the GIST features only where there are shallow fits."""
+    from components.evaluate import evaluate_for
+
+    deep_only = evaluate_for(2, gist=False).component_spec.inputs
+    with_gist = evaluate_for(2, gist=True).component_spec.inputs
+    assert {n: i.type for n, i in deep_only.items() if n.startswith("fit_")} == {
+        "fit_0": "system.Model@0.0.1",
+        "fit_1": "system.Model@0.0.1",
+    }
+    assert "gist" not in deep_only and with_gist["gist"].type == "system.Dataset@0.0.1"
+    assert not any(i.optional for i in with_gist.values() if i.type.startswith("system."))
+    with pytest.raises(ValueError, match="no fits"):
+        evaluate_for(0, gist=False)
 
 
 def test_train_and_baseline_outputs_are_fitted_models(chain):

@@ -102,7 +102,7 @@ def model_output(spec: dict) -> Path:
 
 def trained_model(results: Path, method: str) -> Path:
     """The Model output of `method`'s train task in the run whose results folder is given."""
-    for fit in results.parents[1].glob("for-loop-*/train/model/fit.json"):
+    for fit in results.parents[1].glob("train*/model/fit.json"):  # train, train-2: one per fit
         if json.loads(fit.read_text())["method"] == method:
             return fit.parent
     raise AssertionError(f"no {method} model under {results.parents[1]}")

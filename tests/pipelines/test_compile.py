@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 from components.image import DEFAULT_IMAGE
+from pipelines.kfp_api import MIN_BACKEND
+from pipelines.settings import STEPS
 
 from shdh.cli import main
-from shdh.kubeflow import pipeline_arguments, resolve_params
+from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, resolve_params
 from tests.conftest import REPO
 from tests.infra.manifests import rendered_text as render_overlay
 
@@ -62,36 +64,56 @@ def root_tasks(spec: dict) -> dict:
     return spec["root"]["dag"]["tasks"]
 
 
-def loop_bodies(spec: dict) -> dict[str, list[str]]:
-    """for-loop task -> the component tasks inside it."""
+def all_tasks(spec: dict) -> dict[tuple[str, str], dict]:
+    """(DAG component, task name) -> task, for the root DAG ("root") and every nested DAG."""
+    dags = {"root": spec["root"], **spec["components"]}
     return {
-        name: list(spec["components"][task["componentRef"]["name"]]["dag"]["tasks"])
-        for name, task in root_tasks(spec).items()
-        if "parameterIterator" in task
+        (dag, name): task
+        for dag, component in dags.items()
+        for name, task in component.get("dag", {}).get("tasks", {}).items()
+    }
+
+
+def step_of(task: dict) -> str:
+    """The component a task runs: train for the tasks train, train-2, ..."""
+    return re.sub(r"-\d+$", "", task["componentRef"]["name"].removeprefix("comp-"))
+
+
+def fit_tasks(spec: dict, step: str) -> dict[str, dict]:
+    """The root DAG's tasks of a fit step (train, baseline), by their displayed fit name."""
+    return {t["taskInfo"]["name"]: t for t in root_tasks(spec).values() if step_of(t) == step}
+
+
+def producers(task: dict) -> set[str]:
+    """The tasks whose outputs a task takes (artifacts and parameters)."""
+    inputs = task.get("inputs", {})
+    return {
+        source[key]["producerTask"]
+        for kind in ("artifacts", "parameters")
+        for source in inputs.get(kind, {}).values()
+        for key in ("taskOutputArtifact", "taskOutputParameter")
+        if key in source
     }
 
 
 def test_the_dag_has_every_step_and_its_edges(smoke):
     spec, _, _ = smoke
     tasks = root_tasks(spec)
-    components = {t["componentRef"]["name"].removeprefix("comp-") for t in tasks.values()}
-    assert {"prepare", "tree", "smatrix", "features", "start", "evaluate", "report"} <= components
-    bodies = loop_bodies(spec)
-    assert sorted(bodies.values()) == [["baseline"], ["train"]]
+    assert {step_of(t) for t in tasks.values()} == set(STEPS)  # each step, no other
     deps = {name: set(t.get("dependentTasks", [])) for name, t in tasks.items()}
     assert deps["tree"] == {"prepare"} and deps["smatrix"] == {"prepare", "tree"}
     assert deps["features"] == {"prepare"} and deps["start"] == {"prepare"}
-    train_loop = next(n for n, body in bodies.items() if body == ["train"])
-    baseline_loop = next(n for n, body in bodies.items() if body == ["baseline"])
-    # Each loop fans out over its plan's list, after the data steps and the parent run.
-    assert {"smatrix", "start"} <= deps[train_loop] and {"features"} <= deps[baseline_loop]
-    for loop in (train_loop, baseline_loop):
-        items = tasks[loop]["parameterIterator"]["items"]["inputParameter"]
-        assert re.fullmatch(r"pipelinechannel--plan(-2)?-Output", items)
-    assert {train_loop, baseline_loop, "smatrix"} <= deps["evaluate"]
+    # Every fit after the data steps and the parent run; the shallow ones after the features.
+    fits = {n for n, t in tasks.items() if step_of(t) in ("train", "baseline")}
+    assert len(fits) == 9  # smoke: 2 deep and 7 shallow methods at 16 bits
+    for name in fits:
+        assert {"smatrix", "start"} <= deps[name], name
+        assert step_of(tasks[name]) == "train" or "features" in deps[name], name
+    assert fits | {"smatrix", "features"} <= deps["evaluate"]
     assert "evaluate" in deps["report"]
-    collected = tasks["evaluate"]["inputs"]["artifacts"]
-    assert {"deep_models", "shallow_models", "gist"} <= set(collected)
+    given = tasks["evaluate"]["inputs"]["artifacts"]
+    assert set(given) == {"prepared", "similarity", "gist"} | {f"fit_{i}" for i in range(9)}
+    assert {given[f"fit_{i}"]["taskOutputArtifact"]["producerTask"] for i in range(9)} == fits
 
 
 def test_the_dag_ends_by_registering_the_best_encoder_of_its_own_run(smoke):
@@ -161,49 +183,54 @@ def test_every_task_gets_config_secret_and_the_sizes_of_its_step(smoke):
             assert resources[field] == expected, (name, key)
 
 
+def train_executors(spec: dict) -> list[str]:
+    """The executors of the train tasks (exec-train, exec-train-2, ...: one per fit)."""
+    names = [t["componentRef"]["name"] for t in fit_tasks(spec, "train").values()]
+    return [spec["components"][name]["executorLabel"] for name in names]
+
+
 def test_dev_trains_on_the_cpu_in_the_runtime_image(smoke):
     """No GPU request, selector or toleration on a dev cluster, and train.device cpu, so that
     nothing waits for a GPU that a kind or minikube node does not have."""
     spec, platform, _ = smoke
-    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
-    assert "accelerator" not in train["resources"]
-    assert train["image"] == DEFAULT_IMAGE
-    assert not {"nodeSelector", "tolerations"} & set(platform["executors"]["exec-train"])
+    assert len(train_executors(spec)) == 2
+    for name in train_executors(spec):
+        train = spec["deploymentSpec"]["executors"][name]["container"]
+        assert "accelerator" not in train["resources"]
+        assert train["image"] == DEFAULT_IMAGE
+        assert not {"nodeSelector", "tolerations"} & set(platform["executors"][name])
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert json.loads(defaults["train"]["defaultValue"])["device"] == "cpu"
 
 
-def test_train_tasks_retry_with_backoff_within_a_deadline_and_loops_are_capped(smoke):
+def test_train_tasks_retry_with_backoff_within_a_deadline_and_fits_are_capped(smoke):
     spec, platform, _ = smoke
     data = overlay_data("dev")
-    (train_task,) = [
-        t
-        for c in spec["components"].values()
-        for n, t in c.get("dag", {}).get("tasks", {}).items()
-        if t["componentRef"]["name"] == "comp-train"
-    ]
-    assert train_task["retryPolicy"] == {
-        "maxRetryCount": int(data["train.retries"]),
-        "backoffDuration": "60s",
-        "backoffFactor": 2.0,
-        "backoffMaxDuration": "28800s",  # dev: 8h
-    }
-    assert platform["executors"]["exec-train"]["activeDeadlineSeconds"] == "7200"  # dev: 2h
-    caps = {
-        tuple(body): root_tasks(spec)[loop]["iteratorPolicy"]["parallelismLimit"]
-        for loop, body in loop_bodies(spec).items()
-    }
-    assert caps == {
-        ("train",): int(data["train.parallelism"]),
-        ("baseline",): int(data["baseline.parallelism"]),
-    }
-    others = [
-        t
-        for c in spec["components"].values()
-        for n, t in c.get("dag", {}).get("tasks", {}).items()
-        if t["componentRef"]["name"] != "comp-train"
-    ]
+    trains = fit_tasks(spec, "train")
+    assert set(trains) == {"shdh-16", "dpsh-16"}
+    for task in trains.values():
+        assert task["retryPolicy"] == {
+            "maxRetryCount": int(data["train.retries"]),
+            "backoffDuration": "60s",
+            "backoffFactor": 2.0,
+            "backoffMaxDuration": "28800s",  # dev: 8h
+        }
+    for name in train_executors(spec):
+        assert platform["executors"][name]["activeDeadlineSeconds"] == "7200"  # dev: 2h
+    others = [t for t in all_tasks(spec).values() if step_of(t) != "train"]
     assert others and not any("retryPolicy" in t for t in others)
+    # The loop caps as chains: the i-th fit of a kind waits for the (i - cap)-th, so no more
+    # than cap of them run at once (dev: 1 train task, 2 baseline tasks).
+    tasks = root_tasks(spec)
+    for step, cap in (
+        ("train", data["train.parallelism"]),
+        ("baseline", data["baseline.parallelism"]),
+    ):
+        fits = [n for n, t in tasks.items() if step_of(t) == step]
+        order = sorted(fits, key=lambda n: int(n.rpartition("-")[2]) if n != step else 1)
+        for i, name in enumerate(order):
+            waits = {d for d in tasks[name].get("dependentTasks", []) if d in fits}
+            assert waits == ({order[i - int(cap)]} if i >= int(cap) else set()), name
 
 
 def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(tmp_path, monkeypatch):
@@ -214,26 +241,25 @@ def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(tmp_path, monkey
         tmp_path, monkeypatch, "--profile", "smoke", "--overlay", "gpu"
     )
     executors = spec["deploymentSpec"]["executors"]
-    train = executors["exec-train"]["container"]
-    accelerator = train["resources"]["accelerator"]
-    assert accelerator["resourceType"] == "nvidia.com/gpu" and accelerator["resourceCount"] == "1"
-    assert train["image"] == f"{DEFAULT_IMAGE}-cuda"
-    assert {e["container"]["image"] for n, e in executors.items() if n != "exec-train"} == {
-        DEFAULT_IMAGE
-    }
-    assert all(
-        "accelerator" not in e["container"]["resources"]
-        for e in executors.values()
-        if e is not executors["exec-train"]
-    )
-    kube = platform["executors"]["exec-train"]
-    assert kube["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
-    assert kube["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    ]
+    trains = train_executors(spec)
+    assert len(trains) == 2
+    for name in trains:
+        train = executors[name]["container"]
+        accelerator = train["resources"]["accelerator"]
+        assert accelerator["resourceType"] == "nvidia.com/gpu"
+        assert accelerator["resourceCount"] == "1"
+        assert train["image"] == f"{DEFAULT_IMAGE}-cuda"
+        assert train["resources"]["resourceCpuLimit"] == overlay_data("gpu")["train.cpu_limit"]
+        kube = platform["executors"][name]
+        assert kube["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
+        assert kube["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    others = {n: e for n, e in executors.items() if n not in trains}
+    assert {e["container"]["image"] for e in others.values()} == {DEFAULT_IMAGE}
+    assert all("accelerator" not in e["container"]["resources"] for e in others.values())
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert json.loads(defaults["train"]["defaultValue"])["device"] == "cuda"
-    assert train["resources"]["resourceCpuLimit"] == overlay_data("gpu")["train.cpu_limit"]
 
 
 def test_no_credential_reaches_the_compiled_yaml(smoke):
@@ -350,13 +376,11 @@ def test_a_device_that_contradicts_the_overlay_is_refused(
 
 
 def test_without_baselines_there_is_no_shallow_branch(tmp_path, monkeypatch):
-    """No shallow methods: no features step, no baseline loop (a loop over nothing would leave
-    evaluate an empty collection)."""
+    """No shallow methods: no features step, no baseline task, and evaluate takes no GIST."""
     spec, _, _ = compile_with(tmp_path, monkeypatch, "--param", "baselines.methods=[]")
-    assert list(loop_bodies(spec).values()) == [["train"]]
-    assert "features" not in root_tasks(spec)
+    assert {step_of(t) for t in root_tasks(spec).values()} & {"features", "baseline"} == set()
     assert set(root_tasks(spec)["evaluate"]["inputs"]["artifacts"]) == {
-        "deep_models",
+        *(f"fit_{i}" for i in range(6)),  # shdh and dpsh at 32, 48 and 64 bits
         "prepared",
         "similarity",
     }
@@ -416,7 +440,9 @@ def test_image_is_chosen_at_compile_time(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
     images = {name: e["container"]["image"] for name, e in executors.items()}
-    assert images.pop("exec-train") == "registry.example/team/shdh:abc123-cuda"
+    trains = [name for name in images if re.fullmatch(r"exec-train(-\d+)?", name)]
+    assert len(trains) == 2  # smoke: shdh-16 and dpsh-16
+    assert {images.pop(name) for name in trains} == {"registry.example/team/shdh:abc123-cuda"}
     assert set(images.values()) == {"registry.example/team/shdh:abc123"}
 
 
@@ -436,7 +462,11 @@ def test_images_named_by_digest_are_compiled_as_given(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
     images = {name: e["container"]["image"] for name, e in executors.items()}
-    assert images.pop("exec-train") == f"registry.example:5000/team/shdh@{GPU_DIGEST}"
+    trains = [name for name in images if re.fullmatch(r"exec-train(-\d+)?", name)]
+    assert len(trains) == 2  # smoke: shdh-16 and dpsh-16
+    assert {images.pop(name) for name in trains} == {
+        f"registry.example:5000/team/shdh@{GPU_DIGEST}"
+    }
     assert set(images.values()) == {f"registry.example:5000/team/shdh:0.1.0@{DIGEST}"}
 
 
@@ -484,3 +514,138 @@ def test_the_local_build_has_no_cluster_settings(tmp_path):
     assert all("resources" not in e["container"] for e in executors.values())
     defaults = docs[0]["root"]["inputDefinitions"]["parameters"]
     assert json.loads(defaults["train"]["defaultValue"])["device"] == params["train"]["device"]
+
+
+SEEDED = (
+    "--profile",
+    "smoke",
+    "--param",
+    "train.methods=[shdh, dpsh]",
+    "--param",
+    "train.bits=[16, 32]",
+    "--param",
+    "train.seeds=[1, 2]",
+    "--param",
+    "baselines.methods=[itq, kmh]",
+    "--param",
+    "baselines.bits=[16, 30]",
+    "--overlay",
+    "gpu",
+)
+
+
+@pytest.fixture
+def seeded(tmp_path, monkeypatch):
+    """A plan with several deep methods, code lengths and seeds, and two shallow methods (KMH
+    only at 16 bits: its 4-bit subspaces do not divide 30), for the GPU cluster."""
+    spec, platform, _ = compile_with(tmp_path, monkeypatch, *SEEDED)
+    params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
+    params["train"].update(methods=["shdh", "dpsh"], bits=[16, 32], seeds=[1, 2])
+    params["baselines"].update(methods=["itq", "kmh"], bits=[16, 30])
+    plan = {
+        step: [fit_name(r) for r in branch_runs(params["train"], params["baselines"], kind)]
+        for step, kind in (("train", "deep"), ("baseline", "shallow"))
+    }
+    return spec, platform, plan
+
+
+def test_every_planned_fit_is_a_task_of_the_root_dag_named_by_its_fit(seeded):
+    """KFP ignores set_retry inside a ParallelFor: every fit of the plan is a task of its own in
+    the root DAG, shown by its fit's name, and every deep fit carries the retries."""
+    spec, _, plan = seeded
+    assert len(plan["train"]) == 8 and "shdh-32-seed2" in plan["train"]
+    assert plan["baseline"] == ["itq-16", "kmh-16", "itq-30"]
+    for step, names in plan.items():
+        tasks = fit_tasks(spec, step)
+        assert sorted(tasks) == sorted(names)  # one task per fit, none twice
+        shown = [t["taskInfo"]["name"] for t in root_tasks(spec).values() if step_of(t) == step]
+        assert len(shown) == len(names)
+    data = overlay_data("gpu")
+    for name, task in fit_tasks(spec, "train").items():
+        assert task["retryPolicy"]["maxRetryCount"] == int(data["train.retries"]), name
+    # Each deep fit trains its own method, bits and seed, given as constants of its task.
+    task = fit_tasks(spec, "train")["dpsh-32-seed1"]["inputs"]["parameters"]
+    constants = {k: task[k]["runtimeValue"]["constant"] for k in ("method", "bits", "own_seed")}
+    assert constants == {"method": "dpsh", "bits": 32, "own_seed": 1}
+
+
+def test_no_task_inside_a_loop_and_no_retry_outside_the_root_dag(seeded):
+    """The backend drops the retries of a task in a for-loop DAG: there is no such DAG, and
+    every retried task (a deep fit) is a task of the root DAG."""
+    spec, _, plan = seeded
+    assert {dag for dag, _ in all_tasks(spec)} == {"root"}  # no for-loop (or other) sub-DAG
+    assert not any(
+        "parameterIterator" in t or "artifactIterator" in t for t in all_tasks(spec).values()
+    )
+    retried = {key for key, t in all_tasks(spec).items() if "retryPolicy" in t}
+    assert {dag for dag, _ in retried} == {"root"}
+    shown = {root_tasks(spec)[name]["taskInfo"]["name"] for _, name in retried}
+    assert shown == set(plan["train"])
+
+
+def test_evaluate_scores_every_fit_and_register_runs_last(seeded):
+    spec, _, plan = seeded
+    tasks = root_tasks(spec)
+    fits = {n for n, t in tasks.items() if step_of(t) in ("train", "baseline")}
+    assert len(fits) == len(plan["train"]) + len(plan["baseline"])
+    evaluate = tasks["evaluate"]
+    assert fits <= set(evaluate["dependentTasks"])
+    assert producers(evaluate) >= fits
+    runs = evaluate["inputs"]["parameters"]
+    scored = [
+        fit_name(r)
+        for key in ("deep_runs", "shallow_runs")
+        for r in runs[key]["runtimeValue"]["constant"]
+    ]
+    assert scored == plan["train"] + plan["baseline"]  # the plan, in scoring order
+    # fit_i is the model of the i-th fit of the plan
+    given = evaluate["inputs"]["artifacts"]
+    shown = {n: t["taskInfo"]["name"] for n, t in tasks.items()}
+    assert [
+        shown[given[f"fit_{i}"]["taskOutputArtifact"]["producerTask"]] for i in range(len(scored))
+    ] == scored
+    # register after evaluate, and nothing after register
+    assert "evaluate" in tasks["register"]["dependentTasks"]
+    assert not any("register" in t.get("dependentTasks", []) for t in tasks.values())
+    assert not any("register" in producers(t) for t in tasks.values())
+
+
+def ir_features(node, path: str = "") -> set[str]:
+    """The IR fields that need a KFP backend newer than MIN_BACKEND wherever they appear:
+    loops (parameter and artifact iterators, their parallelism cap), lists of artifacts (what
+    dsl.Collected hands a task) and DAG outputs selected from several tasks (a loop's collected
+    outputs, dsl.OneOf). A DAG output taken from one task (the pipeline's results and report)
+    is as old as KFP 2."""
+    newer = {
+        "parameterIterator",
+        "artifactIterator",
+        "iteratorPolicy",
+        "isArtifactList",
+        "valueFromOneof",
+    }
+    found = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in newer:
+                found.add(f"{path}/{key}")
+            if key in ("artifactSelectors", "parameterSelectors") and len(value) > 1:
+                found.add(f"{path}/{key}")
+            found |= ir_features(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found |= ir_features(value, f"{path}/{i}")
+    return found
+
+
+@pytest.mark.parametrize("profile", ["smoke", "gpu"])
+def test_the_compiled_ir_needs_no_backend_newer_than_the_minimum(tmp_path, monkeypatch, profile):
+    """`shdh pipeline submit` accepts KFP 2.5.0 (Kubeflow 1.10's), so the IR may use nothing
+    newer: no ParallelFor and no dsl.Collected artifact fan-in (2.14.0), no optional artifact
+    input. The job-id placeholder and task retries are 2.5.0's."""
+    assert MIN_BACKEND == (2, 5, 0)
+    spec, _, text = compile_with(tmp_path, monkeypatch, "--profile", profile, "--overlay", "gpu")
+    assert ir_features(spec) == set()
+    for name, component in spec["components"].items():
+        artifacts = component.get("inputDefinitions", {}).get("artifacts", {})
+        assert not any(a.get("isOptional") for a in artifacts.values()), name
+    assert "{{$.pipeline_job_uuid}}" in text

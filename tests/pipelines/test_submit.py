@@ -284,14 +284,23 @@ def test_resubmitting_adds_a_version_only_for_a_new_spec(kubeflow):
     assert len(server.experiments) == 1  # the experiment is found, not created again
 
 
-@pytest.mark.parametrize("version", ["2.5.0", "2.13.9", "1.8.5"])
+@pytest.mark.parametrize("version", ["2.4.1", "2.3.0", "1.8.5"])
 def test_a_server_older_than_the_minimum_is_refused_before_any_upload(kubeflow, caplog, version):
     server, host = kubeflow
     server.version = version
     assert submit(host) == 1
     (line,) = error_lines(caplog)
-    assert f"is {version}; this pipeline needs 2.14.0 or newer" in line and host in line
+    assert f"is {version}; this pipeline needs 2.5.0 or newer" in line and host in line
     assert [r["path"] for r in server.requests] == [f"{API}/healthz"]
+
+
+def test_the_kfp_of_kubeflow_1_10_is_accepted(kubeflow):
+    """2.5.0 is enough: the pipeline has no ParallelFor, so it needs no dsl.Collected (2.14.0)."""
+    server, host = kubeflow
+    server.version = "2.5.0"
+    assert submit(host) == 0
+    assert [r for r in server.requests if r["path"].endswith("/pipelines/upload")]
+    assert len(server.runs) == 1
 
 
 def test_a_server_that_hides_its_version_needs_the_skip_flag(kubeflow, caplog):
@@ -435,9 +444,9 @@ def test_retry_refuses_a_run_that_did_not_fail(kubeflow, caplog, state):
 
 def test_retry_checks_the_server_and_names_an_unknown_run(kubeflow, caplog):
     server, host = kubeflow
-    server.version = "2.13.0"
+    server.version = "2.4.1"
     assert retry(host, "run-9") == 1
-    assert "2.13.0" in error_lines(caplog)[-1]
+    assert "2.4.1" in error_lines(caplog)[-1]
     server.version = "2.14.3"
     assert retry(host, "run-9") == 1
     assert "HTTP 404" in error_lines(caplog)[-1]
