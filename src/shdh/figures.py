@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from shdh.atomic import atomic_path
+from shdh.hashers.methods import METHODS
 from shdh.metrics import Curves
 
 CURVES_FILE = "curves.npz"
@@ -90,21 +91,11 @@ def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, i
 
 
 # The paper's row order (Table 1), then anything else we ran, then the random floor; the
-# tables and the figures alike.
-PAPER_ORDER = ("kmh", "itq", "cosdish+h", "ksh+h", "dpsh", "cosdish", "lfh", "ksh", "shdh")
-DISPLAY = {
-    "kmh": "KMH",
-    "itq": "ITQ",
-    "ksh": "KSH",
-    "ksh+h": "KSH+H",
-    "lfh": "LFH",
-    "cosdish": "COSDISH",
-    "cosdish+h": "COSDISH+H",
-    "dpsh": "DPSH",
-    "shdh": "SHDH",
-    "oracle": "classifier oracle (bound)",
-    "random": "random codes (floor)",
-}
+# tables and the figures alike. Both come from the methods' declarations (shdh.hashers.methods).
+PAPER_ORDER = tuple(
+    m.name for m in sorted((m for m in METHODS if m.paper_row), key=lambda m: m.paper_row)
+)
+DISPLAY = {**{m.name: m.title for m in METHODS}, "random": "random codes (floor)"}
 
 
 def ordered_methods(methods: Iterable[str]) -> list[str]:

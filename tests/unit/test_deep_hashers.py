@@ -13,7 +13,8 @@ import pytest
 
 from shdh.hashers import get_hasher_class, load_hasher
 from shdh.hashers.base import Hasher
-from shdh.hashers.deep import DPSH, RUN_FILE, SHDH
+from shdh.hashers.deep import DPSH, SHDH
+from shdh.hashers.deep_folder import RUN_FILE
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
 from shdh.loop import LoopSettings

@@ -142,6 +142,18 @@ def test_every_registered_method_has_a_spec() -> None:
         get_hasher_class("nope")
 
 
+def test_each_kinds_registry_spells_where_its_classes_live() -> None:
+    """The import graph (the DVC stages' code dependencies) reads a registry's CODE strings as
+    its lazy imports: they must be exactly the declared classes of that kind, so that the stage
+    fitting a kind depends on its methods' modules and on no other's."""
+    from shdh import hashers
+    from shdh.hashers import shallow
+    from shdh.hashers.methods import METHODS
+
+    for registry, deep in ((hashers, True), (shallow, False)):
+        assert set(registry.CODE) == {m.location for m in METHODS if m.deep == deep}
+
+
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_registry_entry(name: str) -> None:
     cls, spec = get_hasher_class(name), METHODS[name]

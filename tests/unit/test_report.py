@@ -113,12 +113,21 @@ def test_the_papers_claims_are_checked_against_this_run():
     assert ("COSDISH+H over COSDISH", "ACG") not in rows  # neither was run
 
 
-def test_the_claims_groups_cover_every_registered_method_but_the_oracle() -> None:
-    """A method added to the registry must join the "best deep / best shallow" claim by its
-    kind: a method missing from the report's groups would drop out of it silently. The oracle is
-    a bound to compare with, not a hashing method, so it is in neither group."""
+def test_the_claims_groups_are_every_declared_method_but_the_reference_by_kind(monkeypatch) -> None:
+    """Each method joins the "best deep / best shallow" claim by its declared kind: a method is
+    never left out of it silently. The oracle is a bound to compare with, not a hashing method,
+    so it is in neither group; a newly declared method joins the group of its kind."""
+    import importlib
+
     from shdh import report
-    from shdh.hashers import REGISTRY, is_deep
+    from shdh.hashers import REGISTRY, is_deep, methods
 
     assert set(report.DEEP) | set(report.SHALLOW) == set(REGISTRY) - {"oracle"}
     assert all(is_deep(m) for m in report.DEEP) and not any(is_deep(m) for m in report.SHALLOW)
+    toy = methods.Method("toy", "shallow", "tests.unit.toys", "Toy", methods.NoParams, "Toy")
+    monkeypatch.setattr(methods, "METHODS", (*methods.METHODS, toy))
+    try:
+        assert "toy" in importlib.reload(report).SHALLOW
+    finally:
+        monkeypatch.undo()
+        importlib.reload(report)

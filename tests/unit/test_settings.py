@@ -183,44 +183,72 @@ def _keys(cls: type) -> set[str]:
     return {yaml_key(f) for f in dataclasses.fields(cls)}
 
 
+def _method_sections() -> dict[str, type]:
+    """Each declared method's section class, as the train/baselines sections hold it."""
+    found = {}
+    for section in (sections.TrainSettings, sections.BaselinesSettings):
+        for field in dataclasses.fields(section):
+            inner = getattr(field.metadata["check"], "cls", None)
+            if dataclasses.is_dataclass(inner) and field.name not in ("table",):
+                found[yaml_key(field)] = inner
+    return found
+
+
 def test_the_schema_matches_the_methods_constructors_and_choices():
     """What params.yaml may set for a method is what its constructor takes, so the schema
-    cannot drift from the code it configures."""
+    cannot drift from the code it configures; every declared method has its section, under the
+    section of its kind, and its class the input kind of its declaration."""
     from shdh import losses
     from shdh.hashers import get_hasher_class
-    from shdh.loop import HEAD_INITS
+    from shdh.hashers.methods import METHODS
 
-    s = sections
-    by_method = {
-        "shdh": s.SHDHSettings,
-        "dpsh": s.DPSHSettings,
-        "oracle": s.OracleSettings,
-        "itq": s.ITQSettings,
-        "kmh": s.KMHSettings,
-        "ksh": s.KSHSettings,
-        "ksh+h": s.KSHSettings,
-        "lfh": s.LFHSettings,
-        "cosdish": s.COSDISHSettings,
-        "cosdish+h": s.COSDISHSettings,
-    }
-    for method, cls in by_method.items():
-        assert _keys(cls) == _kwargs(method), method
+    by_method = _method_sections()
+    assert set(by_method) == {m.name for m in METHODS}
+    for method in METHODS:
+        assert _keys(by_method[method.name]) == _kwargs(method.name), method.name
+        inputs = "images" if method.deep else "features"
+        assert get_hasher_class(method.name).input_kind == inputs, method.name
+    assert sections.DEEP_METHODS == tuple(m.name for m in METHODS if m.deep)
+    assert sections.SHALLOW_METHODS == tuple(m.name for m in METHODS if not m.deep)
     shared = set.intersection(*(_kwargs(m) for m in sections.DEEP_METHODS))
     assert _keys(sections.LoopSettings) == shared
-    # the schema's loop settings default to what the loop's own settings object does
-    from shdh.loop import LoopSettings
-
-    core = {f.name: f.default for f in dataclasses.fields(LoopSettings)}
-    schema = {yaml_key(f): f.default for f in dataclasses.fields(sections.LoopSettings)}
-    assert {k: v for k, v in schema.items() if k in core} == core
-    for method in sections.DEEP_METHODS:
-        assert get_hasher_class(method).input_kind == "images"
-    for method in sections.SHALLOW_METHODS:
-        assert get_hasher_class(method).input_kind == "features"
-    assert _keys(sections.BaselinesSettings) >= set(sections.SHALLOW_METHODS)
     assert (sections.E1_MODES, sections.E2_MODES) == (losses.E1_MODES, losses.E2_MODES)
     assert (sections.TARGETS, sections.REDUCTIONS) == (losses.TARGETS, losses.REDUCTIONS)
-    assert sections.HEAD_INITS == HEAD_INITS
+
+
+def test_the_loss_settings_default_to_the_objectives_defaults():
+    """A deep method's loss settings are checked here without importing torch, so their
+    defaults are written beside their checks: they must be the objectives' own."""
+    from shdh.hashers import get_hasher_class
+
+    for name, section in _method_sections().items():
+        cls = get_hasher_class(name)
+        if not hasattr(cls, "objective_class"):
+            continue
+        objective = cls.objective_class()()
+        for field in dataclasses.fields(section):
+            # a loop setting here overrides train's (None: train's value, reduction included)
+            if field.default is not None and hasattr(objective, field.name):
+                assert field.default == getattr(objective, field.name), (name, field.name)
+
+
+def test_a_core_settings_class_is_the_sections_fields_with_a_check_for_each():
+    """The loop's settings and each method's params are written once, in the core
+    (shdh.loop, shdh.hashers.methods): the section takes their fields and defaults, and a field
+    left without a check, or a check for no field, is refused when the schema is built."""
+    from shdh import loop
+    from shdh.hashers.methods import KSHParams
+    from shdh.settings.checks import with_checks
+
+    core = {f.name: f.default for f in dataclasses.fields(loop.LoopSettings)}
+    schema = {f.name: f.default for f in dataclasses.fields(sections.LoopSettings)}
+    assert {k: v for k, v in schema.items() if k in core} == core
+    assert set(schema) - set(core) == {"reduction"}  # the objectives' shared setting
+    ksh = _method_sections()["ksh+h"]
+    assert {f.name: f.default for f in dataclasses.fields(ksh)} == dataclasses.asdict(KSHParams())
+    checks = {"n_anchors": (sections.BITS, "anchors")}
+    with pytest.raises(TypeError, match=r"KSHParams: checks for \['n_anchors'\] but fields"):
+        with_checks(KSHParams, "KSH", checks)
 
 
 def test_every_setting_documents_its_meaning():

@@ -1,32 +1,38 @@
 """Every hashing method behind one contract (shdh.hashers.base.Hasher), selected by name.
 
-The registry maps a method name (as params.yaml writes it) to "module:Class", imported on
-demand so that importing shdh.hashers stays cheap and a method's optional dependencies load
-only when it is used. It is two registries: the shallow methods' (shdh.hashers.shallow, which
-fitting them alone reads) and the deep methods', here.
+The methods are declared in shdh.hashers.methods; a name resolves to its class on demand, so
+that importing shdh.hashers stays cheap and a method's optional dependencies load only when it
+is used. The shallow methods have a registry of their own (shdh.hashers.shallow, which fitting
+them alone reads). CODE spells where the deep methods' classes live, the way the import graph
+reads a lazy import, so that the stages using this registry depend on their modules
+(tests/unit/test_hashers_contract.py keeps it equal to the declarations). DEEP and REGISTRY map
+the declared names to their classes' places.
 """
 
 from __future__ import annotations
 
-from shdh.hashers.shallow import SHALLOW, import_class
+from shdh.hashers.methods import METHODS, by_name, method, names
 
-DEEP: dict[str, str] = {
-    "dpsh": "shdh.hashers.deep:DPSH",
-    "shdh": "shdh.hashers.deep:SHDH",
-    "oracle": "shdh.hashers.oracle:Oracle",  # a reference row: classifier codes
-}
-REGISTRY: dict[str, str] = {**SHALLOW, **DEEP}
+CODE = (
+    "shdh.hashers.deep:SHDH",
+    "shdh.hashers.deep:DPSH",
+    "shdh.hashers.oracle:Oracle",
+)
+DEEP: dict[str, str] = {name: by_name()[name].location for name in names("deep")}
+REGISTRY: dict[str, str] = {m.name: m.location for m in METHODS}
 
 
 def get_hasher_class(name: str):
-    if name not in REGISTRY:
-        raise ValueError(f"unknown method '{name}' (known: {', '.join(REGISTRY)})")
-    return import_class(REGISTRY[name])
+    if method(name).deep:
+        return method(name).load_class()
+    from shdh.hashers.shallow import shallow_hasher_class  # the shallow kind's registry
+
+    return shallow_hasher_class(name)
 
 
-def is_deep(method: str) -> bool:
+def is_deep(name: str) -> bool:
     """Deep methods train a network on images; the others fit GIST features."""
-    return get_hasher_class(method).input_kind == "images"
+    return method(name).deep
 
 
 def load_hasher(directory):
@@ -35,7 +41,7 @@ def load_hasher(directory):
 
     from shdh.hashers.base import read_meta
 
-    method = read_meta(directory).get("method", "")
-    if method not in REGISTRY:
-        raise ValueError(f"{Path(directory) / 'params.json'}: holds unknown method '{method}'")
-    return get_hasher_class(method).load(directory)
+    name = read_meta(directory).get("method", "")
+    if name not in by_name():
+        raise ValueError(f"{Path(directory) / 'params.json'}: holds unknown method '{name}'")
+    return get_hasher_class(name).load(directory)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shdh.atomic import atomic_dir
+from shdh.hashers.methods import declared
 
 FORMAT = "shdh-hasher/1"
 
@@ -36,13 +37,21 @@ class NotFittedError(RuntimeError):
 class Hasher:
     """Base class: subclasses set the class attributes and implement `_fit` and `_encode`."""
 
-    name: ClassVar[str] = ""  # registry key, e.g. "itq", "ksh+h"
+    name: ClassVar[str] = ""  # its declared name (shdh.hashers.methods), e.g. "itq", "ksh+h"
     input_kind: ClassVar[str] = "features"  # "features" (GIST-512 rows) or "images" (uint8)
     supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
     # Parameters that shape only the code built after training, not the training itself: a
     # fit made with other values of them is this fit's too (the classifier oracle's n_bits,
     # so its three code lengths share one trained classifier per seed; see shdh.steps.fit).
     code_only_params: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A declared method's class takes its name from its declaration, the one place it is
+        written; another subclass (a shared base, a test's stand-in) keeps its own."""
+        super().__init_subclass__(**kwargs)
+        found = declared(cls.__module__, cls.__qualname__)
+        if found is not None:
+            cls.name = found.name
 
     def __init__(self, *, n_bits: int, seed: int = 0) -> None:
         self.n_bits = n_bits

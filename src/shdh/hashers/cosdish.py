@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.methods import COSDISHParams
 from shdh.hashers.validation import check_features, check_int
 
 # Rows of X turned into float64 at once (ridge statistics, encoding): 16k x d values.
@@ -58,7 +59,6 @@ _POWER_ITERATIONS = 100
 class COSDISH(Hasher):
     """COSDISH on +-1 same-leaf pair labels (the paper's plain baseline)."""
 
-    name = "cosdish"
     supervision = "label"
 
     def __init__(
@@ -66,11 +66,11 @@ class COSDISH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_outer: int = 10,
-        n_alternations: int = 3,
-        n_sampled: int | None = None,
-        ridge: float = 1.0,
-        balance: bool = True,
+        n_outer: int = COSDISHParams.n_outer,
+        n_alternations: int = COSDISHParams.n_alternations,
+        n_sampled: int | None = COSDISHParams.n_sampled,
+        ridge: float = COSDISHParams.ridge,
+        balance: bool = COSDISHParams.balance,
     ) -> None:
         """n_outer = T_sto and n_alternations = T_alt of the paper (10 and 3). n_sampled is
         |Omega|; None means n_bits, the authors' default (sc = q): the sampled blocks cost
@@ -144,7 +144,6 @@ class COSDISH(Hasher):
 class COSDISHH(COSDISH):
     """COSDISH+H: COSDISH given Eq. 3's hierarchical s_ij instead of same-leaf labels."""
 
-    name = "cosdish+h"
     supervision = "hierarchical"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.methods import ITQParams
 from shdh.hashers.validation import check_features, check_int, require_state
 
 # Rows encoded at once: bounds the float64 copy of a chunk to 16k x d values.
@@ -77,10 +78,9 @@ def itq_rotation(
 class ITQ(Hasher):
     """Unsupervised: PCA to n_bits dimensions, then the ITQ rotation; plain Hamming ranking."""
 
-    name = "itq"
     supervision = None
 
-    def __init__(self, *, n_bits: int, seed: int = 0, n_iter: int = 50) -> None:
+    def __init__(self, *, n_bits: int, seed: int = 0, n_iter: int = ITQParams.n_iter) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_iter = n_iter
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.itq import pca
+from shdh.hashers.methods import KMHParams
 from shdh.hashers.validation import check_features, check_int, require_state
 
 # Majorise-minimise steps per codeword per iteration (the authors run fminunc to convergence;
@@ -183,7 +184,6 @@ def update_codewords(
 class KMH(Hasher):
     """Unsupervised: product-space affinity-preserving k-means, b bits per subspace."""
 
-    name = "kmh"
     supervision = None
 
     def __init__(
@@ -191,9 +191,9 @@ class KMH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        bits_per_subspace: int = 4,
-        lam: float = 10.0,
-        n_iter: int = 50,
+        bits_per_subspace: int = KMHParams.bits_per_subspace,
+        lam: float = KMHParams.lam,
+        n_iter: int = KMHParams.n_iter,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.bits_per_subspace = bits_per_subspace
@@ -201,7 +201,7 @@ class KMH(Hasher):
         self.n_iter = n_iter
 
     @classmethod
-    def supports(cls, n_bits: int, bits_per_subspace: int = 4) -> bool:
+    def supports(cls, n_bits: int, bits_per_subspace: int = KMHParams.bits_per_subspace) -> bool:
         """Whether n_bits splits into whole b-bit subspaces (b = 4: 32, 48 and 64 do, 30 not)."""
         try:
             _check_split(n_bits, bits_per_subspace)

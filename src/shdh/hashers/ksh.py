@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.methods import KSHParams
 from shdh.hashers.validation import check_features, check_int
 
 # Doublings of the step's curvature estimate tried before a smooth refinement gives up.
@@ -40,7 +41,6 @@ _GRAM_RIDGE = 1e-8
 class KSH(Hasher):
     """Kernel hash functions fitted greedily, bit by bit, to L * S on a labelled sample."""
 
-    name = "ksh"
     supervision = "label"
 
     def __init__(
@@ -48,10 +48,10 @@ class KSH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_anchors: int = 300,  # m, kernel anchors sampled from the training items
-        n_labelled: int = 2000,  # l, labelled items whose l x l pair labels are fitted
-        n_iter: int = 500,  # most accelerated-gradient steps per bit (the authors' budget)
-        tol: float = 1e-2,  # stop a bit early once |change of the smooth cost| / l <= tol
+        n_anchors: int = KSHParams.n_anchors,
+        n_labelled: int = KSHParams.n_labelled,
+        n_iter: int = KSHParams.n_iter,
+        tol: float = KSHParams.tol,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_anchors = n_anchors
@@ -117,7 +117,6 @@ class KSH(Hasher):
 class KSHH(KSH):
     """KSH+H: KSH fitted to the hierarchical s_ij of Eq. 3; nothing else changes."""
 
-    name = "ksh+h"
     supervision = "hierarchical"
 
 

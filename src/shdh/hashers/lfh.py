@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.methods import LFHParams
 from shdh.hashers.validation import check_features, check_int
 
 
 class LFH(Hasher):
     """Latent factor hashing on same-fine-label pairs; linear out-of-sample encoding."""
 
-    name = "lfh"
     supervision = "label"
 
     def __init__(
@@ -43,10 +43,10 @@ class LFH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_iter: int = 50,  # stochastic iterations (the paper's and the authors' default)
-        beta: float = 30.0,  # prior variance, used as beta / n_bits like the authors' code
-        lam: float = 1.0,  # ridge of the regression from features to U, used as lam * N / d
-        n_sampled: int | None = None,  # columns of S per iteration; None: n_bits (authors' code)
+        n_iter: int = LFHParams.n_iter,
+        beta: float = LFHParams.beta,
+        lam: float = LFHParams.lam,
+        n_sampled: int | None = LFHParams.n_sampled,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_iter = n_iter

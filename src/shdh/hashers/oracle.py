@@ -48,7 +48,6 @@ def class_codes(paths: np.ndarray, sizes: Sequence[int], levels: Sequence[int], 
 class Oracle(LevelSegments, _DeepHasher):
     """Cross-entropy classifier on the shared backbone; codes from the predicted class path."""
 
-    name: ClassVar[str] = "oracle"
     supervision: ClassVar[str | None] = "hierarchical"
     # The network outputs class scores whatever the code length; n_bits only sizes the patterns.
     code_only_params: ClassVar[tuple[str, ...]] = ("n_bits",)

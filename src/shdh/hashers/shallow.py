@@ -2,34 +2,32 @@
 fits), none of which needs the deep methods' code.
 
 A registry of its own so that fitting them alone (`shdh baselines`, the `baselines` DVC stage)
-loads no deep method: importing a module under shdh.hashers runs the package's module body,
-which names the deep methods only as strings that its functions resolve (shdh.hashers.REGISTRY
-is this registry and the deep one).
+loads no deep method. The names, kinds and classes are declared in shdh.hashers.methods; CODE
+spells where this kind's classes live the way the import graph reads a lazy import, so that the
+DVC stage fitting them depends on exactly their modules (tests/unit/test_hashers_contract.py keeps
+it equal to the declarations).
 """
 
 from __future__ import annotations
 
-import importlib
+from shdh.hashers.methods import by_name, names
 
-SHALLOW: dict[str, str] = {
-    "itq": "shdh.hashers.itq:ITQ",
-    "kmh": "shdh.hashers.kmh:KMH",
-    "ksh": "shdh.hashers.ksh:KSH",
-    "ksh+h": "shdh.hashers.ksh:KSHH",
-    "lfh": "shdh.hashers.lfh:LFH",
-    "cosdish": "shdh.hashers.cosdish:COSDISH",
-    "cosdish+h": "shdh.hashers.cosdish:COSDISHH",
-}
-
-
-def import_class(reference: str) -> type:
-    """The class a "module:Class" registry entry names, imported on demand, so that a method's
-    module (and its optional dependencies) loads only when the method is used."""
-    module, name = reference.split(":")
-    return getattr(importlib.import_module(module), name)
+CODE = (
+    "shdh.hashers.itq:ITQ",
+    "shdh.hashers.kmh:KMH",
+    "shdh.hashers.ksh:KSH",
+    "shdh.hashers.ksh:KSHH",
+    "shdh.hashers.lfh:LFH",
+    "shdh.hashers.cosdish:COSDISH",
+    "shdh.hashers.cosdish:COSDISHH",
+)
+SHALLOW: dict[str, str] = {name: by_name()[name].location for name in names("shallow")}
 
 
 def shallow_hasher_class(name: str) -> type:
-    if name not in SHALLOW:
-        raise ValueError(f"'{name}' is not a shallow method (shallow: {', '.join(SHALLOW)})")
-    return import_class(SHALLOW[name])
+    found = by_name().get(name)
+    if found is None or found.kind != "shallow":
+        raise ValueError(
+            f"'{name}' is not a shallow method (shallow: {', '.join(names('shallow'))})"
+        )
+    return found.load_class()

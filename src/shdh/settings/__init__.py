@@ -84,7 +84,7 @@ def validate_section(name: str, mapping: Any, source: str) -> Any:
 
 
 def _check_tree_source(value: str, source: str) -> None:
-    from shdh.hierarchy import BUILTIN_TREES
+    from shdh.data.registry import BUILTIN_TREES
 
     if value.startswith("builtin:") and value.removeprefix("builtin:") not in BUILTIN_TREES:
         raise ConfigError(

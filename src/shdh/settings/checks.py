@@ -155,6 +155,34 @@ def setting(check: Check, doc: str, default: Any = REQUIRED, *, key: str | None 
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def with_checks(
+    core: type,
+    doc: str,
+    checks: Mapping[str, tuple[Check, str]],
+    extra: list[tuple[str, Any, Any]] | None = None,
+    *,
+    name: str | None = None,
+) -> type:
+    """A section class made of a core settings dataclass (shdh.loop.LoopSettings, a method's
+    params): each of its fields with its type and default as the core writes them, and the
+    check and meaning `checks` gives it; plus `extra` fields (name, type, setting(...)). A field
+    without a check, or a check without a field, is refused here, when the schema is built."""
+    core_fields = {f.name: f for f in dataclasses.fields(core)}
+    if set(checks) != set(core_fields):
+        raise TypeError(
+            f"{core.__name__}: checks for {sorted(checks)} but fields {sorted(core_fields)}"
+        )
+    own = [
+        (key, f.type, setting(checks[key][0], checks[key][1], f.default))
+        for key, f in core_fields.items()
+    ]
+    cls = dataclasses.make_dataclass(
+        name or core.__name__, own + list(extra or []), frozen=True, kw_only=True
+    )
+    cls.__doc__ = doc
+    return cls
+
+
 def yaml_key(field: dataclasses.Field) -> str:
     return field.metadata.get("key") or field.name
 

@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.loop import HEAD_INITS, SCHEDULES
+from shdh import loop
+from shdh.hashers import methods as registry
 from shdh.settings.checks import (
     BOOL,
     TEXT,
@@ -23,14 +24,16 @@ from shdh.settings.checks import (
     optional,
     section_of,
     setting,
+    with_checks,
 )
 
 DATASETS = ("fashion-mnist-h", "cifar100", "iaprtc12", "folder", "table")
-# Which methods train on images (train.methods) and which on GIST features (baselines.methods);
-# spelled out here so that validating the settings does not import torch.
-DEEP_METHODS = ("shdh", "dpsh", "oracle")
-SHALLOW_METHODS = ("itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h")
-# The deep loop's choices (shdh.losses, shdh.nets.hashing), for the same reason.
+# Which methods train on images (train.methods) and which on GIST features (baselines.methods),
+# from their declarations (torch-free: validating the settings does not import torch).
+DEEP_METHODS = registry.names("deep")
+SHALLOW_METHODS = registry.names("shallow")
+# The deep loss's choices (shdh.losses, which imports torch; tests/unit/test_settings.py keeps
+# them equal).
 LAYOUTS = ("levels", "paper")
 E1_MODES = ("levels", "matrix")
 E2_MODES = ("balance", "trace", "none")
@@ -99,123 +102,154 @@ class FeaturesSettings:
     batch_size: int = setting(integer(1), "images per GIST batch")
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoopSettings:
-    """The deep methods' shared backbone and loop (TrainConfig's ranges)."""
-
-    width: float = setting(number(0, open_low=True), "CNN-F width multiplier", 1.0)
-    image_size: int = setting(integer(8), "network input side", 32)
-    epochs: int = setting(integer(1), "passes over the training set", 10)
-    batch_size: int = setting(integer(2), "minibatch size", 128)
-    lr: float = setting(number(0, open_low=True), "learning rate", 0.01)
-    momentum: float = setting(number(0, 1, open_high=True), "SGD momentum", 0.9)
-    weight_decay: float = setting(number(0), "L2 weight decay", 5e-4)
-    lr_decay: float = setting(number(0, 1, open_low=True), "lr factor per decay step", 2 / 3)
-    lr_decay_every: int = setting(integer(1), "epochs between lr decays", 20)
-    reduction: str = setting(choice(*REDUCTIONS), "sum over partners or mean over pairs", "sum")
-    grad_clip: float = setting(number(0), "gradient-norm clipping; 0 turns it off", 10.0)
-    head_init: str = setting(choice(*HEAD_INITS), "hashing head initialisation", "default")
-    device: str = setting(TEXT, "auto, cpu or cuda[:N]", "auto")
-    bf16: bool = setting(BOOL, "bf16 autocast on CUDA", True)
-    num_threads: int | None = setting(optional(integer(1)), "torch CPU threads", None)
-    compile: bool = setting(BOOL, "torch.compile the network for training (GPU)", False)
-    cuda_graph: bool = setting(BOOL, "replay each training step as a CUDA graph (GPU)", False)
-    checkpoint_seconds: float = setting(number(0), "seconds between checkpoints; 0: every epoch", 0)
-    val_size: int = setting(integer(0), "training items held out to score every epoch", 0)
-    schedule: str = setting(choice(*SCHEDULES), "step (fixed decay) or plateau", "step")
-    patience: int = setting(integer(0), "plateau: epochs without gain before a decay", 2)
-    min_delta: float = setting(number(0), "plateau: validation NDCG@100 gain that counts", 0.001)
-    max_decays: int = setting(integer(0), "plateau: decays before the fit stops", 2)
-
-
-def _overrides(name: str, own: list[tuple[str, Any, Any]], doc: str) -> type:
-    """A deep method's section: its own fields, plus every loop setting, which overrides train's
-    value for this method (left out: train's value; the typed object then holds None)."""
-    inherited = []
-    for f in dataclasses.fields(LoopSettings):
-        meaning = f"{f.metadata['doc']}, for this method only"
-        inherited.append((f.name, Any, setting(f.metadata["check"], meaning, None)))
-    cls = dataclasses.make_dataclass(name, own + inherited, frozen=True, kw_only=True)
-    cls.__doc__ = doc
-    return cls
-
-
-SHDHSettings = _overrides(
-    "SHDHSettings",
+# The deep loop's settings: shdh.loop.LoopSettings, its fields and defaults, with a check and a
+# meaning for each; plus the loss's `reduction`, which every objective takes (shdh.losses).
+LoopSettings = with_checks(
+    loop.LoopSettings,
+    "The deep methods' shared backbone and loop (shdh.loop.LoopSettings, checked).",
+    {
+        "width": (number(0, open_low=True), "CNN-F width multiplier"),
+        "image_size": (integer(8), "network input side"),
+        "epochs": (integer(1), "passes over the training set"),
+        "batch_size": (integer(2), "minibatch size"),
+        "lr": (number(0, open_low=True), "learning rate"),
+        "momentum": (number(0, 1, open_high=True), "SGD momentum"),
+        "weight_decay": (number(0), "L2 weight decay"),
+        "lr_decay": (number(0, 1, open_low=True), "lr factor per decay step"),
+        "lr_decay_every": (integer(1), "epochs between lr decays"),
+        "grad_clip": (number(0), "gradient-norm clipping; 0 turns it off"),
+        "head_init": (choice(*loop.HEAD_INITS), "hashing head initialisation"),
+        "device": (TEXT, "auto, cpu or cuda[:N]"),
+        "bf16": (BOOL, "bf16 autocast on CUDA"),
+        "num_threads": (optional(integer(1)), "torch CPU threads"),
+        "compile": (BOOL, "torch.compile the network for training (GPU)"),
+        "cuda_graph": (BOOL, "replay each training step as a CUDA graph (GPU)"),
+        "checkpoint_seconds": (number(0), "seconds between checkpoints; 0: every epoch"),
+        "val_size": (integer(0), "training items held out to score every epoch"),
+        "schedule": (choice(*loop.SCHEDULES), "step (fixed decay) or plateau"),
+        "patience": (integer(0), "plateau: epochs without gain before a decay"),
+        "min_delta": (number(0), "plateau: validation NDCG@100 gain that counts"),
+        "max_decays": (integer(0), "plateau: decays before the fit stops"),
+    },
     [
-        ("layout", str, setting(choice(*LAYOUTS), "levels (K-1 segments) or paper (K)", "levels")),
+        (
+            "reduction",
+            str,
+            setting(choice(*REDUCTIONS), "sum over partners or mean over pairs", "sum"),
+        )
+    ],
+)
+
+# Each method's own settings: the fields of its declared `params` (shdh.hashers.methods), with
+# their defaults, and the check and meaning of each.
+PARAM_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
+    registry.ITQParams: {"n_iter": (integer(0), "rotation iterations")},
+    registry.KMHParams: {
+        "bits_per_subspace": (integer(1), "bits of each k-means subspace"),
+        "lam": (number(0), "affinity-error weight"),
+        "n_iter": (integer(0), "k-means iterations"),
+    },
+    registry.KSHParams: {
+        "n_anchors": (integer(1), "kernel anchors"),
+        "n_labelled": (integer(1), "labelled items whose pair labels are fitted"),
+        "n_iter": (integer(0), "gradient steps per bit"),
+        "tol": (number(0), "early-stop tolerance"),
+    },
+    registry.LFHParams: {
+        "n_iter": (integer(0), "stochastic iterations"),
+        "beta": (number(0, open_low=True), "prior variance"),
+        "lam": (number(0), "ridge of the out-of-sample regression"),
+        "n_sampled": (optional(integer(1)), "columns of S per iteration"),
+    },
+    registry.COSDISHParams: {
+        "n_outer": (integer(1), "outer stochastic iterations"),
+        "n_alternations": (integer(1), "alternations per iteration"),
+        "n_sampled": (optional(integer(1)), "sampled columns"),
+        "ridge": (number(0), "out-of-sample regulariser"),
+        "balance": (BOOL, "weigh dissimilar pairs as much as similar ones"),
+    },
+    registry.SHDHParams: {
+        "layout": (choice(*LAYOUTS), "levels (K-1 segments) or paper (K)"),
+        "memory_bank": (BOOL, "also pair the batch with past outputs"),
+    },
+    registry.DPSHParams: {"memory_bank": (BOOL, "the original's bank of all outputs")},
+    registry.NoParams: {},
+}
+# A deep method's loss settings (its objective, shdh.losses, which imports torch and so is not
+# read here), by the class of its params.
+OBJECTIVE_FIELDS: dict[type, list[tuple[str, type, Any]]] = {
+    registry.SHDHParams: [
         ("alpha", float, setting(number(0), "weight of E2", 1.0)),
         ("e1", str, setting(choice(*E1_MODES), "per-level fit or the matrix form", "levels")),
         ("e2", str, setting(choice(*E2_MODES), "balance, trace or none", "balance")),
         ("target", str, setting(choice(*TARGETS), "rho target when s^k = 0", "signed")),
-        ("memory_bank", bool, setting(BOOL, "also pair the batch with past outputs", False)),
     ],
-    "SHDH's own settings (train.shdh).",
-)
-DPSHSettings = _overrides(
-    "DPSHSettings",
-    [
-        ("eta", float, setting(number(0), "weight of the quantisation term", 10.0)),
-        ("memory_bank", bool, setting(BOOL, "the original's bank of all outputs", False)),
+    registry.DPSHParams: [
+        ("eta", float, setting(number(0), "weight of the quantisation term", 10.0))
     ],
-    "DPSH's own settings (train.dpsh).",
-)
-OracleSettings = _overrides("OracleSettings", [], "The classifier oracle's settings.")
+}
+
+
+def _loop_overrides() -> list[tuple[str, Any, Any]]:
+    """Every loop setting, as a deep method's own: it overrides train's value for this method
+    (left out: train's value; the typed object then holds None)."""
+    return [
+        (
+            f.name,
+            Any,
+            setting(f.metadata["check"], f"{f.metadata['doc']}, for this method only", None),
+        )
+        for f in dataclasses.fields(LoopSettings)
+    ]
+
+
+def method_section(method: registry.Method) -> type:
+    """A method's section of params.yaml (train.shdh, baselines.ksh+h): its params, checked; a
+    deep method's also its loss settings and every loop setting."""
+    name = f"{method.params.__name__.removesuffix('Params')}Settings"
+    doc = (
+        f"{method.title}'s own settings ({'train' if method.deep else 'baselines'}.{method.name})."
+    )
+    extra = OBJECTIVE_FIELDS.get(method.params, []) + _loop_overrides() if method.deep else []
+    return with_checks(method.params, doc, PARAM_CHECKS[method.params], extra, name=name)
+
+
+def _method_fields(kind: str) -> list[tuple[str, Any, Any]]:
+    """One nullable sub-section per method of a kind, under its name (ksh+h as ksh_h)."""
+    found = []
+    for method in registry.METHODS:
+        if method.kind == kind:
+            check = section_of(method_section(method), nullable=True)
+            key = method.name if not method.name.isidentifier() else None
+            field = setting(check, f"{method.title}'s settings", None, key=key)
+            found.append((method.name.replace("+", "_"), Any, field))
+    return found
+
+
+def _with_methods(cls: type, kind: str) -> type:
+    """A section class plus a sub-section for every declared method of a kind."""
+    made = dataclasses.make_dataclass(
+        cls.__name__.lstrip("_"), _method_fields(kind), bases=(cls,), frozen=True, kw_only=True
+    )
+    made.__doc__ = cls.__doc__
+    return made
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainSettings(LoopSettings):
+class _TrainSettings(LoopSettings):
+    """The deep methods (train): the loop's settings, which fits, and each method's own."""
+
     methods: list = setting(list_of(choice(*DEEP_METHODS), distinct=True), "deep methods to fit")
     bits: list = setting(BITS, "code lengths")
     models_dir: str = setting(TEXT, "one folder per METHOD-BITS")
     seeds: list | None = setting(SEEDS, "null: one fit with `seed`; a list: one fit per seed", None)
     n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
-    shdh: Any = setting(section_of(SHDHSettings, nullable=True), "SHDH's own settings", None)
-    dpsh: Any = setting(section_of(DPSHSettings, nullable=True), "DPSH's own settings", None)
-    oracle: Any = setting(
-        section_of(OracleSettings, nullable=True), "the classifier oracle's settings", None
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
-class ITQSettings:
-    n_iter: int = setting(integer(0), "rotation iterations", 50)
+class _BaselinesSettings:
+    """The shallow methods (baselines): which fits, and each method's own settings."""
 
-
-@dataclass(frozen=True, kw_only=True)
-class KMHSettings:
-    bits_per_subspace: int = setting(integer(1), "bits of each k-means subspace", 4)
-    lam: float = setting(number(0), "affinity-error weight", 10.0)
-    n_iter: int = setting(integer(0), "k-means iterations", 50)
-
-
-@dataclass(frozen=True, kw_only=True)
-class KSHSettings:
-    n_anchors: int = setting(integer(1), "kernel anchors", 300)
-    n_labelled: int = setting(integer(1), "labelled items whose pair labels are fitted", 2000)
-    n_iter: int = setting(integer(0), "gradient steps per bit", 500)
-    tol: float = setting(number(0), "early-stop tolerance", 1e-2)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LFHSettings:
-    n_iter: int = setting(integer(0), "stochastic iterations", 50)
-    beta: float = setting(number(0, open_low=True), "prior variance", 30.0)
-    lam: float = setting(number(0), "ridge of the out-of-sample regression", 1.0)
-    n_sampled: int | None = setting(optional(integer(1)), "columns of S per iteration", None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class COSDISHSettings:
-    n_outer: int = setting(integer(1), "outer stochastic iterations", 10)
-    n_alternations: int = setting(integer(1), "alternations per iteration", 3)
-    n_sampled: int | None = setting(optional(integer(1)), "sampled columns", None)
-    ridge: float = setting(number(0), "out-of-sample regulariser", 1.0)
-    balance: bool = setting(BOOL, "weigh dissimilar pairs as much as similar ones", True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaselinesSettings:
     models_dir: str = setting(TEXT, "METHOD/METHOD-BITS folders of the shallow methods")
     methods: list = setting(
         list_of(choice(*SHALLOW_METHODS), distinct=True), "shallow methods to fit", ()
@@ -223,17 +257,10 @@ class BaselinesSettings:
     bits: list = setting(list_of(integer(1), distinct=True), "code lengths", ())
     seeds: list | None = setting(SEEDS, "as train.seeds", None)
     n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
-    itq: Any = setting(section_of(ITQSettings, nullable=True), "ITQ's settings", None)
-    kmh: Any = setting(section_of(KMHSettings, nullable=True), "KMH's settings", None)
-    ksh: Any = setting(section_of(KSHSettings, nullable=True), "KSH's settings", None)
-    ksh_h: Any = setting(
-        section_of(KSHSettings, nullable=True), "KSH+H's settings", None, key="ksh+h"
-    )
-    lfh: Any = setting(section_of(LFHSettings, nullable=True), "LFH's settings", None)
-    cosdish: Any = setting(section_of(COSDISHSettings, nullable=True), "COSDISH's settings", None)
-    cosdish_h: Any = setting(
-        section_of(COSDISHSettings, nullable=True), "COSDISH+H's settings", None, key="cosdish+h"
-    )
+
+
+TrainSettings = _with_methods(_TrainSettings, "deep")
+BaselinesSettings = _with_methods(_BaselinesSettings, "shallow")
 
 
 @dataclass(frozen=True, kw_only=True)
