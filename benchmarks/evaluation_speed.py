@@ -42,9 +42,10 @@ TARGET_GB = 4.0
 def make_data(n_query: int, n_db: int, bits: int, codes: str, seed: int = 0) -> dict:
     """Seeded queries and database: ancestors from Fashion-MNIST-H's tree, packed codes."""
     from shdh import hierarchy
+    from shdh.data import fashion_mnist
     from shdh.retrieval import pack_codes
 
-    tree = hierarchy.fashion_mnist_tree()
+    tree = fashion_mnist.label_tree()
     rng = np.random.default_rng(seed)
     leaves = np.asarray(tree.leaves)
     leaf_of = rng.integers(0, len(leaves), size=n_query + n_db)

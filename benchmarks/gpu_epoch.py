@@ -47,6 +47,7 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh import hierarchy, training
 from shdh.cuda_graph_step import GraphedStep
+from shdh.data import fashion_mnist
 from shdh.devices import resolve_device
 from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import to_input
@@ -56,7 +57,7 @@ SIDE = 28  # Fashion-MNIST images; the network pads them to 32
 
 def fashion_mnist_sized(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """n uint8 (28, 28) images and their Fashion-MNIST-H ancestor rows (random leaves)."""
-    tree = hierarchy.fashion_mnist_tree()
+    tree = fashion_mnist.label_tree()
     rng = np.random.default_rng(seed)
     leaves = np.asarray(tree.leaves)
     images = rng.integers(0, 256, size=(n, SIDE, SIDE), dtype=np.uint8)
@@ -75,7 +76,7 @@ def device_line(device: torch.device) -> str:
 
 
 def layout(bits: int) -> dict:
-    K = hierarchy.fashion_mnist_tree().height
+    K = fashion_mnist.label_tree().height
     return {
         "segment_sizes": hierarchy.segment_sizes(bits, K),
         "segment_levels": hierarchy.segment_levels(K),

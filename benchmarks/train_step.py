@@ -45,6 +45,7 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
 from shdh import hierarchy, training
+from shdh.data import fashion_mnist
 from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
@@ -56,7 +57,7 @@ K = 4  # Fashion-MNIST-H: root, 2 superclasses, 6 groups, 10 classes
 
 def synthetic_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n uint8 28x28 images, their leaf class (0..9) and Fashion-MNIST-H ancestor rows."""
-    tree = hierarchy.fashion_mnist_tree()
+    tree = fashion_mnist.label_tree()
     rng = np.random.default_rng(seed)
     leaves = np.asarray(tree.leaves)
     classes = rng.integers(0, len(leaves), size=n)

@@ -176,180 +176,187 @@ def _ancestor_sets(rows: np.ndarray, items: np.ndarray, n_items: int) -> np.ndar
     return out
 
 
-@dataclass(frozen=True)
-class LabelTree:
-    """A rooted label tree: node i is called names[i] and hangs under parents[i] (root: -1).
+def _checked_fields(
+    names: Iterable[str], parents: Iterable[int]
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A tree's two fields as tuples, checked: one non-empty name per node without the path
+    separator, one integer parent per node, exactly one root and that root at node 0."""
+    names, parents = tuple(names), tuple(parents)
+    n = len(names)
+    if n == 0:
+        raise TreeError("a label tree needs at least a root node")
+    if len(parents) != n:
+        raise TreeError(f"names has {n} entries but parents has {len(parents)}")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise TreeError(f"node {i}: name must be a non-empty string, got {name!r}")
+        if _SEP in name:
+            raise TreeError(f"node {i} {name!r}: names may not contain {_SEP!r}")
+    for i, p in enumerate(parents):
+        if not _is_int(p) or not -1 <= p < n or p == i:
+            raise TreeError(f"node {i} {names[i]!r}: invalid parent {p!r}")
+    parents = tuple(int(p) for p in parents)
+    roots = [names[i] for i, p in enumerate(parents) if p == -1]
+    if len(roots) != 1:
+        raise TreeError(f"a label tree needs exactly one root (parent -1), found {roots}")
+    if parents[0] != -1:
+        raise TreeError(f"the root {roots[0]!r} must be node 0")
+    return names, parents
 
-    Frozen and validated on construction, so every other module can trust it: one root at node 0,
-    no cycles, names without the path separator. A node is identified by its path from the root
-    (`path`); its name is only a label, so names may repeat under different parents.
-    """
+
+def _node_levels(names: tuple[str, ...], parents: tuple[int, ...]) -> np.ndarray:
+    """Level of every node (root = 1), read-only; a node the root cannot reach is on a cycle."""
+    par = np.asarray(parents, dtype=np.int64)
+    levels = np.zeros(len(par), dtype=np.int64)
+    levels[0] = 1
+    while True:
+        todo = (levels == 0) & (par >= 0)
+        todo[todo] = levels[par[todo]] > 0
+        if not todo.any():
+            break
+        levels[todo] = levels[par[todo]] + 1
+    unreached = np.flatnonzero(levels == 0)
+    if unreached.size:
+        _raise_cycle(int(unreached[0]), parents.__getitem__, names.__getitem__)
+    levels.setflags(write=False)
+    return levels
+
+
+def _check_unique_siblings(tree: LabelTree) -> None:
+    """Names are labels and may repeat anywhere (a `circle` under `blue` and another under
+    `purple`); only two children of one parent may not share a name, as their paths, which
+    identify nodes, would then be equal."""
+    first: dict[tuple[int, str], int] = {}
+    for i, name in enumerate(tree.names):
+        key = (tree.parents[i], name)
+        if key in first:
+            raise TreeError(
+                f"node {tree.path(i)!r} appears twice (nodes {first[key]} and {i}): "
+                "children of one parent need distinct names"
+            )
+        first[key] = i
+
+
+# ---- the constructors' inputs, as (names, parents) ------------------------------------------
+
+
+def _parent_of(
+    table: Mapping[str, str | None] | Iterable[tuple[str, str | None]],
+) -> dict[str, str | None]:
+    """A child -> parent table checked: pairs of strings (the root's parent None), one parent
+    per child."""
+    pairs = table.items() if isinstance(table, Mapping) else table
+    parent_of: dict[str, str | None] = {}
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TreeError(f"parent table entries must be (child, parent) pairs, got {pair!r}")
+        child, parent = pair
+        if not isinstance(child, str) or not (parent is None or isinstance(parent, str)):
+            raise TreeError(f"node {child!r}: names must be strings, parent {parent!r}")
+        if child in parent_of and parent_of[child] != parent:
+            raise TreeError(f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}")
+        parent_of[child] = parent
+    return parent_of
+
+
+def _fields_from_parents(
+    table: Mapping[str, str | None] | Iterable[tuple[str, str | None]],
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """LabelTree.from_parents: one root, every parent defined, no cycle."""
+    parent_of = _parent_of(table)
+    roots = [c for c, p in parent_of.items() if p is None]
+    if len(roots) != 1:
+        found = f"found {roots}" if roots else "found none"
+        raise TreeError(f"a label tree needs exactly one root (parent None), {found}")
+    children: dict[str, list[str]] = {}
+    for child, parent in parent_of.items():
+        if parent is None:
+            continue
+        if parent not in parent_of:
+            raise TreeError(f"node {child!r} has parent {parent!r}, which is never defined")
+        children.setdefault(parent, []).append(child)
+    names, parents = _breadth_first(roots[0], children, str)
+    if len(names) < len(parent_of):
+        reached = set(names)
+        start = next(c for c in parent_of if c not in reached)
+        _raise_cycle(start, lambda c: parent_of[c], str)
+    return names, parents
+
+
+def _nested_children(
+    mapping: Mapping[str, Any], root: str
+) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+    """LabelTree.from_nested's children of every path (the root: ())."""
+    children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+
+    def walk(prefix: tuple[str, ...], value: Any) -> None:
+        kids: list[tuple[str, ...]] = []
+        if value is None:
+            pass
+        elif isinstance(value, Mapping):
+            for name, sub in value.items():
+                if not isinstance(name, str):
+                    raise TreeError(
+                        f"node {_SEP.join(prefix) or root!r}: key {name!r} is not a string"
+                    )
+                kids.append(prefix + (name,))
+                walk(prefix + (name,), sub)
+        elif isinstance(value, list | tuple):
+            for name in value:
+                if not isinstance(name, str):
+                    raise TreeError(
+                        f"node {_SEP.join(prefix) or root!r}: list items must be leaf names "
+                        f"(strings), got {name!r}"
+                    )
+                kids.append(prefix + (name,))
+        else:
+            raise TreeError(
+                f"node {_SEP.join(prefix)!r}: expected a dict, a list of leaf names or None, "
+                f"got {type(value).__name__}"
+            )
+        children[prefix] = kids
+
+    if not isinstance(mapping, Mapping):
+        raise TreeError(f"from_nested needs a mapping, got {type(mapping).__name__}")
+    walk((), mapping)
+    return children
+
+
+def _path_children(paths: Iterable[str], sep: str) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+    """LabelTree.from_paths's children of every path (the root: ()), in first-seen order."""
+    if not sep:
+        raise TreeError("path separator must be a non-empty string")
+    children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    known: set[tuple[str, ...]] = {()}
+    for path in paths:
+        if not isinstance(path, str):
+            raise TreeError(f"label path must be a string, got {path!r}")
+        parts = tuple(path.split(sep))
+        if not path or any(not p for p in parts):
+            raise TreeError(f"label path {path!r} has an empty component")
+        for depth in range(1, len(parts) + 1):
+            key = parts[:depth]
+            if key not in known:
+                known.add(key)
+                children.setdefault(key[:-1], []).append(key)
+    return children
+
+
+def _fields_by_path(
+    children: Mapping[tuple[str, ...], list[tuple[str, ...]]], root: str
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return _breadth_first((), children, lambda key: key[-1] if key else root)
+
+
+# ---- LabelTree, by concern: its shape, its lookups, its ancestor matrices, its file ---------
+
+
+class _Shape:
+    """Levels, children and paths of a LabelTree's nodes (computed once, on first use)."""
 
     names: tuple[str, ...]
     parents: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "names", tuple(self.names))
-        object.__setattr__(self, "parents", tuple(self.parents))
-        names, parents = self.names, self.parents
-        n = len(names)
-        if n == 0:
-            raise TreeError("a label tree needs at least a root node")
-        if len(parents) != n:
-            raise TreeError(f"names has {n} entries but parents has {len(parents)}")
-        for i, name in enumerate(names):
-            if not isinstance(name, str) or not name:
-                raise TreeError(f"node {i}: name must be a non-empty string, got {name!r}")
-            if _SEP in name:
-                raise TreeError(f"node {i} {name!r}: names may not contain {_SEP!r}")
-        for i, p in enumerate(parents):
-            if not _is_int(p) or not -1 <= p < n or p == i:
-                raise TreeError(f"node {i} {names[i]!r}: invalid parent {p!r}")
-        object.__setattr__(self, "parents", tuple(int(p) for p in parents))
-        roots = [names[i] for i, p in enumerate(self.parents) if p == -1]
-        if len(roots) != 1:
-            raise TreeError(f"a label tree needs exactly one root (parent -1), found {roots}")
-        if self.parents[0] != -1:
-            raise TreeError(f"the root {roots[0]!r} must be node 0")
-        object.__setattr__(self, "_levels", self._compute_levels())
-        self._check_unique_siblings()
-
-    def _compute_levels(self) -> np.ndarray:
-        par = np.asarray(self.parents, dtype=np.int64)
-        levels = np.zeros(len(par), dtype=np.int64)
-        levels[0] = 1
-        while True:
-            todo = (levels == 0) & (par >= 0)
-            todo[todo] = levels[par[todo]] > 0
-            if not todo.any():
-                break
-            levels[todo] = levels[par[todo]] + 1
-        unreached = np.flatnonzero(levels == 0)
-        if unreached.size:
-            _raise_cycle(int(unreached[0]), self.parents.__getitem__, self.names.__getitem__)
-        levels.setflags(write=False)
-        return levels
-
-    def _check_unique_siblings(self) -> None:
-        """Names are labels and may repeat anywhere (a `circle` under `blue` and another under
-        `purple`); only two children of one parent may not share a name, as their paths, which
-        identify nodes, would then be equal."""
-        first: dict[tuple[int, str], int] = {}
-        for i, name in enumerate(self.names):
-            key = (self.parents[i], name)
-            if key in first:
-                raise TreeError(
-                    f"node {self.path(i)!r} appears twice (nodes {first[key]} and {i}): "
-                    "children of one parent need distinct names"
-                )
-            first[key] = i
-
-    # ---- constructors ----------------------------------------------------------------------
-
-    @classmethod
-    def from_parents(
-        cls, table: Mapping[str, str | None] | Iterable[tuple[str, str | None]]
-    ) -> LabelTree:
-        """Build from child -> parent names; the root maps to None.
-
-        Here a name identifies a node, so a name cannot repeat; a tree whose names repeat under
-        different parents is built with from_paths or from_nested, which identify nodes by path.
-        """
-        pairs = table.items() if isinstance(table, Mapping) else table
-        parent_of: dict[str, str | None] = {}
-        for pair in pairs:
-            if not isinstance(pair, tuple | list) or len(pair) != 2:
-                raise TreeError(f"parent table entries must be (child, parent) pairs, got {pair!r}")
-            child, parent = pair
-            if not isinstance(child, str) or not (parent is None or isinstance(parent, str)):
-                raise TreeError(f"node {child!r}: names must be strings, parent {parent!r}")
-            if child in parent_of and parent_of[child] != parent:
-                raise TreeError(
-                    f"node {child!r} has two parents: {parent_of[child]!r} and {parent!r}"
-                )
-            parent_of[child] = parent
-        roots = [c for c, p in parent_of.items() if p is None]
-        if len(roots) != 1:
-            found = f"found {roots}" if roots else "found none"
-            raise TreeError(f"a label tree needs exactly one root (parent None), {found}")
-        children: dict[str, list[str]] = {}
-        for child, parent in parent_of.items():
-            if parent is None:
-                continue
-            if parent not in parent_of:
-                raise TreeError(f"node {child!r} has parent {parent!r}, which is never defined")
-            children.setdefault(parent, []).append(child)
-        names, parents = _breadth_first(roots[0], children, str)
-        if len(names) < len(parent_of):
-            reached = set(names)
-            start = next(c for c in parent_of if c not in reached)
-            _raise_cycle(start, lambda c: parent_of[c], str)
-        return cls(names, parents)
-
-    @classmethod
-    def from_nested(cls, mapping: Mapping[str, Any], root: str = "root") -> LabelTree:
-        """Build from nested dicts; a leaf maps to None, {} or [], and lists of strings are leaves.
-
-        Nodes are identified by their path, so equal names under different parents are distinct
-        nodes; a list naming one leaf twice is refused.
-        """
-        children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-
-        def walk(prefix: tuple[str, ...], value: Any) -> None:
-            kids: list[tuple[str, ...]] = []
-            if value is None:
-                pass
-            elif isinstance(value, Mapping):
-                for name, sub in value.items():
-                    if not isinstance(name, str):
-                        raise TreeError(
-                            f"node {_SEP.join(prefix) or root!r}: key {name!r} is not a string"
-                        )
-                    kids.append(prefix + (name,))
-                    walk(prefix + (name,), sub)
-            elif isinstance(value, list | tuple):
-                for name in value:
-                    if not isinstance(name, str):
-                        raise TreeError(
-                            f"node {_SEP.join(prefix) or root!r}: list items must be leaf names "
-                            f"(strings), got {name!r}"
-                        )
-                    kids.append(prefix + (name,))
-            else:
-                raise TreeError(
-                    f"node {_SEP.join(prefix)!r}: expected a dict, a list of leaf names or None, "
-                    f"got {type(value).__name__}"
-                )
-            children[prefix] = kids
-
-        if not isinstance(mapping, Mapping):
-            raise TreeError(f"from_nested needs a mapping, got {type(mapping).__name__}")
-        walk((), mapping)
-        names, parents = _breadth_first((), children, lambda key: key[-1] if key else root)
-        return cls(names, parents)
-
-    @classmethod
-    def from_paths(cls, paths: Iterable[str], sep: str = "/", root: str = "root") -> LabelTree:
-        """Build from label paths such as "Clothes/Tops/Shirt" (root not written)."""
-        if not sep:
-            raise TreeError("path separator must be a non-empty string")
-        children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-        known: set[tuple[str, ...]] = {()}
-        for path in paths:
-            if not isinstance(path, str):
-                raise TreeError(f"label path must be a string, got {path!r}")
-            parts = tuple(path.split(sep))
-            if not path or any(not p for p in parts):
-                raise TreeError(f"label path {path!r} has an empty component")
-            for depth in range(1, len(parts) + 1):
-                key = parts[:depth]
-                if key not in known:
-                    known.add(key)
-                    children.setdefault(key[:-1], []).append(key)
-        names, parents = _breadth_first((), children, lambda key: key[-1] if key else root)
-        return cls(names, parents)
-
-    # ---- structure -------------------------------------------------------------------------
+    _levels: np.ndarray
 
     @property
     def n_nodes(self) -> int:
@@ -358,12 +365,12 @@ class LabelTree:
     @property
     def levels(self) -> np.ndarray:
         """Level of every node (root = 1), read-only."""
-        return self._levels  # type: ignore[attr-defined]
+        return self._levels
 
     @cached_property
     def height(self) -> int:
         """K: the deepest level."""
-        return int(self._levels.max())  # type: ignore[attr-defined]
+        return int(self._levels.max())
 
     @cached_property
     def _children(self) -> tuple[tuple[int, ...], ...]:
@@ -406,6 +413,10 @@ class LabelTree:
         """Names from level 2 down to the node, e.g. "Clothes/Tops/Shirt" ("" for the root)."""
         return self._paths[self._check_node(node)]
 
+
+class _Lookup(_Shape):
+    """A LabelTree's node ids of labels (names or paths)."""
+
     @cached_property
     def _lookup(self) -> tuple[dict[str, int], dict[str, list[int]]]:
         by_path = {p: i for i, p in enumerate(self._paths) if i}
@@ -434,7 +445,22 @@ class LabelTree:
             f"{examples})"
         )
 
-    # ---- ancestor matrix -------------------------------------------------------------------
+    def _looked_up(self, seen: dict[str, int], label: Any, where: str) -> int:
+        """node_id(label), each distinct label string looked up once (a data set repeats a few
+        labels over many items); an unknown label's error says `where` it was found."""
+        node = seen.get(label) if isinstance(label, str) else None
+        if node is None:
+            try:
+                node = self.node_id(label)
+            except TreeError as err:
+                raise TreeError(f"{where}: {err}") from None
+            if isinstance(label, str):
+                seen[label] = node
+        return node
+
+
+class _Ancestors(_Lookup):
+    """A LabelTree's ancestor matrices: what the similarity of Eq. 1 reads."""
 
     @cached_property
     def _ancestor_table(self) -> np.ndarray:
@@ -478,19 +504,6 @@ class LabelTree:
             ids[pos] = self._looked_up(seen, label, f"label at position {pos}")
         return self.ancestors(ids)
 
-    def _looked_up(self, seen: dict[str, int], label: Any, where: str) -> int:
-        """node_id(label), each distinct label string looked up once (a data set repeats a few
-        labels over many items); an unknown label's error says `where` it was found."""
-        node = seen.get(label) if isinstance(label, str) else None
-        if node is None:
-            try:
-                node = self.node_id(label)
-            except TreeError as err:
-                raise TreeError(f"{where}: {err}") from None
-            if isinstance(label, str):
-                seen[label] = node
-        return node
-
     def ancestor_sets_of_labels(self, labels: Sequence[str], sep: str = "|") -> np.ndarray:
         """(N, K, M) int32 ancestor sets of multi-label items, each label string holding its
         label paths joined by `sep` ("landscape/sky|humans/person").
@@ -522,7 +535,12 @@ class LabelTree:
     def integer_layer_weights(self) -> np.ndarray:
         return integer_layer_weights(self.height)
 
-    # ---- serialisation ---------------------------------------------------------------------
+
+class _File:
+    """A LabelTree as JSON (FORMAT): to_dict/from_dict, save/load."""
+
+    names: tuple[str, ...]
+    parents: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "names": list(self.names), "parents": list(self.parents)}
@@ -587,305 +605,46 @@ class LabelTree:
         return cls.from_dict(data, source=str(path))
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in trees
-# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LabelTree(_Ancestors, _File):
+    """A rooted label tree: node i is called names[i] and hangs under parents[i] (root: -1).
 
-# Fashion-MNIST label order. "T-shirt/top" is shortened: '/' is the path separator.
-FASHION_MNIST_CLASSES = (
-    "T-shirt",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
+    Frozen and validated on construction, so every other module can trust it: one root at node 0,
+    no cycles, names without the path separator. A node is identified by its path from the root
+    (`path`); its name is only a label, so names may repeat under different parents.
+    """
 
-# Seo & Shin (2019) hierarchy, as METHOD.md fixes it; dict order gives the per-level node order.
-_FASHION_MNIST_HIERARCHY = {
-    "Clothes": {
-        "Tops": ["T-shirt", "Pullover", "Shirt"],
-        "Bottoms": ["Trouser"],
-        "Dresses": ["Dress"],
-        "Outers": ["Coat"],
-    },
-    "Goods": {
-        "Accessories": ["Bag"],
-        "Shoes": ["Sandal", "Sneaker", "Ankle boot"],
-    },
-}
+    names: tuple[str, ...]
+    parents: tuple[int, ...]
 
+    def __post_init__(self) -> None:
+        names, parents = _checked_fields(self.names, self.parents)
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "_levels", _node_levels(names, parents))
+        _check_unique_siblings(self)
 
-def fashion_mnist_tree() -> LabelTree:
-    """Fashion-MNIST-H: root + 2 + 6 + 10 nodes, K = 4."""
-    return LabelTree.from_nested(_FASHION_MNIST_HIERARCHY, root="Fashion-MNIST")
+    @classmethod
+    def from_parents(
+        cls, table: Mapping[str, str | None] | Iterable[tuple[str, str | None]]
+    ) -> LabelTree:
+        """Build from child -> parent names; the root maps to None.
 
+        Here a name identifies a node, so a name cannot repeat; a tree whose names repeat under
+        different parents is built with from_paths or from_nested, which identify nodes by path.
+        """
+        return cls(*_fields_from_parents(table))
 
-def fashion_mnist_label_paths() -> list[str]:
-    """Label path of each Fashion-MNIST class index, e.g. 0 -> "Clothes/Tops/T-shirt"."""
-    tree = fashion_mnist_tree()
-    return [tree.path(tree.node_id(name)) for name in FASHION_MNIST_CLASSES]
+    @classmethod
+    def from_nested(cls, mapping: Mapping[str, Any], root: str = "root") -> LabelTree:
+        """Build from nested dicts; a leaf maps to None, {} or [], and lists of strings are leaves.
 
+        Nodes are identified by their path, so equal names under different parents are distinct
+        nodes; a list naming one leaf twice is refused.
+        """
+        return cls(*_fields_by_path(_nested_children(mapping, root), root))
 
-# Official CIFAR-100 names (cifar-100-python/meta), in label-index order.
-CIFAR100_FINE = (
-    "apple",
-    "aquarium_fish",
-    "baby",
-    "bear",
-    "beaver",
-    "bed",
-    "bee",
-    "beetle",
-    "bicycle",
-    "bottle",
-    "bowl",
-    "boy",
-    "bridge",
-    "bus",
-    "butterfly",
-    "camel",
-    "can",
-    "castle",
-    "caterpillar",
-    "cattle",
-    "chair",
-    "chimpanzee",
-    "clock",
-    "cloud",
-    "cockroach",
-    "couch",
-    "crab",
-    "crocodile",
-    "cup",
-    "dinosaur",
-    "dolphin",
-    "elephant",
-    "flatfish",
-    "forest",
-    "fox",
-    "girl",
-    "hamster",
-    "house",
-    "kangaroo",
-    "keyboard",
-    "lamp",
-    "lawn_mower",
-    "leopard",
-    "lion",
-    "lizard",
-    "lobster",
-    "man",
-    "maple_tree",
-    "motorcycle",
-    "mountain",
-    "mouse",
-    "mushroom",
-    "oak_tree",
-    "orange",
-    "orchid",
-    "otter",
-    "palm_tree",
-    "pear",
-    "pickup_truck",
-    "pine_tree",
-    "plain",
-    "plate",
-    "poppy",
-    "porcupine",
-    "possum",
-    "rabbit",
-    "raccoon",
-    "ray",
-    "road",
-    "rocket",
-    "rose",
-    "sea",
-    "seal",
-    "shark",
-    "shrew",
-    "skunk",
-    "skyscraper",
-    "snail",
-    "snake",
-    "spider",
-    "squirrel",
-    "streetcar",
-    "sunflower",
-    "sweet_pepper",
-    "table",
-    "tank",
-    "telephone",
-    "television",
-    "tiger",
-    "tractor",
-    "train",
-    "trout",
-    "tulip",
-    "turtle",
-    "wardrobe",
-    "whale",
-    "willow_tree",
-    "wolf",
-    "woman",
-    "worm",
-)
-
-CIFAR100_COARSE = (
-    "aquatic_mammals",
-    "fish",
-    "flowers",
-    "food_containers",
-    "fruit_and_vegetables",
-    "household_electrical_devices",
-    "household_furniture",
-    "insects",
-    "large_carnivores",
-    "large_man-made_outdoor_things",
-    "large_natural_outdoor_scenes",
-    "large_omnivores_and_herbivores",
-    "medium_mammals",
-    "non-insect_invertebrates",
-    "people",
-    "reptiles",
-    "small_mammals",
-    "trees",
-    "vehicles_1",
-    "vehicles_2",
-)
-
-# Superclass index of each fine label (the `coarse_labels` the official pickles carry).
-CIFAR100_FINE_TO_COARSE = (
-    4,
-    1,
-    14,
-    8,
-    0,
-    6,
-    7,
-    7,
-    18,
-    3,
-    3,
-    14,
-    9,
-    18,
-    7,
-    11,
-    3,
-    9,
-    7,
-    11,
-    6,
-    11,
-    5,
-    10,
-    7,
-    6,
-    13,
-    15,
-    3,
-    15,
-    0,
-    11,
-    1,
-    10,
-    12,
-    14,
-    16,
-    9,
-    11,
-    5,
-    5,
-    19,
-    8,
-    8,
-    15,
-    13,
-    14,
-    17,
-    18,
-    10,
-    16,
-    4,
-    17,
-    4,
-    2,
-    0,
-    17,
-    4,
-    18,
-    17,
-    10,
-    3,
-    2,
-    12,
-    12,
-    16,
-    12,
-    1,
-    9,
-    19,
-    2,
-    10,
-    0,
-    1,
-    16,
-    12,
-    9,
-    13,
-    15,
-    13,
-    16,
-    19,
-    2,
-    4,
-    6,
-    19,
-    5,
-    5,
-    8,
-    19,
-    18,
-    1,
-    2,
-    15,
-    6,
-    0,
-    17,
-    8,
-    14,
-    13,
-)
-
-
-def cifar100_label_paths() -> list[str]:
-    """Label path "superclass/class" of each fine label index."""
-    return [
-        f"{CIFAR100_COARSE[c]}{_SEP}{fine}"
-        for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True)
-    ]
-
-
-def cifar100_tree() -> LabelTree:
-    """CIFAR-100: root, 20 superclasses (in coarse-label order), 100 classes: K = 3."""
-    nested: dict[str, list[str]] = {name: [] for name in CIFAR100_COARSE}
-    for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True):
-        nested[CIFAR100_COARSE[c]].append(fine)
-    return LabelTree.from_nested(nested, root="CIFAR-100")
-
-
-BUILTIN_TREES: dict[str, Callable[[], LabelTree]] = {
-    "fashion-mnist-h": fashion_mnist_tree,
-    "cifar100": cifar100_tree,
-}
-
-
-def builtin_tree(name: str) -> LabelTree:
-    if name not in BUILTIN_TREES:
-        raise TreeError(f"unknown built-in tree {name!r}; choose one of {', '.join(BUILTIN_TREES)}")
-    return BUILTIN_TREES[name]()
+    @classmethod
+    def from_paths(cls, paths: Iterable[str], sep: str = "/", root: str = "root") -> LabelTree:
+        """Build from label paths such as "Clothes/Tops/Shirt" (root not written)."""
+        return cls(*_fields_by_path(_path_children(paths, sep), root))

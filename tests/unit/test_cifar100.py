@@ -10,16 +10,18 @@ import numpy as np
 import pytest
 
 from shdh.data import cifar100
-from shdh.data.cifar100 import cifar100_dataset, fetch_cifar100, load_pickle
-from shdh.data.dataset import load_dataset, save_dataset
-from shdh.data.download import DownloadError, md5sum
-from shdh.data.idx import DataFormatError
-from shdh.hierarchy import (
+from shdh.data.cifar100 import (
     CIFAR100_COARSE,
     CIFAR100_FINE,
     CIFAR100_FINE_TO_COARSE,
-    cifar100_tree,
+    cifar100_dataset,
+    fetch_cifar100,
+    label_tree,
+    load_pickle,
 )
+from shdh.data.dataset import load_dataset, save_dataset
+from shdh.data.download import DownloadError, md5sum
+from shdh.data.idx import DataFormatError
 
 N_TRAIN, N_TEST = 30, 10
 
@@ -105,7 +107,7 @@ def test_end_to_end_pools_train_then_test(tmp_path):
     fine = records["train"][b"fine_labels"] + records["test"][b"fine_labels"]
     expected = [f"{CIFAR100_COARSE[CIFAR100_FINE_TO_COARSE[f]]}/{CIFAR100_FINE[f]}" for f in fine]
     assert ds.labels.tolist() == expected
-    assert tree == cifar100_tree()
+    assert tree == label_tree()
     anc = tree.ancestors_of_labels(ds.labels.tolist())
     assert anc.shape == (N_TRAIN + N_TEST, 3)
 
@@ -146,7 +148,7 @@ def test_verify_false_reads_any_well_formed_copy_with_a_warning(tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger="shdh.data.cifar100"):
         fetch_cifar100(raw, [str(archive)], verify=False)
         ds, tree = cifar100_dataset(raw, verify=False)
-    assert len(ds.labels) == N_TRAIN + N_TEST and tree == cifar100_tree()
+    assert len(ds.labels) == N_TRAIN + N_TEST and tree == label_tree()
     assert "verification is off" in caplog.text
 
 
@@ -229,7 +231,7 @@ def test_renamed_class_is_an_error_when_verifying_and_a_new_tree_otherwise(tmp_p
     with caplog.at_level(logging.WARNING, logger="shdh.data.cifar100"):
         ds, tree = _read_with(tmp_path, train=train, meta=_meta_record(names))
     assert "not in the built-in CIFAR-100 tree" in caplog.text
-    assert tree != cifar100_tree()
+    assert tree != label_tree()
     assert tree.path(tree.node_id("green_apple")) == "fruit_and_vegetables/green_apple"
     assert tree.height == 3
     with pytest.raises(DataFormatError, match="'fruit_and_vegetables/green_apple'"):
@@ -264,3 +266,70 @@ def test_truncated_pickle_names_the_file(tmp_path):
     whole = _pickle_like_upstream(_split_record(N_TEST, 2))
     with pytest.raises(DataFormatError, match=r"cifar-100-python/test: unreadable pickle"):
         _read_with(tmp_path, raw={"test": whole[: len(whole) // 2]})
+
+
+# ---- the class tables and the built-in tree ---------------------------------------------
+
+
+def _level_index(tree, anc: np.ndarray, level: int) -> list[int]:
+    return np.searchsorted(tree.nodes_at_level(level), anc[:, level - 1]).tolist()
+
+
+CIFAR100_GROUPS = {  # the official superclass -> classes table, written out independently
+    "aquatic_mammals": "beaver dolphin otter seal whale",
+    "fish": "aquarium_fish flatfish ray shark trout",
+    "flowers": "orchid poppy rose sunflower tulip",
+    "food_containers": "bottle bowl can cup plate",
+    "fruit_and_vegetables": "apple mushroom orange pear sweet_pepper",
+    "household_electrical_devices": "clock keyboard lamp telephone television",
+    "household_furniture": "bed chair couch table wardrobe",
+    "insects": "bee beetle butterfly caterpillar cockroach",
+    "large_carnivores": "bear leopard lion tiger wolf",
+    "large_man-made_outdoor_things": "bridge castle house road skyscraper",
+    "large_natural_outdoor_scenes": "cloud forest mountain plain sea",
+    "large_omnivores_and_herbivores": "camel cattle chimpanzee elephant kangaroo",
+    "medium_mammals": "fox porcupine possum raccoon skunk",
+    "non-insect_invertebrates": "crab lobster snail spider worm",
+    "people": "baby boy girl man woman",
+    "reptiles": "crocodile dinosaur lizard snake turtle",
+    "small_mammals": "hamster mouse rabbit shrew squirrel",
+    "trees": "maple_tree oak_tree palm_tree pine_tree willow_tree",
+    "vehicles_1": "bicycle bus motorcycle pickup_truck train",
+    "vehicles_2": "lawn_mower rocket streetcar tank tractor",
+}
+
+
+def test_the_class_tables() -> None:
+    fine, coarse, f2c = CIFAR100_FINE, CIFAR100_COARSE, CIFAR100_FINE_TO_COARSE
+    assert len(fine) == 100 and len(set(fine)) == 100
+    assert list(fine) == sorted(fine)  # the official meta file lists them alphabetically
+    assert fine[:10] == (
+        "apple",
+        "aquarium_fish",
+        "baby",
+        "bear",
+        "beaver",
+        "bed",
+        "bee",
+        "beetle",
+        "bicycle",
+        "bottle",
+    )
+    assert list(coarse) == list(CIFAR100_GROUPS)
+    assert len(f2c) == 100 and sorted(set(f2c)) == list(range(20))
+    assert all(f2c.count(c) == 5 for c in range(20))
+    for c, members in enumerate(CIFAR100_GROUPS.values()):
+        assert sorted(f for f, cc in zip(fine, f2c, strict=True) if cc == c) == members.split()
+
+
+def test_the_built_in_tree() -> None:
+    tree = cifar100.label_tree()
+    assert tree.height == 3
+    assert [tree.names[i] for i in tree.nodes_at_level(2)] == list(CIFAR100_COARSE)
+    assert len(tree.leaves) == 100
+    paths = cifar100.label_paths()
+    assert paths[0] == "fruit_and_vegetables/apple"
+    assert paths[4] == "aquatic_mammals/beaver"
+    anc = tree.ancestors_of_labels(paths)
+    assert _level_index(tree, anc, 2) == list(CIFAR100_FINE_TO_COARSE)
+    assert [tree.names[i] for i in anc[:, 2]] == list(CIFAR100_FINE)

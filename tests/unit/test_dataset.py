@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from shdh.data import dataset as dsmod
-from shdh.data.dataset import Dataset, fashion_mnist_h_dataset, load_dataset, save_dataset
+from shdh.data.dataset import Dataset, load_dataset, save_dataset
+from shdh.data.fashion_mnist import fashion_mnist_h_dataset
 from shdh.data.idx import DataFormatError, write_idx
 
 FM_NAMES = {

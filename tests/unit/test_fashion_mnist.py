@@ -250,3 +250,26 @@ def test_real_debian_files(tmp_path):
     np.testing.assert_array_equal(np.bincount(labels), np.full(10, 7000))  # balanced classes
     np.testing.assert_array_equal(ids, np.arange(70000))
     assert 0 < images.mean() < 255
+
+
+# ---- the built-in tree ------------------------------------------------------------------
+
+
+def _level_index(tree, anc: np.ndarray, level: int) -> list[int]:
+    return np.searchsorted(tree.nodes_at_level(level), anc[:, level - 1]).tolist()
+
+
+def test_the_built_in_tree() -> None:
+    tree = fm.label_tree()
+    assert tree.height == 4
+    assert [int((tree.levels == k).sum()) for k in (1, 2, 3, 4)] == [1, 2, 6, 10]
+    level3 = [tree.names[i] for i in tree.nodes_at_level(3)]
+    assert level3 == ["Tops", "Bottoms", "Dresses", "Outers", "Accessories", "Shoes"]
+    paths = fm.label_paths()
+    assert len(paths) == 10
+    assert paths[0] == "Clothes/Tops/T-shirt" and paths[9] == "Goods/Shoes/Ankle boot"
+    anc = tree.ancestors_of_labels(paths)
+    assert _level_index(tree, anc, 3) == [0, 1, 0, 2, 3, 5, 0, 5, 4, 5]
+    assert _level_index(tree, anc, 2) == [0, 0, 0, 0, 0, 1, 0, 1, 1, 1]
+    assert [tree.names[i] for i in anc[:, 3]] == list(fm.FASHION_MNIST_CLASSES)
+    assert all("/" not in c for c in fm.FASHION_MNIST_CLASSES)

@@ -366,7 +366,7 @@ def test_levels_are_read_only() -> None:
 
 
 def test_json_round_trip(tmp_path) -> None:
-    tree = h.fashion_mnist_tree()
+    tree = LabelTree.from_parents(TABLE)
     data = tree.to_dict()
     assert data["format"] == "shdh-label-tree/1"
     assert LabelTree.from_dict(json.loads(json.dumps(data))) == tree
@@ -397,97 +397,6 @@ def test_load_errors_name_file_and_field(tmp_path) -> None:
         LabelTree.load(path)
     with pytest.raises(TreeError, match="missing.json.*cannot read"):
         LabelTree.load(tmp_path / "missing.json")
-
-
-# ---- built-in trees ------------------------------------------------------------------------
-
-
-def _level_index(tree: LabelTree, anc: np.ndarray, level: int) -> list[int]:
-    return np.searchsorted(tree.nodes_at_level(level), anc[:, level - 1]).tolist()
-
-
-def test_fashion_mnist_tree() -> None:
-    tree = h.fashion_mnist_tree()
-    assert tree.height == 4
-    assert [int((tree.levels == k).sum()) for k in (1, 2, 3, 4)] == [1, 2, 6, 10]
-    level3 = [tree.names[i] for i in tree.nodes_at_level(3)]
-    assert level3 == ["Tops", "Bottoms", "Dresses", "Outers", "Accessories", "Shoes"]
-    paths = h.fashion_mnist_label_paths()
-    assert len(paths) == 10
-    assert paths[0] == "Clothes/Tops/T-shirt" and paths[9] == "Goods/Shoes/Ankle boot"
-    anc = tree.ancestors_of_labels(paths)
-    assert _level_index(tree, anc, 3) == [0, 1, 0, 2, 3, 5, 0, 5, 4, 5]
-    assert _level_index(tree, anc, 2) == [0, 0, 0, 0, 0, 1, 0, 1, 1, 1]
-    assert [tree.names[i] for i in anc[:, 3]] == list(h.FASHION_MNIST_CLASSES)
-    assert all("/" not in c for c in h.FASHION_MNIST_CLASSES)
-
-
-CIFAR100_GROUPS = {  # the official superclass -> classes table, written out independently
-    "aquatic_mammals": "beaver dolphin otter seal whale",
-    "fish": "aquarium_fish flatfish ray shark trout",
-    "flowers": "orchid poppy rose sunflower tulip",
-    "food_containers": "bottle bowl can cup plate",
-    "fruit_and_vegetables": "apple mushroom orange pear sweet_pepper",
-    "household_electrical_devices": "clock keyboard lamp telephone television",
-    "household_furniture": "bed chair couch table wardrobe",
-    "insects": "bee beetle butterfly caterpillar cockroach",
-    "large_carnivores": "bear leopard lion tiger wolf",
-    "large_man-made_outdoor_things": "bridge castle house road skyscraper",
-    "large_natural_outdoor_scenes": "cloud forest mountain plain sea",
-    "large_omnivores_and_herbivores": "camel cattle chimpanzee elephant kangaroo",
-    "medium_mammals": "fox porcupine possum raccoon skunk",
-    "non-insect_invertebrates": "crab lobster snail spider worm",
-    "people": "baby boy girl man woman",
-    "reptiles": "crocodile dinosaur lizard snake turtle",
-    "small_mammals": "hamster mouse rabbit shrew squirrel",
-    "trees": "maple_tree oak_tree palm_tree pine_tree willow_tree",
-    "vehicles_1": "bicycle bus motorcycle pickup_truck train",
-    "vehicles_2": "lawn_mower rocket streetcar tank tractor",
-}
-
-
-def test_cifar100_constants() -> None:
-    fine, coarse, f2c = h.CIFAR100_FINE, h.CIFAR100_COARSE, h.CIFAR100_FINE_TO_COARSE
-    assert len(fine) == 100 and len(set(fine)) == 100
-    assert list(fine) == sorted(fine)  # the official meta file lists them alphabetically
-    assert fine[:10] == (
-        "apple",
-        "aquarium_fish",
-        "baby",
-        "bear",
-        "beaver",
-        "bed",
-        "bee",
-        "beetle",
-        "bicycle",
-        "bottle",
-    )
-    assert list(coarse) == list(CIFAR100_GROUPS)
-    assert len(f2c) == 100 and sorted(set(f2c)) == list(range(20))
-    assert all(f2c.count(c) == 5 for c in range(20))
-    for c, members in enumerate(CIFAR100_GROUPS.values()):
-        assert sorted(f for f, cc in zip(fine, f2c, strict=True) if cc == c) == members.split()
-
-
-def test_cifar100_tree() -> None:
-    tree = h.cifar100_tree()
-    assert tree.height == 3
-    assert [tree.names[i] for i in tree.nodes_at_level(2)] == list(h.CIFAR100_COARSE)
-    assert len(tree.leaves) == 100
-    paths = h.cifar100_label_paths()
-    assert paths[0] == "fruit_and_vegetables/apple"
-    assert paths[4] == "aquatic_mammals/beaver"
-    anc = tree.ancestors_of_labels(paths)
-    assert _level_index(tree, anc, 2) == list(h.CIFAR100_FINE_TO_COARSE)
-    assert [tree.names[i] for i in anc[:, 2]] == list(h.CIFAR100_FINE)
-
-
-def test_builtin_tree_lookup() -> None:
-    assert set(h.BUILTIN_TREES) == {"fashion-mnist-h", "cifar100"}
-    assert h.builtin_tree("cifar100") == h.cifar100_tree()
-    assert h.builtin_tree("fashion-mnist-h").height == 4
-    with pytest.raises(TreeError, match="'mnist'.*fashion-mnist-h, cifar100"):
-        h.builtin_tree("mnist")
 
 
 def test_the_tree_files_of_docs_own_data_load() -> None:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from shdh import similarity as sim
-from shdh.hierarchy import LabelTree, cifar100_tree, integer_layer_weights, layer_weights
+from shdh.data import cifar100
+from shdh.hierarchy import LabelTree, integer_layer_weights, layer_weights
 from shdh.similarity import DenseTooLargeError, SMatrix, build_smatrix
 
 
@@ -77,7 +78,7 @@ def test_minus_one_never_matches() -> None:
 
 
 def test_cifar_like_values() -> None:
-    tree = cifar100_tree()
+    tree = cifar100.label_tree()
     anc = tree.ancestors_of_labels(["beaver", "dolphin", "beaver", "apple"])
     s = sim.similarity(anc, anc, tree.layer_weights())
     # same class: 1; same superclass only: 2 * 2/3 - 1 = 1/3; nothing shared: -1
@@ -145,7 +146,7 @@ def test_dense_similarity_limit() -> None:
 
 
 def _cifar_smatrix(n: int = 5000, sample_size: int = 2000, seed: int = 0) -> SMatrix:
-    tree = cifar100_tree()
+    tree = cifar100.label_tree()
     rng = np.random.default_rng(7)
     anc = tree.ancestors(rng.choice(np.asarray(tree.leaves), size=n))
     return build_smatrix(anc, tree.layer_weights(), sample_size=sample_size, seed=seed)

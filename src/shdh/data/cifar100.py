@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from shdh.data.archive import extract_archive, file_md5s_match
-from shdh.data.dataset import LABEL_SEP, Dataset
-from shdh.data.download import fetch, md5sum
+from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
+from shdh.data.download import fetch, md5sum, mirrors
 from shdh.data.idx import DataFormatError
-from shdh.hierarchy import LabelTree, cifar100_tree
+from shdh.hierarchy import LabelTree
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,56 @@ IMAGE_SHAPE = (32, 32, 3)
 ROW_LENGTH = 32 * 32 * 3  # one row of `data`: the R, G and B planes, each 32x32 row-major
 ROOT_NAME = "CIFAR-100"  # root name of the built-in tree
 DATASET_NAME = "cifar100"
+
+# Official CIFAR-100 names (cifar-100-python/meta), in label-index order.
+CIFAR100_FINE: tuple[str, ...] = tuple(
+    """
+    apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus
+    butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch
+    crab crocodile cup dinosaur dolphin elephant flatfish forest fox girl hamster house
+    kangaroo keyboard lamp lawn_mower leopard lion lizard lobster man maple_tree motorcycle
+    mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck pine_tree
+    plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark
+    shrew skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table
+    tank telephone television tiger tractor train trout tulip turtle wardrobe whale
+    willow_tree wolf woman worm
+    """.split()
+)
+CIFAR100_COARSE: tuple[str, ...] = tuple(
+    """
+    aquatic_mammals fish flowers food_containers fruit_and_vegetables
+    household_electrical_devices household_furniture insects large_carnivores
+    large_man-made_outdoor_things large_natural_outdoor_scenes large_omnivores_and_herbivores
+    medium_mammals non-insect_invertebrates people reptiles small_mammals trees vehicles_1
+    vehicles_2
+    """.split()
+)
+# Superclass index of each fine label (the `coarse_labels` the official pickles carry).
+# fmt: off
+CIFAR100_FINE_TO_COARSE: tuple[int, ...] = (
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7, 11, 6, 11, 5, 10, 7, 6, 13,
+    15, 3, 15, 0, 11, 1, 10, 12, 14, 16, 9, 11, 5, 5, 19, 8, 8, 15, 13, 14, 17, 18, 10, 16, 4,
+    17, 4, 2, 0, 17, 4, 18, 17, 10, 3, 2, 12, 12, 16, 12, 1, 9, 19, 2, 10, 0, 1, 16, 12, 9,
+    13, 15, 13, 16, 19, 2, 4, 6, 19, 5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+)
+# fmt: on
+
+
+def label_paths() -> list[str]:
+    """Label path "superclass/class" of each fine label index."""
+    return [
+        f"{CIFAR100_COARSE[c]}/{fine}"
+        for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True)
+    ]
+
+
+def label_tree() -> LabelTree:
+    """The built-in tree: root, 20 superclasses (in coarse-label order), 100 classes: K = 3."""
+    nested: dict[str, list[str]] = {name: [] for name in CIFAR100_COARSE}
+    for fine, c in zip(CIFAR100_FINE, CIFAR100_FINE_TO_COARSE, strict=True):
+        nested[CIFAR100_COARSE[c]].append(fine)
+    return LabelTree.from_nested(nested, root=ROOT_NAME)
+
 
 # Globals a pickled numpy array may name (Python 2 files say numpy.core, NumPy 2 numpy._core),
 # plus harmless builtins. Nothing here can run arbitrary code.
@@ -224,7 +274,7 @@ def check_against_builtin(paths: Sequence[str], *, strict: bool) -> LabelTree:
     A mismatch is an error when ``strict`` (verified official files cannot differ) and a warning
     otherwise: a user's re-packed copy may rename or regroup classes on purpose.
     """
-    builtin = cifar100_tree()
+    builtin = label_tree()
     known = {builtin.path(i) for i in builtin.leaves}
     unknown = sorted(set(paths) - known)
     if not unknown:
@@ -323,3 +373,18 @@ def fetch_cifar100(
                     raise DataFormatError(f"{folder}/{name}: missing from {archive}")
 
     return extract_archive(archive, folder, root=FOLDER, check=check)
+
+
+# The prepare step's recipe for `data.dataset: cifar100` (shdh.data.registry).
+
+
+def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
+    """fetch_cifar100 from data.sources ("official": the University of Toronto's URL)."""
+    return fetch_cifar100(raw_dir, mirrors(sources, OFFICIAL_URL, DATASET_NAME), verify=verify)
+
+
+def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
+    """The dataset directory at `out`; the readers' options do not apply."""
+    ds, tree = cifar100_dataset(raw_dir, verify=verify)
+    save_dataset(ds, out)
+    return tree

@@ -20,9 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from shdh.atomic import atomic_dir
-from shdh.data.fashion_mnist import load_raw
 from shdh.data.idx import DataFormatError
-from shdh.hierarchy import fashion_mnist_label_paths
 
 FORMAT = "shdh-dataset/1"
 LABEL_SEP = "|"  # joins the label paths of a multi-label item
@@ -245,10 +243,3 @@ def load_dataset(directory: str | os.PathLike[str], *, mmap: bool = True) -> Dat
             )
     _check(ds, str(directory))
     return ds
-
-
-def fashion_mnist_h_dataset(raw_dir: str | os.PathLike[str]) -> Dataset:
-    """Fashion-MNIST-H: all 70,000 pooled items with their leaf label paths."""
-    images, labels, ids = load_raw(raw_dir)
-    paths = np.array(fashion_mnist_label_paths(), dtype=np.str_)
-    return Dataset(images=images, labels=paths[labels], ids=ids, name="fashion-mnist-h")

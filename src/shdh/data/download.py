@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from shdh.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
@@ -451,3 +453,16 @@ def fetch(
         part.unlink(missing_ok=True)  # never resume one source's bytes from another
         errors.append(f"  {source}: {error}")
     raise DownloadError(f"{dest.name}: every source failed:\n" + "\n".join(errors))
+
+
+def mirrors(sources: Sequence[str], official: str, dataset: str) -> list[str]:
+    """data.sources as complete locations for a dataset with one official location: "official"
+    stands for it; 'debian' ships only Fashion-MNIST."""
+    if isinstance(sources, str):
+        raise ConfigError(f"data.sources: expected a list of locations, got the string {sources!r}")
+    if "debian" in sources:
+        raise ConfigError(
+            f"data.sources: 'debian' ships only Fashion-MNIST, not {dataset}; use 'official' "
+            "or a mirror (https://, file://, s3://, a folder)"
+        )
+    return [official if source == "official" else str(source) for source in sources]

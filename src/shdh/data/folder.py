@@ -12,7 +12,7 @@ tiny folder datasets for the tests, the smoke pipeline and docs/own-data.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from shdh.data.images import (
     check_name,
     checked_tree,
     listed_problems,
+    own_raw_dir,
     write_image_dataset,
 )
 from shdh.hierarchy import LabelTree
@@ -143,6 +144,19 @@ def folder_dataset(
         workers=workers,
         inner_labels=inner_labels,
     )
+
+
+# The prepare step's recipe for `data.dataset: folder` (shdh.data.registry).
+
+
+def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
+    """Your own folder is not fetched: it must be at raw_dir already."""
+    return own_raw_dir(raw_dir, "folder")
+
+
+def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
+    """folder_dataset with the readers' options the settings give."""
+    return folder_dataset(raw_dir, out, **reader)[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ import numpy as np
 from PIL import Image
 
 from shdh.data.archive import extract_archive
-from shdh.data.dataset import LABEL_SEP, Dataset
-from shdh.data.download import fetch
+from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
+from shdh.data.download import fetch, mirrors
 from shdh.data.idx import DataFormatError
 from shdh.hierarchy import LabelTree
 
@@ -460,3 +460,22 @@ def fetch_iaprtc12(
         fetch([_location(base, volume) for base in bases], raw_dir / volume)
     extract_archive(raw_dir / volumes[0], dest, check=find_benchmark)
     return find_benchmark(dest)
+
+
+# --------------------------------------------------------------------------------------------
+# The prepare step's recipe for `data.dataset: iaprtc12` (shdh.data.registry)
+# --------------------------------------------------------------------------------------------
+
+
+def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
+    """fetch_iaprtc12 from data.sources ("official": the RWTH Aachen mirror); nothing published
+    can be verified, so `verify` changes nothing."""
+    return fetch_iaprtc12(raw_dir, mirrors(sources, OFFICIAL_BASE, DATASET_NAME))
+
+
+def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
+    """The dataset directory at `out`; of the readers' options only skip_bad_images applies."""
+    given = {key: reader[key] for key in ("skip_bad_images",) if key in reader}
+    ds, tree = iaprtc12_dataset(raw_dir, **given)
+    save_dataset(ds, out)
+    return tree

@@ -27,6 +27,7 @@ from PIL import Image, ImageOps
 
 from shdh.data.dataset import LABEL_SEP, write_dataset_streaming
 from shdh.data.idx import DataFormatError
+from shdh.errors import ConfigError
 from shdh.hierarchy import LabelTree, TreeError
 
 log = logging.getLogger(__name__)
@@ -398,3 +399,13 @@ def write_image_dataset(
         )
     log.info("wrote %s: %d items, tree K=%d", out, n_items, tree.height)
     return out, tree
+
+
+def own_raw_dir(raw_dir: Path, dataset: str) -> Path:
+    """The fetch of a dataset of your own: nothing to download, raw_dir must already hold it."""
+    if not raw_dir.exists():
+        raise ConfigError(
+            f"data.raw_dir: {raw_dir} does not exist; a {dataset} dataset is your own "
+            "data and must be there before the pipeline runs"
+        )
+    return raw_dir

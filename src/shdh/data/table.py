@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from shdh.data.idx import DataFormatError
@@ -23,6 +24,7 @@ from shdh.data.images import (
     ImageSpec,
     checked_tree,
     listed_problems,
+    own_raw_dir,
     parse_label_cell,
     write_image_dataset,
 )
@@ -206,3 +208,17 @@ def table_dataset(
         workers=workers,
         inner_labels=inner_labels,
     )
+
+
+# The prepare step's recipe for `data.dataset: table` (shdh.data.registry).
+
+
+def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
+    """Your own table is not fetched: it must be at raw_dir already."""
+    return own_raw_dir(raw_dir, "table")
+
+
+def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
+    """table_dataset with the readers' options and the columns (data.table) the settings give."""
+    columns = {k: v for k, v in (table or {}).items() if k in ("image_column", "label_column")}
+    return table_dataset(raw_dir, out, **reader, **columns)[1]

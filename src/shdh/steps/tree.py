@@ -10,8 +10,8 @@ import numpy as np
 
 from shdh.atomic import atomic_dir, check_writable
 from shdh.errors import ConfigError
-from shdh.hierarchy import LabelTree, builtin_tree
-from shdh.steps.prepare import LABEL_TREE_FILE
+from shdh.hierarchy import LabelTree
+from shdh.steps.prepare import LABEL_TREE_FILE, builtin_tree
 
 log = logging.getLogger(__name__)
 
