@@ -126,7 +126,12 @@ def encode(
 ) -> np.ndarray:
     """Codes sgn(z) in {-1, +1}, int8 (N, L), with sgn(0) = -1 (see `outputs`)."""
     z = outputs(model, images, batch_size=batch_size, device=device, num_threads=num_threads)
-    return torch.where(z > 0, 1, -1).to(torch.int8).cpu().numpy()
+    return _signs(z).numpy()
+
+
+def _signs(z: torch.Tensor) -> torch.Tensor:
+    """sgn(z) in {-1, +1} as int8 on the host, with sgn(0) = -1."""
+    return torch.where(z > 0, 1, -1).to(torch.int8).cpu()
 
 
 def _sha256(a: np.ndarray) -> str:
@@ -293,19 +298,6 @@ def _resumable_checkpoint(
     return ckpt
 
 
-def _probe_diagnostics(
-    z: torch.Tensor, prev_codes: torch.Tensor
-) -> tuple[dict[str, float], torch.Tensor]:
-    """Does training move the codes? (docs/method.md: at the h~=0 saddle nothing moves.)"""
-    codes = torch.where(z > 0, 1, -1).to(torch.int8).cpu()  # (P, L)
-    stats = {
-        "mean_abs_z": float(z.abs().mean()),
-        "flip_fraction": float((codes != prev_codes).float().mean()),
-        "bit_balance": float(codes.float().mean(0).abs().mean()),  # 0 = every bit half/half
-    }
-    return stats, codes
-
-
 # -- where the training images live, and how a batch reaches the network ------------------------
 
 # The uint8 training images stay on the GPU for the whole run when they take at most this share
@@ -376,26 +368,6 @@ class _Batches:
         self.copied[self.turn].record()
         self.turn = 1 - self.turn
         return batch
-
-
-# step(images, positions on the device, full=whether the batch has batch_size items) -> the
-# detached (loss, parts) of one training step (_Run._make_step)
-_Step = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
-
-
-@dataclass
-class _State:
-    """What a checkpoint restores: the network, its optimiser and schedule, the history, the
-    probe codes and the memory bank (empty without one)."""
-
-    model: HashingNet
-    optimizer: torch.optim.Optimizer
-    scheduler: Any  # StepLR or ReduceLROnPlateau (shdh.convergence.make_scheduler)
-    history: list[dict[str, float]]
-    probe_codes: torch.Tensor
-    bank_z: torch.Tensor
-    bank_filled: torch.Tensor
-    epoch: int = 0
 
 
 class _LossLog:
@@ -514,9 +486,307 @@ def train(
 
 
 @dataclass
+class _State:
+    """What a checkpoint restores: the network, its optimiser and schedule, the history, the
+    probe codes and the memory bank (empty without one)."""
+
+    model: HashingNet
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # StepLR or ReduceLROnPlateau (shdh.convergence.make_scheduler)
+    history: list[dict[str, float]]
+    probe_codes: torch.Tensor
+    bank_z: torch.Tensor
+    bank_filled: torch.Tensor
+    epoch: int = 0
+
+    def load(self, ckpt: dict[str, Any], memory_bank: bool, device: torch.device) -> None:
+        """Continue from a checkpoint: weights, optimiser, schedule, history and RNG state."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.history, self.epoch = list(ckpt["history"]), int(ckpt["epoch"])
+        self.probe_codes = ckpt["probe_codes"]
+        if memory_bank:
+            self.bank_z.copy_(ckpt["bank_z"])
+            self.bank_filled.copy_(ckpt["bank_filled"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+        if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
+
+
+def _restore(
+    config: TrainConfig,
+    device: torch.device,
+    identity: dict[str, Any],
+    ckpt: dict[str, Any] | None,
+    n_train: int,
+    probe: "_Probe",
+) -> _State:
+    """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
+    model = _build(config, identity["in_channels"], identity["segment_sizes"])
+    model = model.to(device)
+    if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+    )
+    scheduler = convergence.make_scheduler(config, optimizer)
+    n_bank = n_train if config.memory_bank else 0
+    state = _State(
+        model,
+        optimizer,
+        scheduler,
+        [],
+        torch.zeros(0),
+        torch.zeros(n_bank, config.n_bits, device=device),
+        torch.zeros(n_bank, dtype=torch.bool, device=device),
+    )
+    if ckpt is None:
+        state.probe_codes = probe.codes(model)
+    else:
+        state.load(ckpt, config.memory_bank, device)
+    return state
+
+
+class _Checkpoints:
+    """The run's checkpoint file: written after an epoch when config.checkpoint_seconds have
+    passed since the last one, and after the last epoch (on a GPU by a background writer)."""
+
+    def __init__(
+        self, path: Path, config: TrainConfig, device: torch.device, identity: dict[str, Any]
+    ) -> None:
+        self.config, self.device, self.identity = config, device, identity
+        self.writer = CheckpointWriter(path, background=device.type == "cuda")
+        self.written = time.perf_counter()
+
+    def after_epoch(self, state: _State, last: bool) -> None:
+        if last or time.perf_counter() - self.written >= self.config.checkpoint_seconds:
+            self.writer.write(self._contents(state))
+            self.written = time.perf_counter()
+
+    def wait(self) -> None:
+        self.writer.wait()
+
+    def _contents(self, state: _State) -> dict[str, Any]:
+        checkpoint = {
+            "model": state.model.state_dict(),
+            "optimizer": state.optimizer.state_dict(),
+            "scheduler": state.scheduler.state_dict(),
+            "epoch": state.epoch,
+            "config": asdict(self.config),
+            "history": state.history,
+            "probe_codes": state.probe_codes,
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state(self.device)
+            if self.device.type == "cuda"
+            else None,
+            **self.identity,
+        }
+        if self.config.memory_bank:
+            checkpoint["bank_z"], checkpoint["bank_filled"] = state.bank_z, state.bank_filled
+        return checkpoint
+
+
+@dataclass
+class _Probe:
+    """Training items whose codes are followed across epochs: does training move the codes?
+    (docs/method.md: at the h~=0 saddle nothing moves.)"""
+
+    images: np.ndarray
+    idx: np.ndarray
+    device: torch.device
+
+    @classmethod
+    def choose(
+        cls, images: np.ndarray, train_idx: np.ndarray, seed: int, device: torch.device
+    ) -> "_Probe":
+        n_train = len(train_idx)
+        rng = np.random.default_rng([seed, 1])  # local: one probe set per seed
+        probe = np.sort(rng.choice(n_train, size=min(PROBE_SIZE, n_train), replace=False))
+        return cls(images, train_idx[probe], device)
+
+    def codes(self, model: HashingNet) -> torch.Tensor:
+        return _signs(self._outputs(model))
+
+    def diagnostics(self, state: _State) -> dict[str, float]:
+        """The probe's output scale, the share of its bits flipped since the last epoch (the
+        new codes replace state.probe_codes) and the bits' balance."""
+        z = self._outputs(state.model)
+        codes = _signs(z)  # (P, L)
+        stats = {
+            "mean_abs_z": float(z.abs().mean()),
+            "flip_fraction": float((codes != state.probe_codes).float().mean()),
+            "bit_balance": float(codes.float().mean(0).abs().mean()),  # 0 = every bit half/half
+        }
+        state.probe_codes = codes
+        return stats
+
+    def _outputs(self, model: HashingNet) -> torch.Tensor:
+        return _forward_all(model, self.images, self.idx, 512, self.device)  # (P, L)
+
+
+@dataclass
+class _Schedule:
+    """After each epoch: the validation score on the held-out items (none without them), the
+    learning rate schedule's step on it and, with the plateau schedule, whether to stop."""
+
+    config: TrainConfig
+    validate: Validate | None
+    queries: np.ndarray
+    database: np.ndarray
+
+    def after_epoch(self, entry: dict[str, Any], state: _State) -> bool:
+        """Whether the fit stops here; the score and its seconds are entered in `entry`."""
+        score = self._score(entry, state.model)
+        stopped = convergence.step_schedule(self.config, state.scheduler, score)
+        if self.config.schedule == "plateau":
+            entry[convergence.STOP_KEY] = stopped
+        return stopped
+
+    def _score(self, entry: dict[str, Any], model: HashingNet) -> float | None:
+        if len(self.queries) == 0:
+            return None
+        start = time.perf_counter()
+        score = float(self.validate(model, self.queries, self.database))
+        entry[convergence.VAL_METRIC] = score
+        entry["val_seconds"] = time.perf_counter() - start
+        return score
+
+
+class _TrainStep:
+    """The training step on one batch: uint8 images (b, H, W[, C]) on the device and their
+    positions in the training set (on the device) -> the detached (loss, parts). Every step goes
+    through one GraphedStep; its CUDA graph replays the full batches where config.cuda_graph
+    asks for it (not with a memory bank, whose partners change in number from step to step) and
+    is off otherwise."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        device: torch.device,
+        state: _State,
+        loss_fn: LossFn,
+        anc_train: torch.Tensor,
+    ) -> None:
+        self.config, self.device, self.state = config, device, state
+        self.loss_fn, self.anc_train = loss_fn, anc_train
+        self.model = _step_model(state.model, config.compile)
+        self.graphed = config.cuda_graph and device.type == "cuda" and not config.memory_bank
+        self.step = GraphedStep(self._forward_backward, state.optimizer, device, graph=self.graphed)
+
+    def __call__(
+        self, images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """full: whether the batch has batch_size items (only those replay the graph)."""
+        inputs = (images, self.anc_train[pos_t], pos_t)
+        return self.step(*inputs) if full else self.step.eager(*inputs)
+
+    def _forward_backward(
+        self, images: torch.Tensor, anc: torch.Tensor, pos_t: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        config, device, state = self.config, self.device, self.state
+        x = to_input(images, config.image_size, device)  # (b, C, S, S)
+        if device.type == "cuda":
+            x = x.contiguous(memory_format=torch.channels_last)
+        autocast = torch.autocast(
+            device_type=device.type,
+            dtype=torch.bfloat16,
+            enabled=config.bf16 and device.type == "cuda",
+            cache_enabled=not self.graphed,  # a CUDA graph must not keep autocast's weight casts
+        )
+        with autocast:
+            z = self.model(x)  # (b, L)
+        bank = _bank(state, self.anc_train, pos_t)
+        loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(state.model.parameters(), config.grad_clip)
+        state.optimizer.step()
+        if config.memory_bank:
+            state.bank_z[pos_t] = z.detach().float()
+            state.bank_filled[pos_t] = True
+        return loss.detach(), {k: v.detach() for k, v in parts.items()}
+
+
+def _step_model(model: HashingNet, compile_it: bool) -> nn.Module:
+    """The module the training steps call: the model, or its torch.compile'd form (the same
+    parameters; checkpoints and encoding use the model itself)."""
+    if not compile_it:
+        return model
+    log.info("compiling the network with torch.compile (the first steps take longer)")
+    return torch.compile(model)
+
+
+@dataclass
+class _Epochs:
+    """The passes over the training items, each in the seeded (seed, epoch) order, guarded
+    against a non-finite loss."""
+
+    config: TrainConfig
+    step: _TrainStep
+    batches: _Batches
+    progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
+    ckpt_path: Path  # named when a non-finite loss stops the fit
+
+    def run(self, epoch: int, state: _State) -> dict[str, float]:
+        """One epoch's history entry: the mean losses, the lr and the throughput."""
+        config, device = self.config, self.batches.device
+        n_train = len(self.batches.train_idx)
+        state.model.train()
+        lr = state.optimizer.param_groups[0]["lr"]
+        order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch))
+        order_on_device = order.to(device)  # one copy per epoch, none per step
+        losses = _LossLog(math.ceil(n_train / config.batch_size), device)
+        n_seen, t0 = 0, time.perf_counter()
+        desc = f"epoch {epoch}/{config.epochs}"
+        bar = self.progress(losses.n_steps, desc) if self.progress else _NoBar()
+        for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
+            pos = order[start : start + config.batch_size]
+            if len(pos) < 2:  # a lone trailing item has no in-batch partner
+                continue
+            pos_t = order_on_device[start : start + config.batch_size]
+            full = len(pos) == config.batch_size
+            loss, parts = self.step(self.batches.gather(pos, pos_t), pos_t, full=full)
+            losses.add(step, loss, parts)
+            n_seen += len(pos)
+            if len(losses.steps) % SYNC_EVERY == 0:
+                self._guard(losses, epoch, bar)
+            bar.update(1)
+        self._guard(losses, epoch, bar)
+        bar.close()
+        seconds = time.perf_counter() - t0  # the guard above waited for the GPU to finish
+        return {
+            "epoch": epoch,
+            **losses.means(),
+            "lr": lr,
+            "seconds": seconds,
+            "images_per_sec": n_seen / seconds if seconds > 0 else math.inf,
+        }
+
+    def _guard(self, losses: _LossLog, epoch: int, bar: Any) -> None:
+        """Stop at a non-finite loss before it reaches a checkpoint: the last good one stays."""
+        bad = losses.first_non_finite()
+        if bad is None:
+            if losses.steps:
+                bar.set_postfix(loss=f"{losses.last:.4f}", refresh=False)
+            return
+        bar.close()
+        step, value = bad
+        last = (
+            f"last good checkpoint: {self.ckpt_path} (epoch {epoch - 1}), left untouched"
+            if epoch > 1
+            else "no checkpoint was written yet"
+        )
+        raise TrainingDivergedError(f"loss is {value} at epoch {epoch}, step {step}; {last}")
+
+
+@dataclass
 class _Run:
-    """One training run, as named steps: restore (or start), then per epoch run the steps,
-    guard against a non-finite loss, and checkpoint."""
+    """One training run: restore (or start), then per epoch train, follow the probe codes,
+    validate and step the schedule, checkpoint and report the epoch."""
 
     config: TrainConfig
     device: torch.device
@@ -536,236 +806,34 @@ class _Run:
     ) -> TrainResult:
         config, device = self.config, self.device
         split = convergence.validation_split(len(train_idx), config.val_size, config.seed)
-        val_queries, val_database = train_idx[split.queries], train_idx[split.database]
+        schedule = _Schedule(
+            config, self.validate, train_idx[split.queries], train_idx[split.database]
+        )
         train_idx = train_idx[split.train]
-        n_train = len(train_idx)
         # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
         anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
-        probe_rng = np.random.default_rng([config.seed, 1])  # local: one probe set per seed
-        probe = np.sort(probe_rng.choice(n_train, size=min(PROBE_SIZE, n_train), replace=False))
-        probe_idx = train_idx[probe]
-        state = self._restore(ckpt, images, probe_idx, n_train)
+        probe = _Probe.choose(images, train_idx, config.seed, device)
+        state = _restore(config, device, self.identity, ckpt, len(train_idx), probe)
         batches = _Batches(images, train_idx, device, config.batch_size)
-        step = self._make_step(state, self._step_model(state.model), anc_train)
-        writer = CheckpointWriter(self.ckpt_path, background=device.type == "cuda")
+        step = _TrainStep(config, device, state, self.loss_fn, anc_train)
+        epochs = _Epochs(config, step, batches, self.progress, self.ckpt_path)
+        checkpoints = _Checkpoints(self.ckpt_path, config, device, self.identity)
         stopped = bool(state.history) and bool(state.history[-1].get(convergence.STOP_KEY))
-        written = time.perf_counter()
         with _cuda_speedups(device):
             for epoch in range(state.epoch + 1, config.epochs + 1):
                 if stopped:
                     break
-                entry = self._epoch(epoch, state, step, batches, len(train_idx))
-                z_probe = _forward_all(state.model, images, probe_idx, 512, device)  # (P, L)
-                stats, state.probe_codes = _probe_diagnostics(z_probe, state.probe_codes)
-                entry.update(stats)
-                score = self._validation(entry, state.model, val_queries, val_database)
-                stopped = convergence.step_schedule(config, state.scheduler, score)
-                if config.schedule == "plateau":
-                    entry[convergence.STOP_KEY] = stopped
+                entry = epochs.run(epoch, state)
+                entry.update(probe.diagnostics(state))
+                stopped = schedule.after_epoch(entry, state)
                 state.history.append(entry)
                 state.epoch = epoch
-                last = stopped or epoch == config.epochs
-                if last or time.perf_counter() - written >= config.checkpoint_seconds:
-                    writer.write(self._checkpoint(state))
-                    written = time.perf_counter()
+                checkpoints.after_epoch(state, last=stopped or epoch == config.epochs)
                 if self.on_epoch is not None:
                     self.on_epoch(state.history[-1])
-        writer.wait()
+        checkpoints.wait()
         state.model.eval()
         return TrainResult(model=state.model, history=state.history, checkpoint_path=self.ckpt_path)
-
-    def _restore(
-        self, ckpt: dict[str, Any] | None, images: np.ndarray, probe_idx: np.ndarray, n_train: int
-    ) -> _State:
-        """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
-        config, device = self.config, self.device
-        model = _build(config, self.identity["in_channels"], self.identity["segment_sizes"])
-        model = model.to(device)
-        if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
-            model = model.to(memory_format=torch.channels_last)
-        optimizer = torch.optim.SGD(
-            model.parameters(),
-            lr=config.lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
-        scheduler = convergence.make_scheduler(config, optimizer)
-        n_bank = n_train if config.memory_bank else 0
-        state = _State(
-            model,
-            optimizer,
-            scheduler,
-            [],
-            torch.zeros(0),
-            torch.zeros(n_bank, config.n_bits, device=device),
-            torch.zeros(n_bank, dtype=torch.bool, device=device),
-        )
-        if ckpt is None:
-            z_probe = _forward_all(model, images, probe_idx, 512, device)
-            state.probe_codes = torch.where(z_probe > 0, 1, -1).to(torch.int8).cpu()
-            return state
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        state.history, state.epoch = list(ckpt["history"]), int(ckpt["epoch"])
-        state.probe_codes = ckpt["probe_codes"]
-        if config.memory_bank:
-            state.bank_z.copy_(ckpt["bank_z"])
-            state.bank_filled.copy_(ckpt["bank_filled"])
-        torch.set_rng_state(ckpt["rng_cpu"])
-        if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
-            torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
-        return state
-
-    def _step_model(self, model: HashingNet) -> nn.Module:
-        """The module the training steps call: the model, or its torch.compile'd form (the
-        same parameters; checkpoints and encoding use the model itself)."""
-        if not self.config.compile:
-            return model
-        log.info("compiling the network with torch.compile (the first steps take longer)")
-        return torch.compile(model)
-
-    def _epoch(
-        self,
-        epoch: int,
-        state: _State,
-        train_step: _Step,
-        batches: _Batches,
-        n_train: int,
-    ) -> dict[str, float]:
-        """One pass over the training items in the seeded (seed, epoch) order."""
-        config, device = self.config, self.device
-        state.model.train()
-        lr = state.optimizer.param_groups[0]["lr"]
-        order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch))
-        order_on_device = order.to(device)  # one copy per epoch, none per step
-        losses = _LossLog(math.ceil(n_train / config.batch_size), device)
-        n_seen, t0 = 0, time.perf_counter()
-        desc = f"epoch {epoch}/{config.epochs}"
-        bar = self.progress(losses.n_steps, desc) if self.progress else _NoBar()
-        for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
-            pos = order[start : start + config.batch_size]
-            if len(pos) < 2:  # a lone trailing item has no in-batch partner
-                continue
-            pos_t = order_on_device[start : start + config.batch_size]
-            full = len(pos) == config.batch_size
-            loss, parts = train_step(batches.gather(pos, pos_t), pos_t, full=full)
-            losses.add(step, loss, parts)
-            n_seen += len(pos)
-            if len(losses.steps) % SYNC_EVERY == 0:
-                self._guard(losses, epoch, bar)
-            bar.update(1)
-        self._guard(losses, epoch, bar)
-        bar.close()
-        seconds = time.perf_counter() - t0  # the guard above waited for the GPU to finish
-        return {
-            "epoch": epoch,
-            **losses.means(),
-            "lr": lr,
-            "seconds": seconds,
-            "images_per_sec": n_seen / seconds if seconds > 0 else math.inf,
-        }
-
-    def _make_step(self, state: _State, step_model: nn.Module, anc_train: torch.Tensor) -> _Step:
-        """The training step on one batch: uint8 images (b, H, W[, C]) on the device and their
-        positions in the training set (on the device) -> (loss, parts). A CUDA graph replays the
-        full batches where config.cuda_graph asks for it (not with a memory bank, whose
-        partners change in number from step to step)."""
-        config, device = self.config, self.device
-
-        def forward_backward(
-            images: torch.Tensor, anc: torch.Tensor, pos_t: torch.Tensor | None, cache: bool
-        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            x = to_input(images, config.image_size, device)  # (b, C, S, S)
-            if device.type == "cuda":
-                x = x.contiguous(memory_format=torch.channels_last)
-            autocast = torch.autocast(
-                device_type=device.type,
-                dtype=torch.bfloat16,
-                enabled=config.bf16 and device.type == "cuda",
-                cache_enabled=cache,  # a CUDA graph must not keep autocast's weight casts
-            )
-            with autocast:
-                z = step_model(x)  # (b, L)
-            bank = None if pos_t is None else _bank(state, anc_train, pos_t)
-            loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
-            loss.backward()
-            if config.grad_clip > 0:
-                nn.utils.clip_grad_norm_(state.model.parameters(), config.grad_clip)
-            state.optimizer.step()
-            if config.memory_bank:
-                state.bank_z[pos_t] = z.detach().float()
-                state.bank_filled[pos_t] = True
-            return loss.detach(), {k: v.detach() for k, v in parts.items()}
-
-        graphed = None
-        if config.cuda_graph and device.type == "cuda" and not config.memory_bank:
-            graphed = GraphedStep(
-                lambda images, anc: forward_backward(images, anc, None, cache=False),
-                state.optimizer,
-                device,
-            )
-
-        def step(
-            images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
-        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            anc = anc_train[pos_t]
-            if graphed is not None and full:
-                return graphed(images, anc)
-            if graphed is not None:
-                return graphed.eager(images, anc)
-            state.optimizer.zero_grad(set_to_none=True)
-            return forward_backward(images, anc, pos_t, cache=True)
-
-        return step
-
-    def _validation(
-        self, entry: dict[str, Any], model: HashingNet, queries: np.ndarray, database: np.ndarray
-    ) -> float | None:
-        """The validation score of the model after this epoch (None without held-out items);
-        entered in the epoch's history with the seconds it took."""
-        if len(queries) == 0:
-            return None
-        start = time.perf_counter()
-        score = float(self.validate(model, queries, database))
-        entry[convergence.VAL_METRIC] = score
-        entry["val_seconds"] = time.perf_counter() - start
-        return score
-
-    def _guard(self, losses: _LossLog, epoch: int, bar: Any) -> None:
-        """Stop at a non-finite loss before it reaches a checkpoint: the last good one stays."""
-        bad = losses.first_non_finite()
-        if bad is None:
-            if losses.steps:
-                bar.set_postfix(loss=f"{losses.last:.4f}", refresh=False)
-            return
-        bar.close()
-        step, value = bad
-        last = (
-            f"last good checkpoint: {self.ckpt_path} (epoch {epoch - 1}), left untouched"
-            if epoch > 1
-            else "no checkpoint was written yet"
-        )
-        raise TrainingDivergedError(f"loss is {value} at epoch {epoch}, step {step}; {last}")
-
-    def _checkpoint(self, state: _State) -> dict[str, Any]:
-        checkpoint = {
-            "model": state.model.state_dict(),
-            "optimizer": state.optimizer.state_dict(),
-            "scheduler": state.scheduler.state_dict(),
-            "epoch": state.epoch,
-            "config": asdict(self.config),
-            "history": state.history,
-            "probe_codes": state.probe_codes,
-            "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state(self.device)
-            if self.device.type == "cuda"
-            else None,
-            **self.identity,
-        }
-        if self.config.memory_bank:
-            checkpoint["bank_z"], checkpoint["bank_filled"] = state.bank_z, state.bank_filled
-        return checkpoint
 
 
 def _bank(
