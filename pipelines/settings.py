@@ -219,7 +219,7 @@ def parse_settings(documents: list[Any], source: str) -> ClusterSettings:
     keys.refuse_unknown()
     settings = ClusterSettings(
         source=source,
-        resources={step: keys.resources(step) for step in STEPS},
+        resources={step: _resources(keys, step) for step in STEPS},
         retry=Retry(
             keys.integer("train.retries", minimum=0),
             keys.duration("train.retry_backoff"),
@@ -234,7 +234,7 @@ def parse_settings(documents: list[Any], source: str) -> ClusterSettings:
         accelerator_limit=keys.integer("train.accelerator_limit", minimum=0),
         image_pull_secrets=keys.names("image_pull_secrets"),
     )
-    keys.check_consistency(settings)
+    _check_consistency(keys, settings)
     return settings
 
 
@@ -304,48 +304,53 @@ class _Keys:
             raise self.fail(key, f"expected a JSON {kind.__name__}, got {text!r}")
         return parsed
 
-    def resources(self, step: str) -> Resources:
-        values = {}
-        for name in RESOURCE_KEYS:
-            key = f"{step}.{name}" if f"{step}.{name}" in self.data else f"default.{name}"
-            text = self.value(key)
-            pattern = _CPU if name.startswith("cpu") else _MEMORY
-            if not pattern.fullmatch(text) or quantity(text) <= 0:
-                raise self.fail(
-                    key,
-                    f"not a positive Kubernetes {name.split('_')[0]} quantity "
-                    f"(e.g. 500m, 2, 1Gi): {text!r}",
-                )
-            values[name] = text
-        for kind in ("cpu", "memory"):
-            request, limit = values[f"{kind}_request"], values[f"{kind}_limit"]
-            if quantity(request) > quantity(limit):
-                raise self.fail(f"{step}.{kind}_request", f"{request} is above the limit {limit}")
-        return Resources(**values)
 
-    def check_consistency(self, settings: ClusterSettings) -> None:
-        if any(not isinstance(v, str) for v in settings.node_selector.values()):
-            raise self.fail("train.node_selector", "label values must be strings")
-        for t in settings.tolerations:
-            if not isinstance(t, dict) or not set(t) <= set(_TOLERATION_FIELDS):
-                raise self.fail(
-                    "train.tolerations",
-                    f"each must be an object with keys among "
-                    f"{sorted(_TOLERATION_FIELDS)}, got {t!r}",
-                )
-        if bool(settings.accelerator_type) != (settings.accelerator_limit > 0):
-            raise self.fail(
-                "train.accelerator_limit",
-                f"{settings.accelerator_limit} for "
-                f"accelerator_type {settings.accelerator_type!r} (at least 1 with "
-                "a type, 0 without)",
+def _resources(keys: _Keys, step: str) -> Resources:
+    """A step's CPU and memory bounds: its own keys, else the default's; a request above its
+    limit fails."""
+    values = {}
+    for name in RESOURCE_KEYS:
+        key = f"{step}.{name}" if f"{step}.{name}" in keys.data else f"default.{name}"
+        text = keys.value(key)
+        pattern = _CPU if name.startswith("cpu") else _MEMORY
+        if not pattern.fullmatch(text) or quantity(text) <= 0:
+            raise keys.fail(
+                key,
+                f"not a positive Kubernetes {name.split('_')[0]} quantity "
+                f"(e.g. 500m, 2, 1Gi): {text!r}",
             )
-        if settings.retry.max_backoff_seconds < settings.timeout_seconds:
-            raise self.fail(
-                "train.retry_backoff_max",
-                "shorter than train.timeout: no retry may start that late, so a try that runs to "
-                "its deadline would never be retried",
+        values[name] = text
+    for kind in ("cpu", "memory"):
+        request, limit = values[f"{kind}_request"], values[f"{kind}_limit"]
+        if quantity(request) > quantity(limit):
+            raise keys.fail(f"{step}.{kind}_request", f"{request} is above the limit {limit}")
+    return Resources(**values)
+
+
+def _check_consistency(keys: _Keys, settings: ClusterSettings) -> None:
+    """What no single key shows: node labels are strings, tolerations have known fields, a GPU
+    type comes with a count, and a retry can start after a try has run to its deadline."""
+    if any(not isinstance(v, str) for v in settings.node_selector.values()):
+        raise keys.fail("train.node_selector", "label values must be strings")
+    for t in settings.tolerations:
+        if not isinstance(t, dict) or not set(t) <= set(_TOLERATION_FIELDS):
+            raise keys.fail(
+                "train.tolerations",
+                f"each must be an object with keys among {sorted(_TOLERATION_FIELDS)}, got {t!r}",
             )
+    if bool(settings.accelerator_type) != (settings.accelerator_limit > 0):
+        raise keys.fail(
+            "train.accelerator_limit",
+            f"{settings.accelerator_limit} for "
+            f"accelerator_type {settings.accelerator_type!r} (at least 1 with "
+            "a type, 0 without)",
+        )
+    if settings.retry.max_backoff_seconds < settings.timeout_seconds:
+        raise keys.fail(
+            "train.retry_backoff_max",
+            "shorter than train.timeout: no retry may start that late, so a try that runs to "
+            "its deadline would never be retried",
+        )
 
 
 def quantity(text: str) -> float:

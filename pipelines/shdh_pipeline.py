@@ -76,21 +76,7 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
     if settings is not None:
         params = train_device(params, settings)
     defaults = pipeline_arguments(params)
-    # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
-    # A local run downloads instead: its store is not the cluster's.
-    data_version = dvc_pull.data_version(project_root()) if settings is not None else ""
-    deep_runs = branch_runs(params["train"], params["baselines"], "deep")
-    shallow_runs = branch_runs(params["train"], params["baselines"], "shallow")
-    if not deep_runs and not shallow_runs:
-        raise ValueError("params: train and baselines list no (method, bits) to run")
-    tasks: list[Any] = []
-
-    def step(task: Any) -> Any:
-        tasks.append(task)
-        return task
-
-    def cap(loop: str) -> int | None:
-        return settings.parallelism[loop] if settings is not None else None
+    plan = _Plan.of(params, settings)
 
     @dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)
     def shdh_pipeline(
@@ -107,106 +93,224 @@ def build_pipeline(params: dict[str, Any], *, settings: ClusterSettings | None =
         register_metric: str = DEFAULT_METRIC,
         register_alias: str = DEFAULT_ALIAS,
     ) -> Outputs:
-        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        tracked = {"seed": seed, "profile": profile, "pipeline_run_id": run_id}
-        fetched = prepare_op(data=data, seed=seed, data_version=data_version)
-        prepared = step(fetched).outputs["prepared"]
-        labels = step(tree_op(prepared=prepared, settings=tree)).outputs["labels"]
-        similarity = step(
-            smatrix_op(prepared=prepared, labels=labels, settings=smatrix, seed=seed)
-        ).outputs["similarity"]
-        opened = step(
-            start_op(
-                prepared=prepared,
-                profile=profile,
-                pipeline_run_id=run_id,
-                seed=seed,
-                data=data,
-                tree=tree,
-                smatrix=smatrix,
-                features=features,
-                train=train,
-                baselines=baselines,
-                evaluate=evaluate,
-            )
+        args = _Arguments(
+            profile=profile,
+            seed=seed,
+            data=data,
+            tree=tree,
+            smatrix=smatrix,
+            features=features,
+            train=train,
+            baselines=baselines,
+            evaluate=evaluate,
+            register_model=register_model,
+            register_metric=register_metric,
+            register_alias=register_alias,
         )
+        return _Tasks(plan, args).outputs()
 
-        def unrolled(runs: list[dict], loop: str, make: Any) -> list[Any]:
-            """One task per planned fit, after the parent run is open, at most cap(loop) at
-            once: the i-th also waits for the (i - cap)-th."""
-            fits: list[Any] = []
-            limit = cap(loop)
-            for i, run in enumerate(runs):
-                fit = make(method=run["method"], bits=run["bits"], own_seed=run["own_seed"])
-                fit.set_display_name(fit_name(run)).after(opened)
-                if limit and i >= limit:
-                    fit.after(fits[i - limit])
-                fits.append(step(fit))
-            return fits
+    return shdh_pipeline
 
-        def deep_fit(**run: Any) -> Any:
-            fit = train_op(
-                prepared=prepared, similarity=similarity, settings=train, **run, **tracked
-            )
-            if settings is not None:
-                apply_training(fit, settings, gpu_image(IMAGE))
-            return fit
 
-        models = unrolled(deep_runs, "train", deep_fit)
-        inputs: dict[str, Any] = {}
-        if shallow_runs:
-            gist = step(features_op(prepared=prepared, settings=features)).outputs["gist"]
-            inputs["gist"] = gist
+class _Arguments(NamedTuple):
+    """The pipeline's parameters inside its body: placeholders for a run's values."""
 
-            def shallow_fit(**run: Any) -> Any:
-                return baseline_op(
-                    prepared=prepared,
-                    similarity=similarity,
-                    gist=gist,
-                    settings=baselines,
-                    **run,
-                    **tracked,
-                )
+    profile: Any
+    seed: Any
+    data: Any
+    tree: Any
+    smatrix: Any
+    features: Any
+    train: Any
+    baselines: Any
+    evaluate: Any
+    register_model: Any
+    register_metric: Any
+    register_alias: Any
 
-            models += unrolled(shallow_runs, "baseline", shallow_fit)
-        outputs = [m.outputs["model"] for m in models]
-        inputs.update(zip(fit_inputs(len(models)), outputs, strict=True))
-        evaluate_op = evaluate_for(len(models), gist=bool(shallow_runs))
-        scored = step(
-            evaluate_op(
-                prepared=prepared,
-                similarity=similarity,
-                deep_runs=deep_runs,
-                shallow_runs=shallow_runs,
-                settings=evaluate,
-                **tracked,
-                **inputs,
-            )
-        )
-        written = step(
-            report_op(
-                prepared=prepared,
-                results=scored.outputs["results"],
-                settings=evaluate,
-                profile=profile,
-                pipeline_run_id=run_id,
-            )
-        )
-        if deep_runs:  # only the deep methods log an encoder that can be registered
-            step(
-                register_op(
-                    parent_run_id=opened.output,
-                    model_name=register_model,
-                    metric=register_metric,
-                    alias=register_alias,
-                ).after(scored)
-            )
+
+class _Plan(NamedTuple):
+    """What is fixed when the pipeline is built: the fits, the data version and the cluster."""
+
+    deep_runs: list[dict]
+    shallow_runs: list[dict]
+    data_version: str
+    settings: ClusterSettings | None
+
+    @classmethod
+    def of(cls, params: dict[str, Any], settings: ClusterSettings | None) -> "_Plan":
+        # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
+        # A local run downloads instead: its store is not the cluster's.
+        data_version = dvc_pull.data_version(project_root()) if settings is not None else ""
+        deep_runs = branch_runs(params["train"], params["baselines"], "deep")
+        shallow_runs = branch_runs(params["train"], params["baselines"], "shallow")
+        if not deep_runs and not shallow_runs:
+            raise ValueError("params: train and baselines list no (method, bits) to run")
+        return cls(deep_runs, shallow_runs, data_version, settings)
+
+    def cap(self, loop: str) -> int | None:
+        """How many fits of a loop's kind may run at once (None: no cap)."""
+        return self.settings.parallelism[loop] if self.settings is not None else None
+
+
+class _Tasks:
+    """The tasks of the pipeline's body, made in the DAG's order (KFP numbers the tasks of one
+    component, train, train-2, ..., in the order they are made), each kept so that the cluster
+    settings reach every one at the end."""
+
+    def __init__(self, plan: _Plan, args: _Arguments) -> None:
+        self.plan, self.args = plan, args
+        self.run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        self.tracked = {"seed": args.seed, "profile": args.profile, "pipeline_run_id": self.run_id}
+        self.made: list[Any] = []
+
+    def add(self, task: Any) -> Any:
+        self.made.append(task)
+        return task
+
+    def outputs(self) -> Outputs:
+        """The whole DAG: the data steps, the fits, scoring, the report and registration."""
+        upstream = _data_steps(self)
+        models, inputs = _Fits(self, upstream).made()
+        scored, written = _scoring(self, upstream, models, inputs)
+        settings = self.plan.settings
         if settings is not None:
-            for task in tasks:
+            for task in self.made:
                 apply_resources(use_cluster_settings(task), settings)
         return Outputs(results=scored.outputs["results"], report=written.outputs["document"])
 
-    return shdh_pipeline
+
+class _Upstream(NamedTuple):
+    """What the fits and the scoring take from the data steps."""
+
+    prepared: Any
+    similarity: Any
+    opened: Any  # the start task: its output is the MLflow parent run's id
+
+
+def _data_steps(tasks: _Tasks) -> _Upstream:
+    """prepare -> tree -> smatrix, and the MLflow parent run (start)."""
+    args = tasks.args
+    fetched = prepare_op(data=args.data, seed=args.seed, data_version=tasks.plan.data_version)
+    prepared = tasks.add(fetched).outputs["prepared"]
+    labels = tasks.add(tree_op(prepared=prepared, settings=args.tree)).outputs["labels"]
+    similarity = tasks.add(
+        smatrix_op(prepared=prepared, labels=labels, settings=args.smatrix, seed=args.seed)
+    ).outputs["similarity"]
+    opened = tasks.add(
+        start_op(
+            prepared=prepared,
+            profile=args.profile,
+            pipeline_run_id=tasks.run_id,
+            seed=args.seed,
+            data=args.data,
+            tree=args.tree,
+            smatrix=args.smatrix,
+            features=args.features,
+            train=args.train,
+            baselines=args.baselines,
+            evaluate=args.evaluate,
+        )
+    )
+    return _Upstream(prepared, similarity, opened)
+
+
+class _Fits:
+    """The fit tasks: the deep fits, then (with shallow fits) the GIST features and the shallow
+    fits, one task per planned fit."""
+
+    def __init__(self, tasks: _Tasks, upstream: _Upstream) -> None:
+        self.tasks, self.upstream = tasks, upstream
+
+    def made(self) -> tuple[list[Any], dict[str, Any]]:
+        """The fit tasks in scoring order, and the evaluate step's inputs besides the models."""
+        plan = self.tasks.plan
+        models = self._unrolled(plan.deep_runs, "train", self._deep)
+        inputs: dict[str, Any] = {}
+        if plan.shallow_runs:
+            features = features_op(
+                prepared=self.upstream.prepared, settings=self.tasks.args.features
+            )
+            self.gist = inputs["gist"] = self.tasks.add(features).outputs["gist"]
+            models += self._unrolled(plan.shallow_runs, "baseline", self._shallow)
+        return models, inputs
+
+    def _unrolled(self, runs: list[dict], loop: str, make: Any) -> list[Any]:
+        """One task per planned fit, after the parent run is open, at most cap(loop) at once:
+        the i-th also waits for the (i - cap)-th."""
+        fits: list[Any] = []
+        limit = self.tasks.plan.cap(loop)
+        for i, run in enumerate(runs):
+            fit = make(method=run["method"], bits=run["bits"], own_seed=run["own_seed"])
+            fit.set_display_name(fit_name(run)).after(self.upstream.opened)
+            if limit and i >= limit:
+                fit.after(fits[i - limit])
+            fits.append(self.tasks.add(fit))
+        return fits
+
+    def _deep(self, **run: Any) -> Any:
+        fit = train_op(
+            prepared=self.upstream.prepared,
+            similarity=self.upstream.similarity,
+            settings=self.tasks.args.train,
+            **run,
+            **self.tasks.tracked,
+        )
+        settings = self.tasks.plan.settings
+        if settings is not None:
+            apply_training(fit, settings, gpu_image(IMAGE))
+        return fit
+
+    def _shallow(self, **run: Any) -> Any:
+        return baseline_op(
+            prepared=self.upstream.prepared,
+            similarity=self.upstream.similarity,
+            gist=self.gist,
+            settings=self.tasks.args.baselines,
+            **run,
+            **self.tasks.tracked,
+        )
+
+
+def _scoring(
+    tasks: _Tasks, upstream: _Upstream, models: list[Any], inputs: dict[str, Any]
+) -> tuple[Any, Any]:
+    """evaluate (every model) -> report, and register after evaluate where there is an encoder
+    to register: the evaluate and report tasks."""
+    args, plan = tasks.args, tasks.plan
+    outputs = [m.outputs["model"] for m in models]
+    inputs.update(zip(fit_inputs(len(models)), outputs, strict=True))
+    evaluate_op = evaluate_for(len(models), gist=bool(plan.shallow_runs))
+    scored = tasks.add(
+        evaluate_op(
+            prepared=upstream.prepared,
+            similarity=upstream.similarity,
+            deep_runs=plan.deep_runs,
+            shallow_runs=plan.shallow_runs,
+            settings=args.evaluate,
+            **tasks.tracked,
+            **inputs,
+        )
+    )
+    written = tasks.add(
+        report_op(
+            prepared=upstream.prepared,
+            results=scored.outputs["results"],
+            settings=args.evaluate,
+            profile=args.profile,
+            pipeline_run_id=tasks.run_id,
+        )
+    )
+    if plan.deep_runs:  # only the deep methods log an encoder that can be registered
+        tasks.add(
+            register_op(
+                parent_run_id=upstream.opened.output,
+                model_name=args.register_model,
+                metric=args.register_metric,
+                alias=args.register_alias,
+            ).after(scored)
+        )
+    return scored, written
 
 
 def compile_pipeline(
