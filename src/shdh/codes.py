@@ -127,10 +127,10 @@ def _validated(a: dict[str, np.ndarray], name: str) -> dict:
     out: dict = {"n_bits": check.n_bits()}
     for side in ("query", "db"):
         out[f"{side}_codes"] = check.codes(side, out["n_bits"])
-    out["segment_sizes"], out["segment_weights"] = check.segments(out["n_bits"])
+    out["segment_sizes"], out["segment_weights"] = _segments(check, out["n_bits"])
     for side in ("query", "db"):
         n_rows = out[f"{side}_codes"].shape[0]
-        out[f"{side}_ancestors"] = check.ancestors(side, n_rows)
+        out[f"{side}_ancestors"] = _ancestors(check, side, n_rows)
         out[f"{side}_ids"] = check.ids(side, n_rows)
     k_query, k_db = out["query_ancestors"].shape[1], out["db_ancestors"].shape[1]
     if k_query != k_db:
@@ -178,45 +178,6 @@ class _Contract:
             raise self.fail(f"key {key!r} has bits set past n_bits = {n_bits} (padding must be 0)")
         return v
 
-    def segments(self, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
-        sizes = self.integer("segment_sizes", 1)
-        if sizes.size == 0 or np.any(sizes < 1):
-            raise self.fail(f"key 'segment_sizes' must be non-empty and >= 1, got {sizes.tolist()}")
-        if int(sizes.sum()) != n_bits:
-            raise self.fail(f"key 'segment_sizes' sums to {int(sizes.sum())} but n_bits = {n_bits}")
-        weights = np.asarray(self.a["segment_weights"])
-        if weights.ndim != 1 or not np.issubdtype(weights.dtype, np.number):
-            raise self.fail(
-                f"key 'segment_weights' must be a 1-D numeric array, got {weights.dtype}"
-            )
-        if weights.shape != sizes.shape:
-            raise self.fail(
-                f"key 'segment_weights' has {weights.size} entries but 'segment_sizes' has "
-                f"{sizes.size}"
-            )
-        try:
-            integer_weights(weights)
-        except ValueError as exc:
-            raise self.fail(f"key 'segment_weights': {exc}") from exc
-        return sizes.astype(np.int64), weights.astype(np.float64)
-
-    def ancestors(self, side: str, n_rows: int) -> np.ndarray:
-        key = f"{side}_ancestors"
-        anc = np.asarray(self.a[key])
-        if not (anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)):
-            anc = self.integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
-        elif anc.shape[2] < 1:
-            raise self.fail(
-                f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1"
-            )
-        if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
-            raise self.fail(f"key {key!r} holds ids outside -1..2^31-1")
-        if anc.shape[0] != n_rows:
-            raise self.fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
-        if anc.shape[1] < 2:
-            raise self.fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
-        return anc.astype(np.int32)
-
     def ids(self, side: str, n_rows: int) -> np.ndarray:
         key = f"{side}_ids"
         ids = np.asarray(self.a[key])
@@ -229,3 +190,41 @@ class _Contract:
                 f"key {key!r} has {ids.shape[0]} entries but '{side}_codes' has {n_rows}"
             )
         return ids
+
+
+def _segments(check: _Contract, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """segment_sizes (summing to n_bits) and one integer-valued weight per segment."""
+    sizes = check.integer("segment_sizes", 1)
+    if sizes.size == 0 or np.any(sizes < 1):
+        raise check.fail(f"key 'segment_sizes' must be non-empty and >= 1, got {sizes.tolist()}")
+    if int(sizes.sum()) != n_bits:
+        raise check.fail(f"key 'segment_sizes' sums to {int(sizes.sum())} but n_bits = {n_bits}")
+    weights = np.asarray(check.a["segment_weights"])
+    if weights.ndim != 1 or not np.issubdtype(weights.dtype, np.number):
+        raise check.fail(f"key 'segment_weights' must be a 1-D numeric array, got {weights.dtype}")
+    if weights.shape != sizes.shape:
+        raise check.fail(
+            f"key 'segment_weights' has {weights.size} entries but 'segment_sizes' has {sizes.size}"
+        )
+    try:
+        integer_weights(weights)
+    except ValueError as exc:
+        raise check.fail(f"key 'segment_weights': {exc}") from exc
+    return sizes.astype(np.int64), weights.astype(np.float64)
+
+
+def _ancestors(check: _Contract, side: str, n_rows: int) -> np.ndarray:
+    """(N, K) ancestor ids, or (N, K, M) ancestor sets padded with -1, one row per code."""
+    key = f"{side}_ancestors"
+    anc = np.asarray(check.a[key])
+    if not (anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)):
+        anc = check.integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
+    elif anc.shape[2] < 1:
+        raise check.fail(f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
+    if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
+        raise check.fail(f"key {key!r} holds ids outside -1..2^31-1")
+    if anc.shape[0] != n_rows:
+        raise check.fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
+    if anc.shape[1] < 2:
+        raise check.fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
+    return anc.astype(np.int32)

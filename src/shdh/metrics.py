@@ -247,15 +247,8 @@ class _Sums:
         self.wr_depths = {m: min(m, n_db) for m in wr_ns}
         self.curve_len = min(curve_max, n_db)
         self.max_radius = int((int_w * np.asarray(segment_sizes, dtype=np.int64)).sum())
-        # Distinct database ancestor rows: relevance and gain depend only on the row.
-        rows_u, row_of, self.row_count = np.unique(
-            x_anc, axis=0, return_inverse=True, return_counts=True
-        )
-        self.row_of = row_of.reshape(-1)
+        self.rows_u, self.row_of, self.row_count = _distinct_rows(x_anc)
         self.n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
-        if q_anc.ndim == 3:
-            rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]  # drop all-padding set slots
-        self.rows_u = rows_u
         self.sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
         self.wr_sums = dict.fromkeys(wr_ns, 0.0)
         self.curve_sum = np.zeros(self.curve_len)
@@ -304,6 +297,16 @@ class _Sums:
             wr_at_radius=self.radius_sum / self.n_radius,
         )
         return result, curves
+
+
+def _distinct_rows(x_anc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct database ancestor rows (U, K[, M]), each item's row (N,) and each row's item
+    count (U,): relevance and gain depend only on the row. Set slots that are padding in every
+    row are dropped."""
+    rows_u, row_of, row_count = np.unique(x_anc, axis=0, return_inverse=True, return_counts=True)
+    if x_anc.ndim == 3:
+        rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]
+    return rows_u, row_of.reshape(-1), row_count
 
 
 def _relevance_counts(rel_u: np.ndarray, row_count: np.ndarray, n_rel: int) -> np.ndarray:

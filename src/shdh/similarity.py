@@ -307,40 +307,7 @@ class SMatrix:
     sample_shared: np.ndarray  # (S, S) int8, r on the sample
 
     def __post_init__(self) -> None:
-        self._validate("SMatrix")
-
-    def _validate(self, source: str) -> None:
-        for key, (dtype, ndims) in _FIELDS.items():
-            arr = getattr(self, key)
-            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim not in ndims:
-                got = f"{arr.dtype} with {arr.ndim} dims" if isinstance(arr, np.ndarray) else arr
-                dims = " or ".join(f"{d}-D" for d in ndims)
-                raise ValueError(
-                    f"{source}: key {key!r} must be a {dims} {np.dtype(dtype)} array, got {got}"
-                )
-        n, K = self.ancestors.shape[:2]
-        if self.ancestors.ndim == 3 and self.ancestors.shape[2] == 0:
-            raise ValueError(f"{source}: key 'ancestors' has shape {self.ancestors.shape}: M >= 1")
-        m = self.sample_idx.shape[0]
-        for key in ("weights", "int_weights", "s_by_shared"):
-            if getattr(self, key).shape != (K,):
-                raise ValueError(f"{source}: key {key!r} must have shape ({K},) to match K={K}")
-        if self.sample_shared.shape != (m, m):
-            raise ValueError(
-                f"{source}: key 'sample_shared' must have shape ({m}, {m}) to match sample_idx, "
-                f"got {self.sample_shared.shape}"
-            )
-        if n and (self.ancestors.min() < -1):
-            raise ValueError(f"{source}: key 'ancestors' holds ids below -1")
-        if m and (self.sample_idx.min() < 0 or self.sample_idx.max() >= n):
-            raise ValueError(f"{source}: key 'sample_idx' holds indices outside 0..{n - 1}")
-        if m and (self.sample_shared.min() < 0 or self.sample_shared.max() > K - 1):
-            raise ValueError(f"{source}: key 'sample_shared' holds values outside 0..{K - 1}")
-        if not np.allclose(self.s_by_shared, similarity_by_shared(self.weights), atol=1e-12):
-            raise ValueError(f"{source}: key 's_by_shared' does not match key 'weights'")
-        scale = max(K * (K - 1) // 2, 1)
-        if not np.allclose(self.int_weights / scale, self.weights, rtol=0, atol=1e-12):
-            raise ValueError(f"{source}: key 'int_weights' is not weights * {scale}")
+        _validate(self, "SMatrix")
 
     @property
     def n_items(self) -> int:
@@ -382,8 +349,44 @@ class SMatrix:
         obj = cls.__new__(cls)
         for key in _FIELDS:
             setattr(obj, key, data[key])
-        obj._validate(str(path))
+        _validate(obj, str(path))
         return obj
+
+
+def _validate(sm: SMatrix, source: str) -> None:
+    """Each field's dtype and shape, the shapes agreeing on N, K and S, ids and indices in
+    range, and the derived fields matching the weights; errors name `source` and the key."""
+    for key, (dtype, ndims) in _FIELDS.items():
+        arr = getattr(sm, key)
+        if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim not in ndims:
+            got = f"{arr.dtype} with {arr.ndim} dims" if isinstance(arr, np.ndarray) else arr
+            dims = " or ".join(f"{d}-D" for d in ndims)
+            raise ValueError(
+                f"{source}: key {key!r} must be a {dims} {np.dtype(dtype)} array, got {got}"
+            )
+    n, K = sm.ancestors.shape[:2]
+    if sm.ancestors.ndim == 3 and sm.ancestors.shape[2] == 0:
+        raise ValueError(f"{source}: key 'ancestors' has shape {sm.ancestors.shape}: M >= 1")
+    m = sm.sample_idx.shape[0]
+    for key in ("weights", "int_weights", "s_by_shared"):
+        if getattr(sm, key).shape != (K,):
+            raise ValueError(f"{source}: key {key!r} must have shape ({K},) to match K={K}")
+    if sm.sample_shared.shape != (m, m):
+        raise ValueError(
+            f"{source}: key 'sample_shared' must have shape ({m}, {m}) to match sample_idx, "
+            f"got {sm.sample_shared.shape}"
+        )
+    if n and (sm.ancestors.min() < -1):
+        raise ValueError(f"{source}: key 'ancestors' holds ids below -1")
+    if m and (sm.sample_idx.min() < 0 or sm.sample_idx.max() >= n):
+        raise ValueError(f"{source}: key 'sample_idx' holds indices outside 0..{n - 1}")
+    if m and (sm.sample_shared.min() < 0 or sm.sample_shared.max() > K - 1):
+        raise ValueError(f"{source}: key 'sample_shared' holds values outside 0..{K - 1}")
+    if not np.allclose(sm.s_by_shared, similarity_by_shared(sm.weights), atol=1e-12):
+        raise ValueError(f"{source}: key 's_by_shared' does not match key 'weights'")
+    scale = max(K * (K - 1) // 2, 1)
+    if not np.allclose(sm.int_weights / scale, sm.weights, rtol=0, atol=1e-12):
+        raise ValueError(f"{source}: key 'int_weights' is not weights * {scale}")
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
