@@ -485,6 +485,10 @@ def train(
         return run(images, ancestors, train_idx, ckpt)
 
 
+# -- one run, by responsibility: its state and resume, checkpoints, the probe codes, validation
+# and the schedule, the step, the epoch; _Run puts them together --------------------------------
+
+
 @dataclass
 class _State:
     """What a checkpoint restores: the network, its optimiser and schedule, the history, the
