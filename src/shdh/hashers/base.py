@@ -34,7 +34,56 @@ class NotFittedError(RuntimeError):
     """encode() or save() was called before fit()."""
 
 
-class Hasher:
+class HasherFiles:
+    """Hasher's files, without pickle: params.json (the constructor arguments and the method)
+    and state.npz (every learned array); `load` rebuilds a fitted hasher of the class."""
+
+    def save(self, directory: str | Path) -> Path:
+        state = self.state()
+        with atomic_dir(directory) as tmp:
+            params = {k: _jsonable(v) for k, v in self.get_params().items()}
+            meta = {"format": FORMAT, "method": self.name, "params": params}
+            (tmp / "params.json").write_text(json.dumps(meta, indent=2) + "\n")
+            np.savez(tmp / "state.npz", **state)
+        return Path(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Hasher:
+        """Rebuild a fitted hasher of this class (any method's: shdh.hashers.load_hasher)."""
+        if cls is Hasher:
+            raise TypeError(
+                "Hasher.load: call it on a method's class, or load any saved hasher with "
+                "shdh.hashers.load_hasher"
+            )
+        directory = Path(directory)
+        meta, meta_path = read_meta(directory), directory / "params.json"
+        if cls.name != meta.get("method"):
+            raise ValueError(f"{meta_path}: holds method '{meta.get('method')}', not '{cls.name}'")
+        try:  # a parameter this version does not take, or a value it refuses
+            hasher = cls(**cls._saved_params(dict(meta.get("params", {}))))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{meta_path}: field 'params': {exc}") from exc
+        state_path = directory / "state.npz"
+        try:
+            with np.load(state_path, allow_pickle=False) as arrays:
+                for key in arrays.files:
+                    setattr(hasher, key, arrays[key])
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{state_path}: cannot read the fitted state: {exc}") from exc
+        hasher._after_load()
+        return hasher
+
+    @classmethod
+    def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments a params.json's `params` mean: as written, unless the
+        method has since changed how it takes them (the deep methods' `objective`)."""
+        return params
+
+    def _after_load(self) -> None:
+        """Hook for hashers whose state needs rebuilding after load (e.g. a network)."""
+
+
+class Hasher(HasherFiles):
     """Base class: subclasses set the class attributes and implement `_fit` and `_encode`."""
 
     name: ClassVar[str] = ""  # its declared name (shdh.hashers.methods), e.g. "itq", "ksh+h"
@@ -101,59 +150,13 @@ class Hasher:
     def is_fitted(self) -> bool:
         return any(k.endswith("_") and k[0] != "_" for k in vars(self))
 
-    # -- persistence -------------------------------------------------------------------------
-
-    def save(self, directory: str | Path) -> Path:
-        state = self.state()
-        with atomic_dir(directory) as tmp:
-            params = {k: _jsonable(v) for k, v in self.get_params().items()}
-            meta = {"format": FORMAT, "method": self.name, "params": params}
-            (tmp / "params.json").write_text(json.dumps(meta, indent=2) + "\n")
-            np.savez(tmp / "state.npz", **state)
-        return Path(directory)
-
-    @classmethod
-    def load(cls, directory: str | Path) -> Hasher:
-        """Rebuild a fitted hasher of this class (any method's: shdh.hashers.load_hasher)."""
-        if cls is Hasher:
-            raise TypeError(
-                "Hasher.load: call it on a method's class, or load any saved hasher with "
-                "shdh.hashers.load_hasher"
-            )
-        directory = Path(directory)
-        meta, meta_path = read_meta(directory), directory / "params.json"
-        if cls.name != meta.get("method"):
-            raise ValueError(f"{meta_path}: holds method '{meta.get('method')}', not '{cls.name}'")
-        try:  # a parameter this version does not take, or a value it refuses
-            hasher = cls(**cls._saved_params(dict(meta.get("params", {}))))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{meta_path}: field 'params': {exc}") from exc
-        state_path = directory / "state.npz"
-        try:
-            with np.load(state_path, allow_pickle=False) as arrays:
-                for key in arrays.files:
-                    setattr(hasher, key, arrays[key])
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{state_path}: cannot read the fitted state: {exc}") from exc
-        hasher._after_load()
-        return hasher
-
     # -- for subclasses ------------------------------------------------------------------------
-
-    @classmethod
-    def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """The constructor arguments a params.json's `params` mean: as written, unless the
-        method has since changed how it takes them (the deep methods' `objective`)."""
-        return params
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         raise NotImplementedError
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         raise NotImplementedError
-
-    def _after_load(self) -> None:
-        """Hook for hashers whose state needs rebuilding after load (e.g. a network)."""
 
     def _check_fitted(self) -> None:
         if not self.is_fitted():

@@ -72,11 +72,9 @@ class COSDISH(Hasher):
         ridge: float = COSDISHParams.ridge,
         balance: bool = COSDISHParams.balance,
     ) -> None:
-        """n_outer = T_sto and n_alternations = T_alt of the paper (10 and 3). n_sampled is
-        |Omega|; None means n_bits, the authors' default (sc = q): the sampled blocks cost
-        O(N |Omega| q) per alternation and one BQP has |Omega| variables. ridge is the
-        out-of-sample regulariser (1, as in the authors' code). balance: weigh dissimilar pairs
-        as much as similar ones in each sampled block (the authors' "soft constraint")."""
+        """The defaults are COSDISHParams' (shdh.hashers.methods), the paper's and the authors'.
+        n_sampled = |Omega| (None: n_bits): the sampled blocks cost O(N |Omega| q) per
+        alternation and one BQP has |Omega| variables."""
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_outer = n_outer
         self.n_alternations = n_alternations
@@ -121,24 +119,7 @@ class COSDISH(Hasher):
         return out
 
     def _after_load(self) -> None:
-        """A state.npz that does not match params.json (edited, or from another bit length)
-        would encode garbage silently: refuse it here."""
-        missing = [k for k in ("mean_", "scale_", "weights_", "bias_") if not hasattr(self, k)]
-        if missing:
-            raise ValueError(f"{self.name}: saved state lacks the arrays {missing}")
-        d = self.mean_.shape[0] if self.mean_.ndim == 1 else -1
-        shapes = {
-            "mean_": (self.mean_.shape, (d,)),
-            "scale_": (self.scale_.shape, (d,)),
-            "weights_": (self.weights_.shape, (d, self.n_bits)),
-            "bias_": (self.bias_.shape, (self.n_bits,)),
-        }
-        for key, (got, want) in shapes.items():
-            if got != want:
-                raise ValueError(
-                    f"{self.name}: saved state '{key}' has shape {got}, expected {want} for "
-                    f"n_bits={self.n_bits}"
-                )
+        _check_state(self)
 
 
 class COSDISHH(COSDISH):
@@ -344,3 +325,24 @@ def fit_ridge(
 
 
 # --- input checks -------------------------------------------------------------------------------
+
+
+def _check_state(hasher: Any) -> None:
+    """A state.npz that does not match params.json (edited, or from another bit length)
+    would encode garbage silently: refused here."""
+    missing = [k for k in ("mean_", "scale_", "weights_", "bias_") if not hasattr(hasher, k)]
+    if missing:
+        raise ValueError(f"{hasher.name}: saved state lacks the arrays {missing}")
+    d = hasher.mean_.shape[0] if hasher.mean_.ndim == 1 else -1
+    shapes = {
+        "mean_": (hasher.mean_.shape, (d,)),
+        "scale_": (hasher.scale_.shape, (d,)),
+        "weights_": (hasher.weights_.shape, (d, hasher.n_bits)),
+        "bias_": (hasher.bias_.shape, (hasher.n_bits,)),
+    }
+    for key, (got, want) in shapes.items():
+        if got != want:
+            raise ValueError(
+                f"{hasher.name}: saved state '{key}' has shape {got}, expected {want} for "
+                f"n_bits={hasher.n_bits}"
+            )

@@ -33,7 +33,7 @@ import torch
 
 from shdh import training
 from shdh.hashers.base import Hasher
-from shdh.hashers.deep_folder import TrainingFolder, check_images
+from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
 from shdh.hashers.deep_state import _STATE_FIELDS, SavedNetwork
 from shdh.hashers.methods import DPSHParams, SHDHParams
 from shdh.hierarchy import segment_levels, segment_sizes
@@ -54,11 +54,9 @@ log = logging.getLogger(__name__)
 VAL_DEPTH = 100  # the validation score is NDCG@100, the tables' headline metric
 
 
-class _DeepHasher(TrainingFolder, SavedNetwork, Hasher):
-    """What SHDH, DPSH and the oracle share: training through shdh.training and encoding; the
-    work_dir and resume logic (TrainingFolder) and save/load (SavedNetwork) are mixins."""
-
-    input_kind: ClassVar[str] = "images"
+class _DeepArguments:
+    """How a deep method takes its settings: the constructor's keywords kept by name, the loop's
+    and the objective's settings objects made and checked, and the TrainConfig they mean."""
 
     @classmethod
     def objective_class(cls) -> type[Any]:
@@ -92,32 +90,6 @@ class _DeepHasher(TrainingFolder, SavedNetwork, Hasher):
         rest = {k: v for k, v in params.items() if k not in names}
         return {**rest, "objective": {k: v for k, v in params.items() if k in names}}
 
-    # -- for subclasses -----------------------------------------------------------------------
-
-    def _config_fields(self) -> dict[str, Any]:
-        """The TrainConfig fields this method sets beyond the shared ones."""
-        return {"memory_bank": self.memory_bank}
-
-    def _layout(self, K: int) -> tuple[list[int], list[int]]:
-        """(segment sizes, their 1-based tree levels) for a tree of height K."""
-        raise NotImplementedError
-
-    def _loss_fn(
-        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
-    ) -> Loss:
-        """The batch loss for a code of these segments (the tree's level weights u_k)."""
-        return self.objective.for_layout(sizes, levels, layer_weights)
-
-    def _before_training(self) -> None:
-        """What a method adds to its state once the layout is known, before the loop runs."""
-
-    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
-        """The network's output segments: the code's own, except for a method whose network
-        outputs something else than the code (the classifier oracle's class scores)."""
-        return sizes, levels
-
-    # -- parameters -> TrainConfig ------------------------------------------------------------
-
     def train_config(self) -> training.TrainConfig:
         """The TrainConfig these parameters mean: the loop settings, the code length, the seed
         and what the method adds (_config_fields); checked by TrainConfig itself."""
@@ -128,7 +100,10 @@ class _DeepHasher(TrainingFolder, SavedNetwork, Hasher):
         except (TypeError, ValueError) as err:
             raise ValueError(f"{self.name}: {err}") from err
 
-    # -- fit / encode -------------------------------------------------------------------------
+
+class _DeepTraining:
+    """fit() of a deep method: the code's layout from the tree, then the training loop in the
+    hasher's work_dir with the fit's options (resume, progress, per-epoch callback)."""
 
     def fit(
         self,
@@ -184,6 +159,11 @@ class _DeepHasher(TrainingFolder, SavedNetwork, Hasher):
         self.model_ = result.model.eval()
         self.history_ = result.history
 
+
+class _TrainingRun:
+    """The call of the training loop (shdh.training.train) for one fit: in the hasher's
+    work_dir, resumed or not as the checkpoint's record allows, with the fit's options."""
+
     def _train(
         self,
         config: training.TrainConfig,
@@ -212,36 +192,48 @@ class _DeepHasher(TrainingFolder, SavedNetwork, Hasher):
                 progress=opts["progress"],
                 on_epoch=opts["on_epoch"],
                 code=self.code_fingerprint(),
-                validate=self._validator(images, anc) if config.val_size else None,
+                validate=_validator(self, images, anc) if config.val_size else None,
             )
 
-    def _validator(self, images: np.ndarray, anc: np.ndarray) -> training.Validate:
-        """The validation score of shdh.convergence: the held-out items ranked against the
-        validation database with this method's own codes and distance (weighted Hamming for
-        SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with
-        the evaluation's own gain (shdh.metrics), so that it is the table's metric."""
 
-        def score(model: torch.nn.Module, queries: np.ndarray, database: np.ndarray) -> float:
-            self.model_ = model
-            try:
-                q, db = self.encode(images[queries]), self.encode(images[database])
-            finally:
-                del self.model_
-            scores, _ = evaluate(
-                pack_codes(q),
-                pack_codes(db),
-                anc[queries],
-                anc[database],
-                self.segment_sizes(),
-                self.segment_weights(),
-                n=VAL_DEPTH,
-                wr_ns=(VAL_DEPTH,),
-                curve_max=VAL_DEPTH,
-                radius_queries=1,
-            )
-            return scores[f"ndcg@{VAL_DEPTH}"]
+class _DeepHasher(
+    _DeepArguments,
+    _DeepTraining,
+    _TrainingRun,
+    TrainingFolder,
+    ReusedTraining,
+    SavedNetwork,
+    Hasher,
+):
+    """What SHDH, DPSH and the oracle share: their settings (_DeepArguments), training
+    (_DeepTraining, _TrainingRun), work_dir and resume (TrainingFolder, ReusedTraining),
+    save/load (SavedNetwork), and here the hooks each method fills in and encoding."""
 
-        return score
+    input_kind: ClassVar[str] = "images"
+
+    # -- for subclasses -----------------------------------------------------------------------
+
+    def _config_fields(self) -> dict[str, Any]:
+        """The TrainConfig fields this method sets beyond the shared ones."""
+        return {"memory_bank": self.memory_bank}
+
+    def _layout(self, K: int) -> tuple[list[int], list[int]]:
+        """(segment sizes, their 1-based tree levels) for a tree of height K."""
+        raise NotImplementedError
+
+    def _loss_fn(
+        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
+    ) -> Loss:
+        """The batch loss for a code of these segments (the tree's level weights u_k)."""
+        return self.objective.for_layout(sizes, levels, layer_weights)
+
+    def _before_training(self) -> None:
+        """What a method adds to its state once the layout is known, before the loop runs."""
+
+    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
+        """The network's output segments: the code's own, except for a method whose network
+        outputs something else than the code (the classifier oracle's class scores)."""
+        return sizes, levels
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return training.encode(  # (N, L) int8 +-1
@@ -332,3 +324,32 @@ class DPSH(_DeepHasher):
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         check_labelled(torch.as_tensor(np.asarray(pairs.ancestors)), "ancestors")
         super()._fit(X, pairs)
+
+
+def _validator(hasher: Any, images: np.ndarray, anc: np.ndarray) -> training.Validate:
+    """The validation score of shdh.convergence: the held-out items ranked against the
+    validation database with this method's own codes and distance (weighted Hamming for
+    SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with
+    the evaluation's own gain (shdh.metrics), so that it is the table's metric."""
+
+    def score(model: torch.nn.Module, queries: np.ndarray, database: np.ndarray) -> float:
+        hasher.model_ = model
+        try:
+            q, db = hasher.encode(images[queries]), hasher.encode(images[database])
+        finally:
+            del hasher.model_
+        scores, _ = evaluate(
+            pack_codes(q),
+            pack_codes(db),
+            anc[queries],
+            anc[database],
+            hasher.segment_sizes(),
+            hasher.segment_weights(),
+            n=VAL_DEPTH,
+            wr_ns=(VAL_DEPTH,),
+            curve_max=VAL_DEPTH,
+            radius_queries=1,
+        )
+        return scores[f"ndcg@{VAL_DEPTH}"]
+
+    return score

@@ -70,6 +70,29 @@ class TrainingFolder:
 
     training_files: ClassVar[tuple[str, ...]] = (training.CHECKPOINT_NAME, RUN_FILE)
 
+    def _prepare_work_dir(self, work_dir: Path, images: np.ndarray, pairs: Any, resume: str) -> str:
+        """Decide whether the checkpoint in work_dir may be continued; record this run."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        run_path, ckpt_path = work_dir / RUN_FILE, work_dir / training.CHECKPOINT_NAME
+        record = self._run_record(images, pairs)
+        if resume != "never":
+            problem = _record_mismatch(run_path, record)
+            if problem is not None and resume == "always":
+                raise ValueError(f"{run_path}: cannot resume: {problem}")
+            if problem is not None:
+                if ckpt_path.exists():
+                    log.warning("%s: not resuming (%s); training from scratch", run_path, problem)
+                resume = "never"
+        if resume == "never":
+            ckpt_path.unlink(missing_ok=True)  # never pair a stale checkpoint with a new record
+            atomic_write_text(run_path, json.dumps(record, indent=2) + "\n")
+        return resume
+
+
+class ReusedTraining:
+    """Whether a fit may continue a training already done: its own folder's or a sibling
+    fit's (TrainingFolder's record decides), and the copy of a sibling's."""
+
     def first_trained_as_here(
         self, work_dirs: Sequence[str | Path], X: np.ndarray, pairs: Any
     ) -> Path | None:
@@ -116,24 +139,6 @@ class TrainingFolder:
         a checkpoint held elsewhere before fetching it."""
         record = self._run_record(check_images(self.name, X), pairs)
         return _record_mismatch(Path(work_dir) / RUN_FILE, record)
-
-    def _prepare_work_dir(self, work_dir: Path, images: np.ndarray, pairs: Any, resume: str) -> str:
-        """Decide whether the checkpoint in work_dir may be continued; record this run."""
-        work_dir.mkdir(parents=True, exist_ok=True)
-        run_path, ckpt_path = work_dir / RUN_FILE, work_dir / training.CHECKPOINT_NAME
-        record = self._run_record(images, pairs)
-        if resume != "never":
-            problem = _record_mismatch(run_path, record)
-            if problem is not None and resume == "always":
-                raise ValueError(f"{run_path}: cannot resume: {problem}")
-            if problem is not None:
-                if ckpt_path.exists():
-                    log.warning("%s: not resuming (%s); training from scratch", run_path, problem)
-                resume = "never"
-        if resume == "never":
-            ckpt_path.unlink(missing_ok=True)  # never pair a stale checkpoint with a new record
-            atomic_write_text(run_path, json.dumps(record, indent=2) + "\n")
-        return resume
 
 
 def check_images(name: str, X: Any) -> np.ndarray:

@@ -4,6 +4,7 @@ and the network rebuilt from them on load, refusing state that belongs to other 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,27 +56,7 @@ class SavedNetwork:
         missing = [name for name in self._state_fields() if not hasattr(self, name)]
         if missing or not net:
             raise _StateError(f"missing fields {missing or ['net.*']}")
-        K = int(self.K_)
-        sizes = [int(s) for s in self.segment_sizes_]
-        levels = [int(k) for k in self.segment_levels_]
-        if sum(sizes) != self.n_bits:
-            raise _StateError(
-                f"field 'segment_sizes_' {sizes} holds {sum(sizes)} bits but params.json has "
-                f"n_bits={self.n_bits}: the state belongs to another bit length"
-            )
-        if (sizes, levels) != self._layout(K):
-            raise _StateError(
-                f"fields 'segment_sizes_'/'segment_levels_' {sizes}/{levels} do not match "
-                f"{self.name}'s layout {self._layout(K)} for K={K}"
-            )
-        net_sizes, _ = self._net_layout(sizes, levels)
-        head = net.get("head.weight")
-        if head is None or head.shape[0] != sum(net_sizes):
-            rows = None if head is None else head.shape[0]
-            raise _StateError(
-                f"field 'net.head.weight' has {rows} output rows, {self.name} with "
-                f"n_bits={self.n_bits} has {sum(net_sizes)}"
-            )
+        net_sizes = _net_sizes(self, net)
         shape = [int(s) for s in self.image_shape_]
         model = build_model(
             in_channels=shape[2] if len(shape) == 3 else 1,
@@ -98,3 +79,30 @@ class SavedNetwork:
 
 class _StateError(ValueError):
     """A state.npz that does not belong to this hasher's parameters."""
+
+
+def _net_sizes(hasher: Any, net: dict[str, torch.Tensor]) -> list[int]:
+    """The network's output segments for the loaded layout, once the layout is the method's
+    own for this bit length and the weights' head has as many rows."""
+    K = int(hasher.K_)
+    sizes = [int(s) for s in hasher.segment_sizes_]
+    levels = [int(k) for k in hasher.segment_levels_]
+    if sum(sizes) != hasher.n_bits:
+        raise _StateError(
+            f"field 'segment_sizes_' {sizes} holds {sum(sizes)} bits but params.json has "
+            f"n_bits={hasher.n_bits}: the state belongs to another bit length"
+        )
+    if (sizes, levels) != hasher._layout(K):
+        raise _StateError(
+            f"fields 'segment_sizes_'/'segment_levels_' {sizes}/{levels} do not match "
+            f"{hasher.name}'s layout {hasher._layout(K)} for K={K}"
+        )
+    net_sizes, _ = hasher._net_layout(sizes, levels)
+    head = net.get("head.weight")
+    if head is None or head.shape[0] != sum(net_sizes):
+        rows = None if head is None else head.shape[0]
+        raise _StateError(
+            f"field 'net.head.weight' has {rows} output rows, {hasher.name} with "
+            f"n_bits={hasher.n_bits} has {sum(net_sizes)}"
+        )
+    return net_sizes

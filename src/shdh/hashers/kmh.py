@@ -215,10 +215,7 @@ class KMH(Hasher):
         n_subspaces = _check_split(self.n_bits, self.bits_per_subspace)
         b = int(self.bits_per_subspace)
         n_iter = check_int(self.name, "n_iter", self.n_iter, 0)
-        lam = self.lam
-        real = isinstance(lam, int | float | np.floating) and not isinstance(lam, bool)
-        if not (real and np.isfinite(lam) and lam >= 0):
-            raise ValueError(f"{self.name}: lam must be a finite number >= 0, got {lam!r}")
+        lam = _check_lam(self.lam)
         X = check_features(X, self.name, min_items=2)
         d = X.shape[1]
         if d < self.n_bits:
@@ -234,27 +231,8 @@ class KMH(Hasher):
         self.components_ = np.ascontiguousarray(vectors[:, dims.reshape(-1)])  # (d, M * ds)
         Z = self._project(X)  # (M, N, ds)
 
-        # PCA-hashing start: +-s on the top b axes, s the mean |coordinate| there.
-        codes = index_codes(b).astype(np.float64)
-        scale = np.abs(Z[:, :, :b]).mean(axis=(1, 2), dtype=np.float64)
-        codewords = np.zeros((n_subspaces, 2**b, size))
-        codewords[:, :, :b] = scale[:, None, None] * codes
-        gap = np.linalg.norm(codes[:, None, :] - codes[None, :, :], axis=2)  # 2 sqrt(h)
-        d_h = scale[:, None, None] * gap  # (M, k, k)
-
-        sq_norm = np.einsum("mnd,mnd->m", Z, Z, dtype=np.float64)
-        history = np.empty(n_iter)
-        cells = sums = None
-        for it in range(n_iter):
-            new_cells = assign(Z, codewords)
-            previous = None if cells is None else (cells, sums)
-            counts, sums = cell_stats(Z, new_cells, 2**b, previous)
-            cells = new_cells
-            codewords = update_codewords(codewords, counts, sums, d_h, float(lam))
-            history[it] = objective(counts, sums, sq_norm, codewords, d_h, float(lam)).sum()
-        self.scale_ = scale
-        self.codewords_ = codewords
-        self.objective_ = history
+        self.scale_, codewords, d_h = initial_codewords(Z, b, size)
+        self.codewords_, self.objective_ = optimise(Z, codewords, d_h, float(lam), n_iter)
 
     def _project(self, X: np.ndarray) -> np.ndarray:
         """(M, N, ds) float32 subspace coordinates of (x - mean).
@@ -278,16 +256,43 @@ class KMH(Hasher):
         return np.concatenate(parts, axis=0)
 
     def _after_load(self) -> None:
-        """A state whose shapes disagree with params.json would encode with the wrong length."""
-        require_state(self, ("mean_", "components_", "scale_", "codewords_", "objective_"))
-        M = _check_split(self.n_bits, self.bits_per_subspace)
-        C, P = self.codewords_, self.components_
-        fits = C.ndim == 3 and C.shape[:2] == (M, 2**self.bits_per_subspace)
-        if not (fits and P.shape == (len(self.mean_), M * C.shape[-1])):
-            raise ValueError(
-                f"{self.name}: saved codewords {C.shape} and components {P.shape} do not fit "
-                f"n_bits={self.n_bits}, bits_per_subspace={self.bits_per_subspace}"
-            )
+        _check_state(self)
+
+
+def initial_codewords(Z: np.ndarray, b: int, size: int) -> tuple[np.ndarray, ...]:
+    """(scale (M,), codewords (M, 2^b, size), d_h (M, k, k)): the PCA-hashing start, +-s on the
+    top b axes with s the mean |coordinate| there, and the Hamming-based distances it fixes."""
+    codes = index_codes(b).astype(np.float64)
+    scale = np.abs(Z[:, :, :b]).mean(axis=(1, 2), dtype=np.float64)
+    codewords = np.zeros((Z.shape[0], 2**b, size))
+    codewords[:, :, :b] = scale[:, None, None] * codes
+    gap = np.linalg.norm(codes[:, None, :] - codes[None, :, :], axis=2)  # 2 sqrt(h)
+    return scale, codewords, scale[:, None, None] * gap
+
+
+def optimise(
+    Z: np.ndarray, codewords: np.ndarray, d_h: np.ndarray, lam: float, n_iter: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(codewords, E after each iteration): n_iter alternations of the assignment step and the
+    codeword step, the cell sums carried over from one iteration to the next."""
+    sq_norm = np.einsum("mnd,mnd->m", Z, Z, dtype=np.float64)
+    history = np.empty(n_iter)
+    cells = sums = None
+    for it in range(n_iter):
+        new_cells = assign(Z, codewords)
+        previous = None if cells is None else (cells, sums)
+        counts, sums = cell_stats(Z, new_cells, codewords.shape[1], previous)
+        cells = new_cells
+        codewords = update_codewords(codewords, counts, sums, d_h, lam)
+        history[it] = objective(counts, sums, sq_norm, codewords, d_h, lam).sum()
+    return codewords, history
+
+
+def _check_lam(lam: Any) -> Any:
+    real = isinstance(lam, int | float | np.floating) and not isinstance(lam, bool)
+    if not (real and np.isfinite(lam) and lam >= 0):
+        raise ValueError(f"kmh: lam must be a finite number >= 0, got {lam!r}")
+    return lam
 
 
 def _check_split(n_bits: Any, b: Any) -> int:
@@ -305,3 +310,16 @@ def _check_split(n_bits: Any, b: Any) -> int:
             f"of bits_per_subspace={b}"
         )
     return n_bits // b
+
+
+def _check_state(hasher: Any) -> None:
+    """A saved state whose shapes disagree with params.json would encode with the wrong length."""
+    require_state(hasher, ("mean_", "components_", "scale_", "codewords_", "objective_"))
+    M = _check_split(hasher.n_bits, hasher.bits_per_subspace)
+    C, P = hasher.codewords_, hasher.components_
+    fits = C.ndim == 3 and C.shape[:2] == (M, 2**hasher.bits_per_subspace)
+    if not (fits and P.shape == (len(hasher.mean_), M * C.shape[-1])):
+        raise ValueError(
+            f"{hasher.name}: saved codewords {C.shape} and components {P.shape} do not fit "
+            f"n_bits={hasher.n_bits}, bits_per_subspace={hasher.bits_per_subspace}"
+        )

@@ -103,15 +103,7 @@ class KSH(Hasher):
         return (K - self.kernel_mean_) @ self.projections_
 
     def _after_load(self) -> None:
-        for key in ("anchors_", "sigma_", "kernel_mean_", "projections_"):
-            if not hasattr(self, key):
-                raise ValueError(f"{self.name}: saved state lacks the array '{key}'")
-        m = self.anchors_.shape[0]
-        if self.projections_.shape != (m, self.n_bits) or self.kernel_mean_.shape != (m,):
-            raise ValueError(
-                f"{self.name}: saved 'projections_' has shape {self.projections_.shape}, but "
-                f"n_bits={self.n_bits} with {m} anchors needs ({m}, {self.n_bits})"
-            )
+        _check_state(self)
 
 
 class KSHH(KSH):
@@ -286,3 +278,16 @@ def _sq_distances(X: np.ndarray, anchors: np.ndarray) -> np.ndarray:
     sq = (X * X).sum(axis=1)[:, None] + (anchors * anchors).sum(axis=1)[None, :]
     sq -= 2.0 * (X @ anchors.T)
     return np.maximum(sq, 0.0, out=sq)
+
+
+def _check_state(hasher: Any) -> None:
+    """A saved state must hold every array, in the shapes params.json implies."""
+    for key in ("anchors_", "sigma_", "kernel_mean_", "projections_"):
+        if not hasattr(hasher, key):
+            raise ValueError(f"{hasher.name}: saved state lacks the array '{key}'")
+    m = hasher.anchors_.shape[0]
+    if hasher.projections_.shape != (m, hasher.n_bits) or hasher.kernel_mean_.shape != (m,):
+        raise ValueError(
+            f"{hasher.name}: saved 'projections_' has shape {hasher.projections_.shape}, but "
+            f"n_bits={hasher.n_bits} with {m} anchors needs ({m}, {hasher.n_bits})"
+        )
