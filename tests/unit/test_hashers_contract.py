@@ -34,6 +34,7 @@ import pytest
 
 from shdh.hashers import REGISTRY, get_hasher_class, load_hasher
 from shdh.hashers.base import FORMAT, Hasher, NotFittedError
+from shdh.hashers.methods import method
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
 from shdh.metrics import evaluate
@@ -159,6 +160,8 @@ def test_registry_entry(name: str) -> None:
     cls, spec = get_hasher_class(name), METHODS[name]
     assert f"{cls.__module__}:{cls.__qualname__}" == REGISTRY[name]
     assert issubclass(cls, Hasher) and cls.name == name
+    defaults = dataclasses.asdict(method(name).params())
+    assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)
 
 

@@ -102,6 +102,12 @@ class Hasher(HasherFiles):
         if found is not None:
             cls.name = found.name
 
+    @classmethod
+    def supports(cls, n_bits: int, **params: Any) -> bool:
+        """Whether the method makes codes of n_bits with these hyper-parameters (its settings
+        section's), so that a plan can leave out the code lengths it cannot run at (KMH's)."""
+        return True
+
     def __init__(self, *, n_bits: int, seed: int = 0) -> None:
         self.n_bits = n_bits
         self.seed = seed

@@ -201,7 +201,9 @@ class KMH(Hasher):
         self.n_iter = n_iter
 
     @classmethod
-    def supports(cls, n_bits: int, bits_per_subspace: int = KMHParams.bits_per_subspace) -> bool:
+    def supports(
+        cls, n_bits: int, bits_per_subspace: int = KMHParams.bits_per_subspace, **_: Any
+    ) -> bool:
         """Whether n_bits splits into whole b-bit subspaces (b = 4: 32, 48 and 64 do, 30 not)."""
         try:
             _check_split(n_bits, bits_per_subspace)
