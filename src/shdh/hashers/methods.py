@@ -20,7 +20,7 @@ shallow ones) resolves the names, and spells its classes' modules for the import
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 KINDS = ("shallow", "deep")  # fitted on GIST features / trained as a network on images
 
@@ -114,25 +114,27 @@ class Method:
         return getattr(importlib.import_module(self.module), self.class_name)
 
 
-def _method(name, kind, module, class_name, params, title, paper_row=None, **rest) -> Method:
-    return Method(
-        name, kind, f"shdh.hashers.{module}", class_name, params, title, paper_row, **rest
-    )
-
-
 # The order is the CLI's and the settings' (their help and their errors list the names so).
 METHODS: tuple[Method, ...] = (
-    _method("itq", "shallow", "itq", "ITQ", ITQParams, "ITQ", 2),
-    _method("kmh", "shallow", "kmh", "KMH", KMHParams, "KMH", 1),
-    _method("ksh", "shallow", "ksh", "KSH", KSHParams, "KSH", 8),
-    _method("ksh+h", "shallow", "ksh", "KSHH", KSHParams, "KSH+H", 4),
-    _method("lfh", "shallow", "lfh", "LFH", LFHParams, "LFH", 7),
-    _method("cosdish", "shallow", "cosdish", "COSDISH", COSDISHParams, "COSDISH", 6),
-    _method("cosdish+h", "shallow", "cosdish", "COSDISHH", COSDISHParams, "COSDISH+H", 3),
-    _method("shdh", "deep", "deep", "SHDH", SHDHParams, "SHDH", 9),
-    _method("dpsh", "deep", "deep", "DPSH", DPSHParams, "DPSH", 5),
-    _method(
-        "oracle", "deep", "oracle", "Oracle", NoParams, "classifier oracle (bound)", reference=True
+    Method("itq", "shallow", "shdh.hashers.itq", "ITQ", ITQParams, "ITQ", 2),
+    Method("kmh", "shallow", "shdh.hashers.kmh", "KMH", KMHParams, "KMH", 1),
+    Method("ksh", "shallow", "shdh.hashers.ksh", "KSH", KSHParams, "KSH", 8),
+    Method("ksh+h", "shallow", "shdh.hashers.ksh", "KSHH", KSHParams, "KSH+H", 4),
+    Method("lfh", "shallow", "shdh.hashers.lfh", "LFH", LFHParams, "LFH", 7),
+    Method("cosdish", "shallow", "shdh.hashers.cosdish", "COSDISH", COSDISHParams, "COSDISH", 6),
+    Method(
+        "cosdish+h", "shallow", "shdh.hashers.cosdish", "COSDISHH", COSDISHParams, "COSDISH+H", 3
+    ),
+    Method("shdh", "deep", "shdh.hashers.deep", "SHDH", SHDHParams, "SHDH", 9),
+    Method("dpsh", "deep", "shdh.hashers.deep", "DPSH", DPSHParams, "DPSH", 5),
+    Method(
+        "oracle",
+        "deep",
+        "shdh.hashers.oracle",
+        "Oracle",
+        NoParams,
+        "classifier oracle (bound)",
+        reference=True,
     ),
 )
 
@@ -164,7 +166,3 @@ def declared(module: str, class_name: str) -> Method | None:
         if (candidate.module, candidate.class_name) == (module, class_name):
             return candidate
     return None
-
-
-def param_names(params: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(params))
