@@ -205,11 +205,7 @@ class KMH(Hasher):
         cls, n_bits: int, bits_per_subspace: int = KMHParams.bits_per_subspace, **_: Any
     ) -> bool:
         """Whether n_bits splits into whole b-bit subspaces (b = 4: 32, 48 and 64 do, 30 not)."""
-        try:
-            _check_split(n_bits, bits_per_subspace)
-        except ValueError:
-            return False
-        return True
+        return _splits(n_bits, bits_per_subspace)
 
     def _fit(self, X: np.ndarray, pairs: Any) -> None:
         # The seed is unused: PCA-hashing initialisation and nearest-codeword ties make KMH
@@ -295,6 +291,14 @@ def _check_lam(lam: Any) -> Any:
     if not (real and np.isfinite(lam) and lam >= 0):
         raise ValueError(f"kmh: lam must be a finite number >= 0, got {lam!r}")
     return lam
+
+
+def _splits(n_bits: Any, b: Any) -> bool:
+    try:
+        _check_split(n_bits, b)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_split(n_bits: Any, b: Any) -> int:
