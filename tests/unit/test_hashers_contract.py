@@ -162,6 +162,9 @@ def test_registry_entry(name: str) -> None:
     assert issubclass(cls, Hasher) and cls.name == name
     defaults = dataclasses.asdict(method(name).params())
     assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
+    # the constructor's defaults are its declared params' (shdh.hashers.methods), not a copy
+    signature = inspect.signature(cls.__init__).parameters
+    assert {key: signature[key].default for key in defaults} == defaults
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)
 
 

@@ -10,13 +10,8 @@ objects: the loop's as one `loop.LoopSettings`, its loss's as one `objective` (a
 class of shdh.losses), each also given as the mapping a saved params.json holds.
 
 Checkpoints go to `work_dir` (a temporary directory when it is None). `fit(..., resume=...)`
-continues a checkpoint there. The training loop's own check covers the TrainConfig, the layout
-and the training indices, but not what the wrapper adds (DPSH's eta) nor the pixels and labels,
-so the wrapper writes `work_dir/hasher.json` (the method, its parameters and a fingerprint of the
-data) and resumes only when that agrees.
-
-Saved state (no pickle): the network weights as named arrays "net.<parameter name>" plus K, the
-segment sizes and levels, the layer weights u and the training image shape.
+continues a checkpoint there when its record agrees (shdh.hashers.deep_folder). Saved state (no
+pickle): the network weights as named arrays beside the code's layout (shdh.hashers.deep_state).
 """
 
 from __future__ import annotations

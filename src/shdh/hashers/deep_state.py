@@ -1,5 +1,7 @@
-"""A deep hasher's saved state: the network weights as named arrays beside the code's layout,
-and the network rebuilt from them on load, refusing state that belongs to other settings."""
+"""A deep hasher's saved state, without pickle: the network weights as named arrays
+"net.<parameter name>" plus K, the segment sizes and levels, the layer weights u and the training
+image shape; on load the network is rebuilt from them, and state that belongs to other settings
+is refused."""
 
 from __future__ import annotations
 
