@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shdh import loop
+from shdh.data.registry import DATASET_NAMES
 from shdh.hashers import methods as registry
 from shdh.settings.checks import (
     BOOL,
@@ -27,7 +28,7 @@ from shdh.settings.checks import (
     with_checks,
 )
 
-DATASETS = ("fashion-mnist-h", "cifar100", "iaprtc12", "folder", "table")
+DATASETS = DATASET_NAMES
 # Which methods train on images (train.methods) and which on GIST features (baselines.methods),
 # from their declarations (torch-free: validating the settings does not import torch).
 DEEP_METHODS = registry.names("deep")
