@@ -40,23 +40,18 @@ def baseline(
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
-    import tempfile
+    from shdh.kubeflow import fit_component
 
-    from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
-    from shdh.plan import fit_plan
-    from shdh.steps.fit_shallow import fit
-
-    section = section_arg(settings, "baselines")
-    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
-        plan = fit_plan(
-            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
-        )
-        context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fit(
-            plan,
-            prepared_dir=prepared.path,
-            smatrix_path=similarity.path,
-            features_path=gist.path,
-            **context,
-        )
-        save_model(out, model)
+    fit_component(
+        prepared=prepared,
+        similarity=similarity,
+        method=method,
+        bits=bits,
+        own_seed=own_seed,
+        settings=settings,
+        seed=seed,
+        profile=profile,
+        pipeline_run_id=pipeline_run_id,
+        model=model,
+        gist=gist,
+    )

@@ -36,7 +36,7 @@ def train(
             the run also logs the encoder as an MLflow model.
 
     With SHDH_CHECKPOINT_URL set (s3://bucket/prefix; on a cluster from the ConfigMap
-    shdh-config), every epoch's checkpoint goes to PREFIX/PIPELINE_RUN_ID/METHOD-BITS-seedS/ in
+    shdh-config), every epoch's checkpoint goes to PREFIX/PIPELINE_RUN_ID/METHOD-BITS[-seedS]/ in
     the object store, and a retried task resumes from there (shdh.checkpoint_store). Unset (a
     local run), checkpoints stay in the task's temporary folder.
     """
@@ -44,30 +44,17 @@ def train(
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
-    import tempfile
+    from shdh.kubeflow import fit_component
 
-    from shdh import checkpoint_store
-    from shdh.kubeflow import own_seed_arg, run_context, save_model, section_arg
-    from shdh.plan import fit_plan
-    from shdh.steps.fit import run_name
-    from shdh.steps.fit_deep import fit
-
-    section = section_arg(settings, "train")
-    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
-        plan = fit_plan(
-            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
-        )
-        # The seed always, so that the key names the fit whether or not the run fits several.
-        key = run_name(method, bits, plan.seed)
-        checkpoints = checkpoint_store.from_env(pipeline_run_id, key)
-        context = run_context(prepared.metadata, profile, pipeline_run_id)
-        out = fit(
-            plan,
-            prepared_dir=prepared.path,
-            smatrix_path=similarity.path,
-            progress=False,
-            resume="auto",
-            checkpoints=checkpoints,
-            **context,
-        )
-        save_model(out, model)
+    fit_component(
+        prepared=prepared,
+        similarity=similarity,
+        method=method,
+        bits=bits,
+        own_seed=own_seed,
+        settings=settings,
+        seed=seed,
+        profile=profile,
+        pipeline_run_id=pipeline_run_id,
+        model=model,
+    )

@@ -12,9 +12,11 @@ into one archive; checkpoints go to a work folder beside it, so that an interrup
 resumes. `shdh evaluate --codes-from DIR` then scores the codes wherever the full install is,
 into results/ and the report like the pipeline's own codes.
 
-The fits are the pipeline's own: the same training items (the sorted prefix of the seeded
-database order), the same pair labels, parameters, seeds and names (shdh.plan), so on the CPU a
-bundle fit gives the codes `shdh train` + `shdh evaluate` give, bit for bit.
+The fits are the pipeline's own: planned by shdh.plan (the same parameters, seeds and names;
+their work folders laid out as model folders under the work folder) and trained by the same
+fit runner (shdh.steps.fit: the same training items, the sorted prefix of the seeded database
+order, and the same pair labels), so on the CPU a bundle fit gives the codes `shdh train` +
+`shdh evaluate` give, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,16 +37,16 @@ from shdh import code_fingerprint, cpu_pin
 from shdh.atomic import atomic_path, atomic_write_text
 from shdh.codes import CODES_DIR, FITS_DIR, Codes, save_codes
 from shdh.data.download import sha256sum
-from shdh.data.splits import Split, training_subset
+from shdh.data.splits import Split
 from shdh.devices import resolve_device
 from shdh.errors import ConfigError
+from shdh.fits import Fit
 from shdh.hashers import get_hasher_class
-from shdh.hashers.supervision import PairSimilarity
 from shdh.loop import RUNTIME_FIELDS
 from shdh.losses import flat_objective
-from shdh.plan import fit_seed, is_deep, method_params, run_name, section_seeds
-from shdh.progress import bars
+from shdh.plan import is_deep, section_fits
 from shdh.retrieval import pack_codes
+from shdh.steps.fit import Training, run_fit, training_items
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +167,15 @@ def _validate(arrays: dict[str, np.ndarray], path: Path) -> None:
 
 def plan_fits(
     settings: dict[str, Any],
-    methods: list[str] | None,
-    bits: list[int] | None,
-    seeds: list[int] | None,
-) -> list[tuple[str, int, int | None]]:
-    """(method, bits, own seed) of every deep fit asked for: the settings' train section, or
-    the given subsets of it (e.g. SHDH at 64 bits first, when device time is short)."""
+    methods: list[str] | None = None,
+    bits: list[int] | None = None,
+    seeds: list[int] | None = None,
+    *,
+    work_dir: str | Path,
+) -> list[Fit]:
+    """Every deep fit asked for (shdh.plan): the settings' train section, or the given subsets
+    of it (e.g. SHDH at 64 bits first, when device time is short), each with its work folder
+    (its checkpoint) under work_dir as the plan lays model folders out."""
     section = settings["train"]
     methods = methods or list(section["methods"])
     shallow = [m for m in methods if not is_deep(m)]
@@ -179,25 +184,35 @@ def plan_fits(
             f"bundle: {shallow} are shallow methods; they fit GIST features where the pipeline "
             "runs (shdh train --baselines), not from a bundle"
         )
-    own_seeds = seeds if seeds is not None else section_seeds(section)
-    return [(m, b, s) for b in (bits or section["bits"]) for m in methods for s in own_seeds]
+    return section_fits(
+        section,
+        methods,
+        list(bits or section["bits"]),
+        seed=int(settings.get("seed", 0)),
+        models_root=work_dir,
+        seeds=seeds,
+    )
 
 
 def train_bundle(
     bundle: Bundle,
     out_dir: str | Path,
-    fits: list[tuple[str, int, int | None]],
     *,
+    methods: list[str] | None = None,
+    bits: list[int] | None = None,
+    seeds: list[int] | None = None,
     overrides: dict[str, Any] | None = None,
     work_dir: str | Path | None = None,
     progress: bool = False,
 ) -> list[Path]:
-    """Train each of `fits` from the bundle; write out_dir/codes/NAME.npz, out_dir/fits/NAME.json
-    and out_dir/bundle.json. A fit whose codes and record exist for the same bundle and settings
-    is kept; an interrupted one resumes from its checkpoint in work_dir (out_dir + "-work")."""
+    """Train the fits plan_fits picks from the bundle; write out_dir/codes/NAME.npz,
+    out_dir/fits/NAME.json and out_dir/bundle.json. A fit whose codes and record exist for the
+    same bundle and settings is kept; an interrupted one resumes from its checkpoint in
+    work_dir (out_dir + "-work")."""
     out_dir = Path(out_dir)
     work_dir = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
     section = {**bundle.settings["train"], **(overrides or {})}
+    fits = plan_fits({**bundle.settings, "train": section}, methods, bits, seeds, work_dir=work_dir)
     device = resolve_device(str(section.get("device", "auto")))  # before any work
     manifest = {
         "bundle_sha256": bundle.sha256,
@@ -209,109 +224,79 @@ def train_bundle(
         "host": platform.node(),
     }
     atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    train_idx = np.sort(
-        training_subset(Split(bundle.query_idx, bundle.db_idx, 0, 0.0), section.get("n_train"))
-    )
-    written = []
-    for method, bits, own_seed in fits:
-        fit = _Fit(bundle, section, method, bits, own_seed, manifest)
-        written.append(fit.run(out_dir, work_dir / fit.name, train_idx, progress))
-    return written
+    split = Split(bundle.query_idx, bundle.db_idx, 0, 0.0)
+    return [_train_fit(bundle, fit, split, out_dir, manifest, progress) for fit in fits]
 
 
-@dataclass
-class _Fit:
-    """One (method, bits, seed) trained from a bundle."""
-
-    bundle: Bundle
-    section: dict[str, Any]
-    method: str
-    bits: int
-    own_seed: int | None
-    manifest: dict[str, Any]
-
-    @property
-    def name(self) -> str:
-        return run_name(self.method, self.bits, self.own_seed)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return method_params(self.section, self.method)
-
-    def record_base(self) -> dict[str, Any]:
-        """What decides the codes: a record with these values belongs to this fit. Where and
-        how fast it ran (device, threads, compilation) does not. The loss settings stand by
-        their own names (alpha, eta), as in the records written before they became one
-        `objective`, so that codes trained then still count."""
-        seed = fit_seed(int(self.bundle.settings.get("seed", 0)), self.own_seed)
-        params = {k: v for k, v in flat_objective(self.params).items() if k != "loop"}
-        loop = asdict(self.params["loop"])
-        params["loop"] = {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}
-        return {
-            "method": self.method,
-            "bits": self.bits,
-            "seed": seed,
-            "params": params,
-            "bundle_sha256": self.bundle.sha256,
-            "code": code_fingerprint.fingerprint([get_hasher_class(self.method).__module__]),
-        }
-
-    def run(self, out_dir: Path, work: Path, train_idx: np.ndarray, progress: bool) -> Path:
-        codes_path = out_dir / CODES_DIR / f"{self.name}.npz"
-        record_path = out_dir / FITS_DIR / f"{self.name}.json"
-        base = json.loads(json.dumps(self.record_base()))
-        if codes_path.is_file() and _same_fit(record_path, base):
-            log.info("%s: already trained from this bundle with these settings", self.name)
-            return codes_path
-        b = self.bundle
-        cls = get_hasher_class(self.method)
-        hasher = cls(n_bits=self.bits, seed=base["seed"], work_dir=str(work), **self.params)
-        pairs = PairSimilarity(b.ancestors[train_idx], b.layer_weights, cls.supervision or "label")
-        X = b.images[train_idx]
-        siblings = sorted(p for p in work.parent.glob("*") if p.is_dir() and p != work)
-        shared = hasher.start_from_sibling(work, siblings, X, pairs)
-        log.info("%s: training on %d items", self.name, len(train_idx))
-        start = time.perf_counter()
-        hasher.fit(
-            X,
-            pairs,
-            resume="auto",
-            progress=bars(progress),
-            on_epoch=_epoch_log(self.name),
-        )
-        fit_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        q, db = hasher.encode(b.images[b.query_idx]), hasher.encode(b.images[b.db_idx])
-        encode_seconds = time.perf_counter() - start
-        save_codes(
-            codes_path,
-            Codes(
-                query_codes=pack_codes(q),
-                db_codes=pack_codes(db),
-                n_bits=self.bits,
-                segment_sizes=np.asarray(hasher.segment_sizes(), dtype=np.int64),
-                segment_weights=np.asarray(hasher.segment_weights(), dtype=np.float64),
-                query_ancestors=b.ancestors[b.query_idx],
-                db_ancestors=b.ancestors[b.db_idx],
-                query_ids=b.ids[b.query_idx],
-                db_ids=b.ids[b.db_idx],
-            ),
-        )
-        record = {
-            **base,
-            "own_seed": self.own_seed,
-            "checkpoint_from": shared.name if shared is not None else None,
-            "fit_seconds": round(fit_seconds, 3),
-            "encode_seconds": round(encode_seconds, 3),
-            "n_train_items": len(train_idx),
-            "device": self.manifest["device"],
-            "torch": self.manifest["torch"],
-            **cpu_pin.describe(),
-            "history": hasher.history_,
-        }
-        atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
-        log.info("%s: trained in %.1f s, codes in %s", self.name, fit_seconds, codes_path)
+def _train_fit(
+    bundle: Bundle, fit: Fit, split: Split, out_dir: Path, manifest: dict, progress: bool
+) -> Path:
+    """One fit from the bundle, by the fit runner; its codes and record, unless they are there
+    for the same bundle and settings already."""
+    codes_path = out_dir / CODES_DIR / f"{fit.name}.npz"
+    record_path = out_dir / FITS_DIR / f"{fit.name}.json"
+    base = json.loads(json.dumps(record_base(bundle, fit)))
+    if codes_path.is_file() and _same_fit(record_path, base):
+        log.info("%s: already trained from this bundle with these settings", fit.name)
         return codes_path
+    cls = get_hasher_class(fit.method)
+    b = bundle
+    train_idx, pairs = training_items(cls, split, b.ancestors, b.layer_weights, fit.n_train)
+    training = Training(resume="auto", progress=progress)
+    fitted = run_fit(fit, cls, b.images[train_idx], pairs, training=training)
+    start = time.perf_counter()
+    q, db = fitted.hasher.encode(b.images[b.query_idx]), fitted.hasher.encode(b.images[b.db_idx])
+    encode_seconds = time.perf_counter() - start
+    save_codes(codes_path, _codes(bundle, fitted.hasher, q, db))
+    record = {
+        **base,
+        "own_seed": fit.own_seed,
+        "checkpoint_from": fitted.checkpoint_from,
+        "fit_seconds": round(fitted.seconds, 3),
+        "encode_seconds": round(encode_seconds, 3),
+        "n_train_items": fitted.n_train,
+        "device": manifest["device"],
+        "torch": manifest["torch"],
+        **cpu_pin.describe(),
+        "history": fitted.hasher.history_,
+    }
+    atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
+    log.info("%s: codes in %s", fit.name, codes_path)
+    return codes_path
+
+
+def record_base(bundle: Bundle, fit: Fit) -> dict[str, Any]:
+    """What decides a fit's codes: a record with these values belongs to this fit. Where and
+    how fast it ran (device, threads, compilation) does not. The loss settings stand by their
+    own names (alpha, eta), as in the records written before they became one `objective`, so
+    that codes trained then still count."""
+    params = {k: v for k, v in flat_objective(fit.params).items() if k != "loop"}
+    loop = asdict(fit.params["loop"])
+    params["loop"] = {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}
+    return {
+        "method": fit.method,
+        "bits": fit.bits,
+        "seed": fit.seed,
+        "params": params,
+        "bundle_sha256": bundle.sha256,
+        "code": code_fingerprint.fingerprint([get_hasher_class(fit.method).__module__]),
+    }
+
+
+def _codes(bundle: Bundle, hasher: Any, q: np.ndarray, db: np.ndarray) -> Codes:
+    """The codes file of a fit: its packed codes with the split's items."""
+    b = bundle
+    return Codes(
+        query_codes=pack_codes(q),
+        db_codes=pack_codes(db),
+        n_bits=hasher.n_bits,
+        segment_sizes=np.asarray(hasher.segment_sizes(), dtype=np.int64),
+        segment_weights=np.asarray(hasher.segment_weights(), dtype=np.float64),
+        query_ancestors=b.ancestors[b.query_idx],
+        db_ancestors=b.ancestors[b.db_idx],
+        query_ids=b.ids[b.query_idx],
+        db_ids=b.ids[b.db_idx],
+    )
 
 
 def _same_fit(record_path: Path, base: dict[str, Any]) -> bool:
@@ -320,20 +305,6 @@ def _same_fit(record_path: Path, base: dict[str, Any]) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     return all(record.get(key) == value for key, value in base.items())
-
-
-def _epoch_log(name: str):
-    def on_epoch(entry: dict[str, Any]) -> None:
-        log.info(
-            "%s epoch %d: loss %.4f, %.0f img/s, %.1f s",
-            name,
-            entry["epoch"],
-            entry["loss"],
-            entry["images_per_sec"],
-            entry["seconds"],
-        )
-
-    return on_epoch
 
 
 def device_line(device: torch.device) -> str:
@@ -373,11 +344,12 @@ def run_train(args: argparse.Namespace) -> int:
         overrides["compile"] = True
     if args.no_cuda_graph:
         overrides["cuda_graph"] = False
-    fits = plan_fits(bundle.settings, args.methods, args.bits, args.seeds)
     for path in train_bundle(
         bundle,
         args.out,
-        fits,
+        methods=args.methods,
+        bits=args.bits,
+        seeds=args.seeds,
         overrides=overrides,
         work_dir=args.work_dir,
         progress=not args.no_progress,

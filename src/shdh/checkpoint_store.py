@@ -5,9 +5,9 @@ A pod's disk dies with the pod. So after every epoch the fit's training files (t
 and the record of the settings and data it was made with, both in the work folder) and its
 MLflow run reference are copied to s3://BUCKET/PREFIX/RUN/FIT/, and before the fit starts they
 are copied back. RUN is the pipeline run (a retried task, or a retried run, keeps it) and FIT
-is METHOD-BITS-seedS. The copy back goes through the check a local resume makes: a checkpoint
-made with other settings or on other data is refused, named, and never fetched or loaded; the
-fit then trains from the start and replaces it.
+is the fit's name (shdh.fits.fit_name). The copy back goes through the check a local resume
+makes: a checkpoint made with other settings or on other data is refused, named, and never
+fetched or loaded; the fit then trains from the start and replaces it.
 
 The store is SHDH_CHECKPOINT_URL (s3://bucket/prefix); the endpoint and the credentials are
 the usual AWS variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), as for every other S3
@@ -28,7 +28,7 @@ from typing import Any
 
 from shdh.atomic import atomic_path
 from shdh.data.download import s3_endpoint
-from shdh.steps.fit import RUN_REF, WORK_DIR
+from shdh.fits import RUN_REF, WORK_DIR
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +71,8 @@ def s3_client() -> Any:
     return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
 
-class FitCheckpoints:
-    """One fit's training files at s3://BUCKET/KEY/: restore them before the fit, upload them
-    after every epoch (in the background, one upload at a time, while the next epoch trains)."""
+class StoreFolder:
+    """One folder of the object store, s3://BUCKET/KEY/: its objects fetched and put by name."""
 
     def __init__(self, url: str, *, client: Any = None) -> None:
         parsed = urllib.parse.urlparse(url)
@@ -92,45 +91,7 @@ class FitCheckpoints:
     def object_url(self, name: str) -> str:
         return f"{self.url}/{name}"
 
-    # -- before the fit -----------------------------------------------------------------------
-
-    def restore(self, hasher: Any, X: Any, pairs: Any, out_dir: Path) -> int | None:
-        """Bring the stored training of this fit into out_dir when it was made with the
-        hasher's settings on this data; returns the epoch it ends (0 when its object does not
-        say), or None when nothing was restored. A matching training already in the work
-        folder is this machine's own, at least as recent as what it uploaded, and is kept."""
-        work = Path(out_dir) / WORK_DIR
-        if hasher.first_trained_as_here([work], X, pairs) is not None:
-            log.info("%s: continuing the checkpoint already there; not fetching %s", work, self.url)
-            return None
-        checkpoint, record = hasher.training_files
-        with tempfile.TemporaryDirectory(prefix=".store-", dir=_made(work)) as tmp:
-            staging = Path(tmp)
-            if not self._download(record, staging / record):
-                log.info("no checkpoint at %s yet; training from the first epoch", self.url)
-                return None
-            problem = hasher.resume_problem(staging, X, pairs)
-            if problem is not None:
-                log.warning(
-                    "%s: refused, made with other settings or data (%s); not loaded, "
-                    "training from the first epoch (this fit's checkpoints replace it)",
-                    self.object_url(checkpoint),
-                    problem,
-                )
-                return None
-            head = self._download(checkpoint, staging / checkpoint)
-            url = self.object_url(record)
-            if head is None:
-                log.warning("%s: no checkpoint beside it; training from the first epoch", url)
-                return None
-            for name in (checkpoint, record):  # the checkpoint first: never a record alone
-                os.replace(staging / name, work / name)
-        self._download(RUN_REF, Path(out_dir) / RUN_REF)  # the MLflow run to continue
-        epoch = int(head.get("Metadata", {}).get(EPOCH_KEY, 0))
-        log.info("restored the checkpoint of epoch %d from %s", epoch, self.object_url(checkpoint))
-        return epoch
-
-    def _download(self, name: str, dest: Path) -> dict[str, Any] | None:
+    def download(self, name: str, dest: Path) -> dict[str, Any] | None:
         """Fetch one object into dest (written atomically); its head, or None if absent."""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -161,6 +122,62 @@ class FitCheckpoints:
             raise CheckpointStoreError(_describe(f"s3://{self.bucket}", exc)) from exc
         return True
 
+    def upload(self, opened: list[Any], epoch: int) -> int:
+        """Upload in the order of `opened`: the checkpoint before its record, so that a record
+        in the store always has its own checkpoint (or an older one that it refuses)."""
+        with contextlib.ExitStack() as stack:
+            for handle in opened:
+                stack.enter_context(handle)
+            for handle in opened:
+                name = Path(handle.name).name
+                extra = {"Metadata": {EPOCH_KEY: str(epoch)}}
+                self.client.upload_fileobj(handle, self.bucket, f"{self.prefix}/{name}", extra)
+        log.info("epoch %d's checkpoint is in %s", epoch, self.url)
+        return epoch
+
+
+class FitCheckpoints(StoreFolder):
+    """One fit's training files at s3://BUCKET/KEY/: restore them before the fit, upload them
+    after every epoch (in the background, one upload at a time, while the next epoch trains)."""
+
+    # -- before the fit -----------------------------------------------------------------------
+
+    def restore(self, hasher: Any, X: Any, pairs: Any, out_dir: Path) -> int | None:
+        """Bring the stored training of this fit into out_dir when it was made with the
+        hasher's settings on this data; returns the epoch it ends (0 when its object does not
+        say), or None when nothing was restored. A matching training already in the work
+        folder is this machine's own, at least as recent as what it uploaded, and is kept."""
+        work = Path(out_dir) / WORK_DIR
+        if hasher.first_trained_as_here([work], X, pairs) is not None:
+            log.info("%s: continuing the checkpoint already there; not fetching %s", work, self.url)
+            return None
+        checkpoint, record = hasher.training_files
+        with tempfile.TemporaryDirectory(prefix=".store-", dir=_made(work)) as tmp:
+            staging = Path(tmp)
+            if not self.download(record, staging / record):
+                log.info("no checkpoint at %s yet; training from the first epoch", self.url)
+                return None
+            problem = hasher.resume_problem(staging, X, pairs)
+            if problem is not None:
+                log.warning(
+                    "%s: refused, made with other settings or data (%s); not loaded, "
+                    "training from the first epoch (this fit's checkpoints replace it)",
+                    self.object_url(checkpoint),
+                    problem,
+                )
+                return None
+            head = self.download(checkpoint, staging / checkpoint)
+            url = self.object_url(record)
+            if head is None:
+                log.warning("%s: no checkpoint beside it; training from the first epoch", url)
+                return None
+            for name in (checkpoint, record):  # the checkpoint first: never a record alone
+                os.replace(staging / name, work / name)
+        self.download(RUN_REF, Path(out_dir) / RUN_REF)  # the MLflow run to continue
+        epoch = int(head.get("Metadata", {}).get(EPOCH_KEY, 0))
+        log.info("restored the checkpoint of epoch %d from %s", epoch, self.object_url(checkpoint))
+        return epoch
+
     # -- during the fit -----------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -180,7 +197,7 @@ class FitCheckpoints:
             def upload_then_log(entry: dict[str, Any]) -> None:
                 _settle(pending)  # at most one upload in flight
                 opened = [open(path, "rb") for path in files if path.is_file()]
-                pending.append(pool.submit(self._upload, opened, int(entry["epoch"])))
+                pending.append(pool.submit(self.upload, opened, int(entry["epoch"])))
                 if on_epoch is not None:
                     on_epoch(entry)
 
@@ -188,19 +205,6 @@ class FitCheckpoints:
                 yield upload_then_log
             finally:
                 _settle(pending)
-
-    def _upload(self, opened: list[Any], epoch: int) -> int:
-        """Upload in the order of `opened`: the checkpoint before its record, so that a record
-        in the store always has its own checkpoint (or an older one that it refuses)."""
-        with contextlib.ExitStack() as stack:
-            for handle in opened:
-                stack.enter_context(handle)
-            for handle in opened:
-                name = Path(handle.name).name
-                extra = {"Metadata": {EPOCH_KEY: str(epoch)}}
-                self.client.upload_fileobj(handle, self.bucket, f"{self.prefix}/{name}", extra)
-        log.info("epoch %d's checkpoint is in %s", epoch, self.url)
-        return epoch
 
 
 def _settle(pending: list[Future]) -> None:

@@ -189,25 +189,70 @@ def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict
 
 
 def save_model(model_dir: str | Path, model: Any) -> None:
-    """Copy a fitted model folder (shdh.steps.fit's METHOD-BITS) into a Model output artifact.
+    """Copy a fitted model folder (shdh.fits: models_root/METHOD/NAME) into a Model output artifact.
 
     The training work folder (the checkpoint, already logged to MLflow) stays behind.
     """
-    from shdh.steps.fit import FIT_RECORD
+    from shdh.fits import FIT_RECORD, WORK_DIR
 
     model_dir = Path(model_dir)
     record = json.loads((model_dir / FIT_RECORD).read_text())
     with atomic_dir(model.path) as tmp:
-        shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("work"), dirs_exist_ok=True)
+        shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns(WORK_DIR), dirs_exist_ok=True)
     model.metadata.update(
         {"method": record["method"], "bits": int(record["bits"]), "own_seed": record["own_seed"]}
     )
 
 
+def fit_component(
+    *,
+    prepared: Any,
+    similarity: Any,
+    method: str,
+    bits: int,
+    own_seed: int,
+    settings: str,
+    seed: int,
+    profile: str,
+    pipeline_run_id: str,
+    model: Any,
+    gist: Any = None,
+) -> None:
+    """The train and baseline components' work: the planned fit (shdh.plan), trained by the
+    fit runner as `shdh train` and `shdh baselines` train it, its folder copied into the Model
+    artifact. A deep fit resumes a matching checkpoint, and with SHDH_CHECKPOINT_URL set keeps
+    every epoch's in the object store under the fit's name (shdh.checkpoint_store), so that a
+    retried task resumes there. A shallow fit (gist given) fits the GIST features."""
+    import tempfile
+
+    from shdh.plan import fit_plan
+
+    section = section_arg(settings, "train" if gist is None else "baselines")
+    with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
+        plan = fit_plan(
+            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
+        )
+        inputs = {"prepared_dir": prepared.path, "smatrix_path": similarity.path}
+        if gist is None:
+            from shdh import checkpoint_store
+            from shdh.steps.fit_deep import fit
+
+            checkpoints = checkpoint_store.from_env(pipeline_run_id, plan.name)
+            context = run_context(prepared.metadata, profile, pipeline_run_id)
+            out = fit(
+                plan, **inputs, progress=False, resume="auto", checkpoints=checkpoints, **context
+            )
+        else:
+            from shdh.steps.fit_shallow import fit
+
+            context = run_context(prepared.metadata, profile, pipeline_run_id)
+            out = fit(plan, **inputs, features_path=gist.path, **context)
+        save_model(out, model)
+
+
 def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
-    """Lay Model artifacts out as the plan places them (models_dir/METHOD/METHOD-BITS), by links."""
-    from shdh.plan import model_dir
-    from shdh.steps.fit import FIT_RECORD
+    """Lay Model artifacts out as the plan places them (models_dir/METHOD/NAME), by links."""
+    from shdh.fits import FIT_RECORD, model_dir
 
     models_dir = Path(models_dir)
     for model in models:
@@ -239,11 +284,11 @@ def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
 
 
 def fit_name(run: dict[str, Any]) -> str:
-    """A {method, bits, own_seed} fit's name: METHOD-BITS, or METHOD-BITS-seedS for one of a
-    `seeds` list (shdh.steps.fit.run_name), as its model folder and MLflow run are named."""
-    from shdh.steps.fit import run_name
+    """A {method, bits, own_seed} fit's name (shdh.fits.fit_name): its model folder's, its
+    MLflow run's and its checkpoints' in the store."""
+    from shdh import fits
 
-    return run_name(str(run["method"]), int(run["bits"]), own_seed_arg(run["own_seed"]))
+    return fits.fit_name(str(run["method"]), int(run["bits"]), own_seed_arg(run["own_seed"]))
 
 
 def evaluate_fits(

@@ -3,8 +3,9 @@
 Every front door (the DVC stages through the CLI, the Kubeflow components, the offsite trainer
 shdh.bundle) reads the plan from here and hands the library steps the `Fit`s it makes, so that
 a fit is named, seeded and stored the same way whoever runs it. Pure functions of the settings:
-no I/O, and nothing a bare GPU machine lacks. What needs no deep method (every fit's name, seed
-and folder; the shallow methods) is shdh.plan_shallow, which this module extends and re-exports.
+no I/O, and nothing a bare GPU machine lacks. What a fit is, what it is called and where its
+files live is shdh.fits; what needs no deep method (the seeds, the order of the fits, the
+shallow methods) is shdh.plan_shallow. This module extends both and re-exports them.
 """
 
 from __future__ import annotations
@@ -14,23 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from shdh.errors import ConfigError
+from shdh.fits import Fit, fit_name
 from shdh.hashers import get_hasher_class, is_deep
 from shdh.loop import LoopSettings
 from shdh.plan_shallow import (
     constructor_keys,
     fit_seed,
-    make_fit,
     model_dir,
     own_settings,
+    runs,
     section_seeds,
     shallow_method_bits,
     shallow_method_params,
     shallow_models_root,
 )
-from shdh.steps.fit import Fit, run_name
+from shdh.plan_shallow import fit_plan as _fit_plan
+from shdh.plan_shallow import section_fits as _section_fits
 
 __all__ = [
     "PIPELINE_KEYS",
+    "Fit",
+    "fit_name",
     "fit_plan",
     "fit_seed",
     "is_deep",
@@ -40,7 +45,8 @@ __all__ = [
     "models_root",
     "planned_fits",
     "planned_runs",
-    "run_name",
+    "runs",
+    "section_fits",
     "section_seeds",
 ]
 
@@ -110,17 +116,13 @@ def planned_runs(params: dict[str, Any]) -> list[tuple[str, int, int | None]]:
     """(method, bits, own seed) for every deep and shallow method the params ask for, in that
     order; the seed is None without a `seeds` list (section_seeds)."""
     train, baselines = params["train"], params.get("baselines") or {}
-    runs = [
-        (m, b, s) for b in train["bits"] for m in train["methods"] for s in section_seeds(train)
-    ]
-    for b in baselines.get("bits", []):
-        runs += [
-            (m, b, s)
-            for m in baselines.get("methods", [])
-            if b in method_bits(params, m)
-            for s in section_seeds(baselines)
-        ]
-    return runs
+    shallow = runs(
+        baselines,
+        list(baselines.get("methods", [])),
+        list(baselines.get("bits", [])),
+        bits_of=lambda method: method_bits(params, method),
+    )
+    return runs(train, list(train["methods"]), list(train["bits"])) + shallow
 
 
 def fit_plan(
@@ -132,19 +134,27 @@ def fit_plan(
     seed: int,
     models_root: str | Path,
 ) -> Fit:
-    """The fit of `method` at `bits` with `own_seed` (None: the master seed `seed`), from its
-    section of the settings (train for deep methods, baselines for shallow ones), stored under
-    models_root/METHOD/METHOD-BITS[-seedS]. Without a section, the fit as the score step sees
-    it: where its model is and what it is called (no hyper-parameters)."""
-    return make_fit(
+    """The fit of any method (shdh.plan_shallow.fit_plan), from its section of the settings
+    (train for deep methods, baselines for shallow ones), or None for the fit as the score step
+    sees it."""
+    return _fit_plan(
+        section,
         method,
         bits,
         own_seed,
         seed=seed,
         models_root=models_root,
-        params=method_params(section, method) if section is not None else {},
-        n_train=section.get("n_train") if section is not None else None,
+        method_params=method_params,
     )
+
+
+def section_fits(
+    section: dict[str, Any], methods: list[str], bits: list[int], **where: Any
+) -> list[Fit]:
+    """shdh.plan_shallow.section_fits for any method: the fits of `methods` at `bits` from
+    their section of the settings, in the plan's order; `where` is its seed, models_root and
+    optional bits_of and seeds."""
+    return _section_fits(section, methods, bits, method_params=method_params, **where)
 
 
 def planned_fits(

@@ -1,5 +1,7 @@
-"""The run plan without the deep methods: what every fit is called, which seed it uses and
-where it lives, and the shallow methods' settings and code lengths (the `baselines` section).
+"""The run plan without the deep methods: which fits a section of the settings asks for (runs,
+fit_plan), the seeds they use, and the shallow methods' settings and code lengths (the
+`baselines` section). What a fit is, what it is called and where it lives is shdh.fits, which
+this module re-exports.
 
 shdh.plan is the whole plan, the one every front door reads: it adds the deep methods to this
 part (their settings objects, and the registry that names them, which loads their code).
@@ -10,18 +12,29 @@ not depend on the deep methods' code.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shdh.errors import ConfigError
+from shdh.fits import Fit, fit_name, fit_seed, make_fit, model_dir
 from shdh.hashers.shallow import shallow_hasher_class
-from shdh.steps.fit import Fit, run_name
 
+__all__ = [
+    "Fit",
+    "fit_name",
+    "fit_plan",
+    "fit_seed",
+    "model_dir",
+    "runs",
+    "section_fits",
+    "section_seeds",
+    "shallow_method_bits",
+    "shallow_method_params",
+    "shallow_models_root",
+]
 
-def model_dir(models_dir: str | Path, method: str, bits: int, seed: int | None = None) -> Path:
-    """models_dir/METHOD/METHOD-BITS[-seedS]: one folder per method (a DVC stage's output), one
-    per code length (and seed) inside it (self-describing when copied out on its own)."""
-    return Path(models_dir) / method / run_name(method, bits, seed)
+Run = tuple[str, int, int | None]  # (method, bits, own seed): one fit, before it is made
 
 
 def section_seeds(section: dict[str, Any]) -> list[int | None]:
@@ -43,36 +56,6 @@ def section_seeds(section: dict[str, Any]) -> list[int | None]:
             f"got {seeds!r}"
         )
     return list(seeds)
-
-
-def fit_seed(seed: int, own_seed: int | None) -> int:
-    """The seed a fit actually uses: its own (one of `seeds`), else the master seed. Training,
-    the random floor and metrics_by_seed.json all key a fit by it."""
-    return seed if own_seed is None else own_seed
-
-
-def make_fit(
-    method: str,
-    bits: int,
-    own_seed: int | None,
-    *,
-    seed: int,
-    models_root: str | Path,
-    params: dict[str, Any],
-    n_train: int | None,
-) -> Fit:
-    """The fit of `method` at `bits` with `own_seed` (None: the master seed `seed`) and the
-    constructor arguments `params`, stored under models_root/METHOD/METHOD-BITS[-seedS]."""
-    return Fit(
-        method=method,
-        bits=int(bits),
-        seed=fit_seed(seed, own_seed),
-        own_seed=own_seed,
-        name=run_name(method, bits, own_seed),
-        out_dir=model_dir(models_root, method, bits, own_seed),
-        params=params,
-        n_train=n_train,
-    )
 
 
 def constructor_keys(cls: type) -> set[str]:
@@ -120,22 +103,73 @@ def shallow_models_root(params: dict[str, Any]) -> Path:
     return Path(params["baselines"]["models_dir"])
 
 
-def shallow_fit_plan(
+def runs(
     section: dict[str, Any],
+    methods: list[str],
+    bits: list[int],
+    bits_of: Callable[[str], list[int]] | None = None,
+    seeds: list[int] | None = None,
+) -> list[Run]:
+    """(method, bits, own seed) of every fit of `methods` at `bits` (those of bits_of(method)
+    where it is given: KMH's lengths) with each of the section's seeds (section_seeds) unless
+    `seeds` names them: every method at the first length, then the next (the plan's order,
+    the one the score step scores and the Kubeflow DAG chains them in)."""
+    own_seeds = section_seeds(section) if seeds is None else list(seeds)
+    return [
+        (method, int(b), own_seed)
+        for b in bits
+        for method in methods
+        if bits_of is None or b in bits_of(method)
+        for own_seed in own_seeds
+    ]
+
+
+def fit_plan(
+    section: dict[str, Any] | None,
     method: str,
     bits: int,
     own_seed: int | None,
     *,
     seed: int,
     models_root: str | Path,
+    method_params: Callable[[dict[str, Any], str], dict[str, Any]] = shallow_method_params,
 ) -> Fit:
-    """shdh.plan.fit_plan for a shallow method, from the `baselines` section."""
+    """The fit of `method` at `bits` with `own_seed` (None: the master seed `seed`), with the
+    constructor arguments method_params(section, method) (a shallow method's by default;
+    shdh.plan.fit_plan gives any method's), stored under models_root/METHOD/NAME. Without a
+    section, the fit as the score step sees it: where its model is and what it is called."""
     return make_fit(
         method,
         bits,
         own_seed,
         seed=seed,
         models_root=models_root,
-        params=shallow_method_params(section, method),
-        n_train=section.get("n_train"),
+        params=method_params(section, method) if section is not None else {},
+        n_train=section.get("n_train") if section is not None else None,
     )
+
+
+def section_fits(
+    section: dict[str, Any],
+    methods: list[str],
+    bits: list[int],
+    *,
+    seed: int,
+    models_root: str | Path,
+    bits_of: Callable[[str], list[int]] | None = None,
+    seeds: list[int] | None = None,
+    method_params: Callable[[dict[str, Any], str], dict[str, Any]] = shallow_method_params,
+) -> list[Fit]:
+    """The fits of runs(section, methods, bits, bits_of, seeds), made by fit_plan."""
+    return [
+        fit_plan(
+            section,
+            method,
+            b,
+            own_seed,
+            seed=seed,
+            models_root=models_root,
+            method_params=method_params,
+        )
+        for method, b, own_seed in runs(section, methods, bits, bits_of, seeds)
+    ]

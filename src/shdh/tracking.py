@@ -4,9 +4,10 @@ shdh.parent_run; the deep encoders as MLflow models are shdh.encoder_model; the 
 is shdh.registry.
 
 Both front doors (DVC and Kubeflow) put one pipeline run under one parent run, with a nested run
-per method, code length and seed, and tag every run alike (MLflow's source tags for the commit,
-the raw-data hash, the pipeline run id, dataset, profile) so that runs from either can be
-filtered and compared in one UI.
+per method, code length and seed, named as the fit is (shdh.fits.fit_name, METHOD-BITS[-seedS]),
+and tag every run alike (MLflow's source tags for the commit, the raw-data hash, the pipeline
+run id, dataset, profile; method_tags: the method, bits and seed) so that runs from either can
+be filtered, grouped and compared in one UI.
 """
 
 from __future__ import annotations
@@ -58,11 +59,6 @@ def metric_key(name: str) -> str:
     """A metric, param or tag key MLflow accepts: '@' becomes '_at_' (acg@100 -> acg_at_100)
     and any other refused character '_' (ksh+h -> ksh_h)."""
     return _NOT_A_KEY_CHAR.sub("_", name.replace("@", "_at_"))
-
-
-def child_run_name(method: str, bits: int, seed: int) -> str:
-    """A method run's name in the UI, the same for every front door: shdh-64-seed0."""
-    return f"{method}-{bits}-seed{seed}"
 
 
 GIT_COMMIT_ENV = "SHDH_GIT_COMMIT"

@@ -124,6 +124,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     client = mlflow.MlflowClient()
     ref = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "mlflow_run.json").read_text())
     run = client.get_run(ref["run_id"])
+    assert run.info.run_name == "shdh-16"  # the fit's name: its folder's and codes file's too
     assert run.data.params["epochs"] == "2" and run.data.params["bits"] == "16"
     # the loss settings by params.yaml's names, not as one `objective`
     assert (run.data.params["alpha"], run.data.params["reduction"]) == ("1.0", "sum")

@@ -278,8 +278,11 @@ def test_evaluate_and_report_score_every_model_and_track_it(chain, client):
     children = client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{chain['parent']}'"
     )
-    names = {f"{m}-16-seed0" for m in ("shdh", "itq", "kmh", "random")}
+    # named as their fits' folders and codes files (no `seeds` list: no seed in the name), and
+    # tagged with the seed they used
+    names = {f"{m}-16" for m in ("shdh", "itq", "kmh", "random")}
     assert {c.info.run_name for c in children} == names
+    assert {c.data.tags["seed"] for c in children} == {"0"}
     assert parent.info.status == "FINISHED"  # closed by evaluate, the story on it
     assert "| shdh | 16 |" in parent.data.tags["mlflow.note.content"]
     assert parent.data.params["train.methods"] == '["shdh"]'
@@ -353,5 +356,5 @@ def test_register_puts_the_best_encoder_under_its_alias(chain, client):
     assert chain["registered"] == "models:/shdh-encoder@champion"
     version = client.get_model_version_by_alias("shdh-encoder", "champion")
     shdh = client.get_run(version.run_id)
-    assert shdh.info.run_name == "shdh-16-seed0"  # the only run with an encoder
+    assert shdh.info.run_name == "shdh-16"  # the only run with an encoder
     assert shdh.data.tags["mlflow.parentRunId"] == chain["parent"]

@@ -33,7 +33,7 @@ from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.integration
 
-FIT = "shdh-16-seed0"
+FIT = "shdh-16"  # the fit's name (shdh.fits.fit_name): no `seeds` list, no seed in it
 EPOCHS = 3
 KILL_TIMEOUT_S = 120.0
 # The child: the train component with its first epoch's logging held up, so the kill lands
@@ -42,13 +42,13 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from kfp import dsl
-import shdh.steps.fit_deep as fitting
+import shdh.steps.fit as runner
 
 args = json.loads(sys.argv[1])
-logger = fitting._epoch_logger
+logger = runner.epoch_logger
 
-def held_after_first_epoch(name, epochs):
-    log = logger(name, epochs)
+def held_after_first_epoch(name, epochs, **kwargs):
+    log = logger(name, epochs, **kwargs)
     def on_epoch(entry):
         log(entry)
         if entry["epoch"] == 1:
@@ -56,7 +56,7 @@ def held_after_first_epoch(name, epochs):
             time.sleep(600)
     return on_epoch
 
-fitting._epoch_logger = held_after_first_epoch
+runner.epoch_logger = held_after_first_epoch
 from components.train import train
 art = {k: dsl.Dataset(name=k, uri=v["uri"], metadata=v["metadata"]) for k, v in args["in"].items()}
 train.python_func(model=dsl.Model(name="model", uri=args["model"]), **art, **args["params"])

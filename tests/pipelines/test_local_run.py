@@ -91,7 +91,7 @@ def test_a_kubeflow_run_is_one_parent_with_a_nested_run_per_method(runs, client)
         [exp.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{kfp_parent.info.run_id}'",
     )
-    names = {f"{m}-16-seed0" for m in SMOKE_METHODS} | {"random-16-seed0"}
+    names = {f"{m}-16" for m in SMOKE_METHODS} | {"random-16"}
     assert {c.info.run_name for c in children} == names
     for run in (kfp_parent, *children):
         tags = run.data.tags
@@ -108,7 +108,7 @@ def test_a_kubeflow_run_is_one_parent_with_a_nested_run_per_method(runs, client)
     found = subprocess.run(["git", "cat-file", "-t", commit], cwd=REPO, capture_output=True)
     assert found.stdout.strip() == b"commit"
     for run in children:
-        if run.info.run_name != "random-16-seed0":
+        if run.info.run_name != "random-16":
             assert run.data.tags["mlflow.source.git.commit"] == commit
             assert "ndcg_at_100" in run.data.metrics and "fit_seconds" in run.data.metrics
     deep = [c for c in children if c.data.tags.get("method") in ("shdh", "dpsh")]

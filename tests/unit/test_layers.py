@@ -42,6 +42,8 @@ LAYERS: dict[str, int] = {
     "shdh.data*": STEPS,
     "shdh.features*": STEPS,
     "shdh.steps*": STEPS,
+    # the plan's vocabulary (a Fit, its name, its folders): below the steps that read it
+    "shdh.fits": STEPS,
     "shdh.report": STEPS,
     "shdh.figures": STEPS,
     "shdh.paper_results": STEPS,

@@ -91,9 +91,11 @@ def test_default_store_is_in_the_repository_a_dvc_temp_workspace_came_from(tmp_p
     assert tracking.tracking_uri() == f"sqlite:///{tmp_path / 'a.db'}"
 
 
-def test_metric_keys_and_run_names_sort_and_read_alike_across_methods():
+def test_metric_keys_read_alike_across_methods_and_runs_carry_the_seed_as_a_tag():
     assert tracking.metric_key("ksh+h") == "ksh_h"  # MLflow refuses '+' in a key
-    assert tracking.child_run_name("ksh+h", 16, 0) == "ksh+h-16-seed0"
+    # A run is named as its fit (shdh.fits.fit_name: the seed only with a `seeds` list), so
+    # the seed it used is always a tag, which the comparison view groups by.
+    assert tracking.method_tags("ksh+h", 16, 0) == {"method": "ksh+h", "bits": "16", "seed": "0"}
 
 
 def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(

@@ -17,12 +17,7 @@ from shdh import tracking
 from shdh.atomic import check_writable
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
 from shdh.hashers.shallow import SHALLOW
-from shdh.plan_shallow import (
-    section_seeds,
-    shallow_fit_plan,
-    shallow_method_bits,
-    shallow_models_root,
-)
+from shdh.plan_shallow import section_fits, shallow_method_bits, shallow_models_root
 from shdh.steps.fit_shallow import fit
 
 HELP = "fit the shallow methods on GIST features (ITQ, KMH, KSH, LFH, COSDISH, ...)"
@@ -61,19 +56,16 @@ def run(args: argparse.Namespace) -> int:
         check_writable(root / method, "baselines.models_dir")
         context = context if context is not None else pipeline_context(args, params)
         with tracking.failure_ends(context["parent_run_id"]):
-            for bits in bits_list:
-                for own_seed in section_seeds(section):
-                    plan = shallow_fit_plan(
-                        section, method, bits, own_seed, seed=params["seed"], models_root=root
-                    )
-                    out = fit(
-                        plan,
-                        prepared_dir=params["data"]["prepared_dir"],
-                        smatrix_path=params["smatrix"]["out"],
-                        features_path=params["features"]["out"],
-                        **context,
-                    )
-                    print(f"model written to {out}")
+            fits = section_fits(section, [method], bits_list, seed=params["seed"], models_root=root)
+            for planned in fits:
+                out = fit(
+                    planned,
+                    prepared_dir=params["data"]["prepared_dir"],
+                    smatrix_path=params["smatrix"]["out"],
+                    features_path=params["features"]["out"],
+                    **context,
+                )
+                print(f"model written to {out}")
     return 0
 
 

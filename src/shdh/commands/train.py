@@ -16,7 +16,7 @@ from shdh import tracking
 from shdh.atomic import check_writable
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
 from shdh.hashers import DEEP
-from shdh.plan import fit_plan, method_bits, models_root, section_seeds
+from shdh.plan import method_bits, models_root, section_fits
 from shdh.steps.fit_deep import fit
 from shdh.training import RESUME_MODES
 
@@ -76,20 +76,17 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     check_writable(root / method, "train.models_dir")
     context = context if context is not None else pipeline_context(args, params)
     with tracking.failure_ends(context["parent_run_id"]):
-        for bits in bits_list:
-            for own_seed in section_seeds(section):
-                plan = fit_plan(
-                    section, method, bits, own_seed, seed=params["seed"], models_root=root
-                )
-                out = fit(
-                    plan,
-                    prepared_dir=params["data"]["prepared_dir"],
-                    smatrix_path=params["smatrix"]["out"],
-                    resume=args.resume,
-                    progress=not args.no_progress,
-                    **context,
-                )
-                print(f"model written to {out}")
+        fits = section_fits(section, [method], bits_list, seed=params["seed"], models_root=root)
+        for planned in fits:
+            out = fit(
+                planned,
+                prepared_dir=params["data"]["prepared_dir"],
+                smatrix_path=params["smatrix"]["out"],
+                resume=args.resume,
+                progress=not args.no_progress,
+                **context,
+            )
+            print(f"model written to {out}")
     return context
 
 

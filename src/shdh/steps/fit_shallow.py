@@ -1,35 +1,24 @@
 """The fit step of the shallow methods (ITQ, KMH, KSH, LFH, COSDISH, ...): one method at one
 code length on the GIST features of the training pool, tracked in MLflow.
 
-It loads the shallow methods alone (shdh.hashers.shallow), never the deep methods' code; what
-every fit shares is shdh.steps.fit.
+It loads the shallow methods alone (shdh.hashers.shallow), never the deep methods' code; the
+fit itself is the runner's (shdh.steps.fit.run_fit).
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 
 import numpy as np
 
 from shdh import tracking
 from shdh.errors import ConfigError
+from shdh.fits import Fit
 from shdh.hashers.base import Hasher
 from shdh.hashers.shallow import shallow_hasher_class
 from shdh.hashers.supervision import PairSimilarity
 from shdh.steps.features import load_features
-from shdh.steps.fit import (
-    Fit,
-    hasher_segments,
-    run_params,
-    save_fitted,
-    tracked_run,
-    training_pool,
-    write_record,
-)
-
-log = logging.getLogger(__name__)
+from shdh.steps.fit import Tracked, run_fit, training_pool
 
 
 def training_inputs(
@@ -65,17 +54,6 @@ def fit(
         Path(features_path) if features_path else None,
         plan.n_train,
     )
-    hasher = cls(n_bits=plan.bits, seed=plan.seed, **plan.params)
-    log.info("%s: fitting on %d items", plan.name, len(X))
     settings = tracking.flatten(dict(plan.params))
-    logged = run_params(plan, settings, len(X), hasher_segments(hasher, pairs))
-    with tracked_run(
-        plan, params=logged, started={}, tags=tags, run_id=None, parent_run_id=parent_run_id
-    ):
-        start = time.perf_counter()
-        hasher.fit(X, pairs)
-        seconds = time.perf_counter() - start
-        save_fitted(plan, hasher, seconds)
-    write_record(plan, hasher, seconds, len(X), {})
-    log.info("%s: fitted in %.1f s, saved to %s", plan.name, seconds, plan.out_dir)
+    run_fit(plan, cls, X, pairs, tracked=Tracked(settings, tags, parent_run_id))
     return plan.out_dir

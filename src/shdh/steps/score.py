@@ -33,13 +33,13 @@ from shdh.figures import (
     wr_at_n_figure,
     write_figures,
 )
+from shdh.fits import Fit, fit_name
 from shdh.hashers import load_hasher
 from shdh.metrics import Curves
 from shdh.metrics import evaluate as score_codes
 from shdh.report import alpha_sweep, check_outputs, results_table, write_report
 from shdh.retrieval import pack_codes
 from shdh.steps.features import load_features
-from shdh.steps.fit import FIT_RECORD, HASHER_DIR, RUN_REF, Fit, run_name
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +169,10 @@ def _score_model(
     plan: Fit, split: _Split, cache: dict, features_path: Any, **context: Any
 ) -> tuple[Scored, dict[str, float | None]]:
     """Encode the split with the fit's saved model, then score the codes in the fit's run."""
-    hasher = load_hasher(plan.out_dir / HASHER_DIR)
+    hasher = load_hasher(plan.hasher_dir)
     if hasher.n_bits != plan.bits:
         raise ValueError(
-            f"{plan.out_dir / HASHER_DIR}: holds a {hasher.n_bits}-bit {plan.method}, "
-            f"not {plan.bits} bits"
+            f"{plan.hasher_dir}: holds a {hasher.n_bits}-bit {plan.method}, not {plan.bits} bits"
         )
     if hasher.input_kind not in split.inputs:
         raise ValueError(
@@ -185,7 +184,7 @@ def _score_model(
     q, db = hasher.encode(X_q), hasher.encode(X_db)
     encode_s = time.perf_counter() - start
     codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
-    run_id = tracking.load_run_ref(plan.out_dir / RUN_REF, context["parent_run_id"])
+    run_id = tracking.load_run_ref(plan.run_ref, context["parent_run_id"])
     result = _score(
         codes,
         plan.method,
@@ -196,7 +195,7 @@ def _score_model(
         extra={"encode_seconds": encode_s},
         **context,
     )
-    return result, {"fit_seconds": _fit_seconds(plan.out_dir), "encode_seconds": encode_s}
+    return result, {"fit_seconds": _fit_seconds(plan.record), "encode_seconds": encode_s}
 
 
 def _score_imported(
@@ -229,7 +228,7 @@ def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored
         for seed, own_seed in sorted({(plan.seed, plan.own_seed) for plan in fits}):
             q = random_codes(len(split.q_idx), bits, seed)
             db = random_codes(len(split.db_idx), bits, seed + 1)
-            name = run_name("random", bits, own_seed)
+            name = fit_name("random", bits, own_seed)
             scored.append(
                 _score(
                     split.codes(q, db, [bits], [1.0]), "random", bits, name, seed, None, **context
@@ -290,8 +289,7 @@ def _imported_codes(
     return codes, record
 
 
-def _fit_seconds(mdir: Path) -> float | None:
-    path = mdir / FIT_RECORD
+def _fit_seconds(path: Path) -> float | None:
     return json.loads(path.read_text()).get("fit_seconds") if path.is_file() else None
 
 
@@ -335,7 +333,7 @@ def _score(
         if run_id:  # the fit's run: added to, not reopened, so its duration stays the fit's
             tracking.log_to_run(run_id, logged, artifacts)
         else:
-            _new_method_run(method, bits, seed, logged, artifacts, tags, parent_run_id)
+            _new_method_run(name, method, bits, seed, logged, artifacts, tags, parent_run_id)
     return result
 
 
@@ -356,6 +354,7 @@ def _run_artifacts(tmp: Path, codes_path: Path, result: Scored, name: str) -> li
 
 
 def _new_method_run(
+    name: str,
     method: str,
     bits: int,
     seed: int,
@@ -366,7 +365,7 @@ def _new_method_run(
 ) -> None:
     """A run of its own for scores with no fit run (random codes, codes trained elsewhere)."""
     with tracking.run(
-        run_name=tracking.child_run_name(method, bits, seed),
+        run_name=name,
         parent_run_id=parent_run_id,
         params={"method": method, "bits": bits, "seed": seed},
         tags={**tracking.method_tags(method, bits, seed), **(tags or {})},
@@ -433,7 +432,7 @@ def mean_curves(scored: list[Scored]) -> dict[tuple[str, int], Curves]:
     for key, fits in _groups(scored).items():
         first = fits[0].curves
         if any(not np.array_equal(f.curves.radius, first.radius) for f in fits):
-            raise ValueError(f"{run_name(*key)}: the seeds' codes have different radius axes")
+            raise ValueError(f"{fit_name(*key)}: the seeds' codes have different radius axes")
         out[key] = Curves(
             wr_at_n=np.mean([f.curves.wr_at_n for f in fits], axis=0),
             radius=first.radius,
