@@ -88,13 +88,12 @@ def shallow_method_params(section: dict[str, Any], method: str) -> dict[str, Any
 
 
 def shallow_method_bits(params: dict[str, Any], method: str) -> list[int]:
-    """The code lengths params.yaml asks a shallow method to run at: baselines.bits, for KMH
-    only those its subspaces divide (as in the paper's table)."""
-    from shdh.hashers.kmh import KMH
-
+    """The code lengths params.yaml asks a shallow method to run at: baselines.bits, less those
+    the method cannot make with its settings (KMH's that its subspaces do not divide, as in the
+    paper's table)."""
     baselines = params.get("baselines") or {}
-    kmh_bits = (baselines.get("kmh") or {}).get("bits_per_subspace", 4)
-    return [b for b in baselines.get("bits", []) if method != "kmh" or KMH.supports(b, kmh_bits)]
+    cls, own = shallow_hasher_class(method), own_settings(baselines, method)
+    return [b for b in baselines.get("bits", []) if cls.supports(b, **own)]
 
 
 def shallow_models_root(params: dict[str, Any]) -> Path:
