@@ -188,7 +188,8 @@ def pipeline_context(
 
     Both front doors call this: DVC stages with an id hashed from params and data, Kubeflow
     components with the Kubeflow run id. The returned dict is the `tags` / `parent_run_id`
-    keyword arguments of shdh.steps.fit.fit and shdh.steps.score.score.
+    keyword arguments of the fit steps (shdh.steps.fit_deep.fit, fit_shallow.fit) and
+    shdh.steps.score.score.
     """
     tags = {**tags, PIPELINE_TAG: pipeline_id}
     parent = open_parent(pipeline_id, tags, settings, reopen)
