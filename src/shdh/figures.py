@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from shdh.atomic import atomic_path
-from shdh.hashers.methods import METHODS
+from shdh.methods import METHODS
 from shdh.metrics import Curves
 
 CURVES_FILE = "curves.npz"
@@ -91,7 +91,7 @@ def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, i
 
 
 # The paper's row order (Table 1), then anything else we ran, then the random floor; the
-# tables and the figures alike. Both come from the methods' declarations (shdh.hashers.methods).
+# tables and the figures alike. Both come from the methods' declarations (shdh.methods).
 PAPER_ORDER = tuple(
     m.name for m in sorted((m for m in METHODS if m.paper_row), key=lambda m: m.paper_row)
 )

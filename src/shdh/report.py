@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shdh import methods
 from shdh.atomic import check_writable
 from shdh.figures import (
     CURVES_FILE,
@@ -19,7 +20,6 @@ from shdh.figures import (
     ordered_methods,
     write_figures,
 )
-from shdh.hashers import methods
 
 TABLE_COLUMNS = ("acg", "dcg", "ndcg", "ndcg_list", "wr")
 
@@ -158,7 +158,7 @@ def results_doc(
 # over shallow ones.
 def claims() -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
     """The claims; the deep and the shallow group are every declared method of that kind
-    (shdh.hashers.methods, read now, so that a method declared later joins its group), less a
+    (shdh.methods, read now, so that a method declared later joins its group), less a
     reference row (the classifier oracle), a bound to compare with rather than a method."""
     groups = {
         kind: tuple(m.name for m in methods.METHODS if m.kind == kind and not m.reference)

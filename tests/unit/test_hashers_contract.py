@@ -34,9 +34,9 @@ import pytest
 
 from shdh.hashers import REGISTRY, get_hasher_class, load_hasher
 from shdh.hashers.base import FORMAT, Hasher, NotFittedError
-from shdh.hashers.methods import method
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
+from shdh.methods import method
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
@@ -149,7 +149,7 @@ def test_each_kinds_registry_spells_where_its_classes_live() -> None:
     fitting a kind depends on its methods' modules and on no other's."""
     from shdh import hashers
     from shdh.hashers import shallow
-    from shdh.hashers.methods import METHODS
+    from shdh.methods import METHODS
 
     for registry, deep in ((hashers, True), (shallow, False)):
         assert set(registry.CODE) == {m.location for m in METHODS if m.deep == deep}
@@ -162,7 +162,7 @@ def test_registry_entry(name: str) -> None:
     assert issubclass(cls, Hasher) and cls.name == name
     defaults = dataclasses.asdict(method(name).params())
     assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
-    # the constructor's defaults are its declared params' (shdh.hashers.methods), not a copy
+    # the constructor's defaults are its declared params' (shdh.methods), not a copy
     signature = inspect.signature(cls.__init__).parameters
     assert {key: signature[key].default for key in defaults} == defaults
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)

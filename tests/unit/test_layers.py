@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "shdh.metrics": CORE,
     "shdh.codes": CORE,
     "shdh.hashers*": CORE,
+    "shdh.methods": CORE,
     # the library steps, and the stores and reports around them
     "shdh.data*": STEPS,
     "shdh.features*": STEPS,

@@ -117,8 +117,8 @@ def test_the_claims_groups_are_every_declared_method_but_the_reference_by_kind(m
     """Each method joins the "best deep / best shallow" claim by its declared kind: a method is
     never left out of it silently. The oracle is a bound to compare with, not a hashing method,
     so it is in neither group; a method declared later joins the group of its kind."""
-    from shdh import report
-    from shdh.hashers import REGISTRY, is_deep, methods
+    from shdh import methods, report
+    from shdh.hashers import REGISTRY, is_deep
 
     _, deep, shallow = report.claims()[-1]
     assert set(deep) | set(shallow) == set(REGISTRY) - {"oracle"}

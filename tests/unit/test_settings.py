@@ -200,7 +200,7 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     section of its kind, and its class the input kind of its declaration."""
     from shdh import losses
     from shdh.hashers import get_hasher_class
-    from shdh.hashers.methods import METHODS
+    from shdh.methods import METHODS
 
     by_method = _method_sections()
     assert set(by_method) == {m.name for m in METHODS}
@@ -234,10 +234,10 @@ def test_the_loss_settings_default_to_the_objectives_defaults():
 
 def test_a_core_settings_class_is_the_sections_fields_with_a_check_for_each():
     """The loop's settings and each method's params are written once, in the core
-    (shdh.loop, shdh.hashers.methods): the section takes their fields and defaults, and a field
+    (shdh.loop, shdh.methods): the section takes their fields and defaults, and a field
     left without a check, or a check for no field, is refused when the schema is built."""
     from shdh import loop
-    from shdh.hashers.methods import KSHParams
+    from shdh.methods import KSHParams
     from shdh.settings.checks import with_checks
 
     core = {f.name: f.default for f in dataclasses.fields(loop.LoopSettings)}

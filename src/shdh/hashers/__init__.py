@@ -1,6 +1,6 @@
 """Every hashing method behind one contract (shdh.hashers.base.Hasher), selected by name.
 
-The methods are declared in shdh.hashers.methods; a name resolves to its class on demand, so
+The methods are declared in shdh.methods; a name resolves to its class on demand, so
 that importing shdh.hashers stays cheap and a method's optional dependencies load only when it
 is used. The shallow methods have a registry of their own (shdh.hashers.shallow, which fitting
 them alone reads). CODE spells where the deep methods' classes live, the way the import graph
@@ -11,7 +11,7 @@ the declared names to their classes' places.
 
 from __future__ import annotations
 
-from shdh.hashers.methods import METHODS, by_name, method, names
+from shdh.methods import METHODS, by_name, method, names
 
 CODE = (
     "shdh.hashers.deep:SHDH",

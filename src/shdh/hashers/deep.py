@@ -30,7 +30,6 @@ from shdh import training
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
 from shdh.hashers.deep_state import _STATE_FIELDS, SavedNetwork
-from shdh.hashers.methods import DPSHParams, SHDHParams
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, LoopSettings, settings_of
 from shdh.losses import (
@@ -41,6 +40,7 @@ from shdh.losses import (
     SHDHObjective,
     check_labelled,
 )
+from shdh.methods import DPSHParams, SHDHParams
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
 

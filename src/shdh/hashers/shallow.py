@@ -2,7 +2,7 @@
 fits), none of which needs the deep methods' code.
 
 A registry of its own so that fitting them alone (`shdh baselines`, the `baselines` DVC stage)
-loads no deep method. The names, kinds and classes are declared in shdh.hashers.methods; CODE
+loads no deep method. The names, kinds and classes are declared in shdh.methods; CODE
 spells where this kind's classes live the way the import graph reads a lazy import, so that the
 DVC stage fitting them depends on exactly their modules (tests/unit/test_hashers_contract.py keeps
 it equal to the declarations).
@@ -10,7 +10,7 @@ it equal to the declarations).
 
 from __future__ import annotations
 
-from shdh.hashers.methods import by_name, names
+from shdh.methods import by_name, names
 
 CODE = (
     "shdh.hashers.itq:ITQ",

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shdh import loop
+from shdh import methods as registry
 from shdh.data.registry import DATASET_NAMES
-from shdh.hashers import methods as registry
 from shdh.settings.checks import (
     BOOL,
     TEXT,
@@ -141,7 +141,7 @@ LoopSettings = with_checks(
     ],
 )
 
-# Each method's own settings: the fields of its declared `params` (shdh.hashers.methods), with
+# Each method's own settings: the fields of its declared `params` (shdh.methods), with
 # their defaults, and the check and meaning of each.
 PARAM_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
     registry.ITQParams: {"n_iter": (integer(0), "rotation iterations")},
