@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "shdh.loop": CORE,
     "shdh.retrieval": CORE,
     "shdh.retrieval_kernel": CORE,
+    "shdh.search": CORE,
     "shdh.metrics": CORE,
     "shdh.codes": CORE,
     "shdh.hashers*": CORE,
@@ -66,6 +67,7 @@ LAYERS: dict[str, int] = {
     # the front doors: the CLI and its commands (which DVC runs), Kubeflow
     "shdh.cli": FRONT_DOORS,
     "shdh.commands*": FRONT_DOORS,
+    "shdh.serving*": FRONT_DOORS,  # the search service: HTTP routes over shdh.search
     "shdh.kubeflow": FRONT_DOORS,
     "shdh.bundle": FRONT_DOORS,
     "components*": FRONT_DOORS,

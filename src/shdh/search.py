@@ -1,0 +1,353 @@
+"""Exact top-k search over a database of hash codes, ranked as the offline evaluation ranks.
+
+An index folder holds two files: index.npz (the packed database codes, the items' ids and their
+ancestor rows) and index.json (the segment layout, the float level weights of Eq. 2 and what made
+the index: method, dataset, encoder). A query is ranked by `shdh.retrieval.rank_with_distances`
+on the integer form of the weights, so hits, distances and ties (ascending distance, then
+ascending database row) are exactly the offline ranking's; the distance handed back is the
+integer distance divided by the weights' integer scale, the weighted Hamming distance of Eq. 4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shdh.atomic import atomic_dir
+from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
+
+INDEX_ARRAYS = "index.npz"
+INDEX_RECORD = "index.json"
+FORMAT = "shdh-search-index/1"
+ENCODER_FIELDS = ("name", "version", "alias", "run_id")
+# index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights and
+# (unless given) created, so a caller's record holds method, dataset and encoder.
+RECORD_FIELDS = (
+    "format",
+    "method",
+    "bits",
+    "dataset",
+    "encoder",
+    "created",
+    "n_items",
+    "segment_sizes",
+    "weights",
+)
+# index.npz's arrays: dtype and number of dimensions.
+_ARRAYS = {"packed": (np.uint8, 2), "item_ids": (np.int64, 1), "ancestors": (np.int32, 2)}
+
+
+class IndexFileError(ValueError):
+    """An index folder, or the arrays given to write one, is malformed; the message names the
+    file, the field and the problem."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    item_id: int
+    distance: float
+    shared_level: int
+
+
+class SearchIndex:
+    """A loaded, checked index; `search_codes` and `search_ids` answer top-k queries."""
+
+    def __init__(
+        self,
+        packed: np.ndarray,
+        item_ids: np.ndarray,
+        ancestors: np.ndarray,
+        record: Mapping[str, Any],
+        folder: str | os.PathLike[str] = "index",
+    ) -> None:
+        """Check the arrays and the record; errors name folder's two files."""
+        record_file, arrays_file = Path(folder, INDEX_RECORD), Path(folder, INDEX_ARRAYS)
+        self.record = dict(record)
+        self.segment_sizes, self.weights = _layout(self.record, record_file)
+        self.n_bits = int(sum(self.segment_sizes))
+        self.packed, self.item_ids, self.ancestors = _checked_arrays(
+            {"packed": packed, "item_ids": item_ids, "ancestors": ancestors},
+            self.n_bits,
+            arrays_file,
+        )
+        _check_counts(self.record, len(self.item_ids), self.n_bits, record_file)
+        self._int_weights = integer_weights(self.weights)
+        self._scale = _distance_scale(self.weights, self._int_weights)
+        self._id_order = np.argsort(self.item_ids, kind="stable")
+        self._sorted_ids = self.item_ids[self._id_order]
+        _check_distinct(self._sorted_ids, arrays_file)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> SearchIndex:
+        """Read and check an index folder written by `write_index`."""
+        folder = Path(folder)
+        record = _read_record(folder / INDEX_RECORD)
+        arrays = _read_arrays(folder / INDEX_ARRAYS)
+        return cls(**arrays, record=record, folder=folder)
+
+    def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:
+        """Top k for each query code. codes: (Q, n_bits) in {-1, +1} or {0, 1} (any numeric
+        dtype), or packed (Q, n_bytes) uint8 as `shdh.retrieval.pack_codes` writes them: a uint8
+        array as wide as the packed codes is taken as packed. shared_level is 0 (no labels)."""
+        q_packed = as_packed(codes, self.n_bits, "query codes")
+        rows, distances = self._rank(q_packed, k)
+        return [self._hits(r, d, None) for r, d in zip(rows, distances, strict=True)]
+
+    def search_ids(self, item_ids: Sequence[int], k: int) -> list[list[Hit]]:
+        """Top k for each database item's own code (the item itself comes first or tied first,
+        at distance 0), with the deepest level each hit shares with it."""
+        query_rows = self.rows_of(item_ids)
+        rows, distances = self._rank(self.packed[query_rows], k)
+        return [
+            self._hits(r, d, self.ancestors[q])
+            for q, r, d in zip(query_rows, rows, distances, strict=True)
+        ]
+
+    def rows_of(self, item_ids: Sequence[int]) -> np.ndarray:
+        """The database rows of item ids; an unknown id raises KeyError naming it."""
+        return self._id_order[_positions(self._sorted_ids, item_ids)]
+
+    def _rank(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return rank_with_distances(
+            q_packed, self.packed, self.segment_sizes, self._int_weights, top_n=_checked_k(k)
+        )
+
+    def _hits(self, rows: np.ndarray, distances: np.ndarray, query_anc: np.ndarray | None):
+        levels = (
+            np.zeros(len(rows), np.int64)
+            if query_anc is None
+            else shared_level(query_anc, self.ancestors[rows])
+        )
+        numerator, denominator = self._scale
+        dist = distances * denominator / numerator  # one correctly rounded division
+        ids = self.item_ids[rows]
+        return [Hit(int(i), float(d), int(s)) for i, d, s in zip(ids, dist, levels, strict=True)]
+
+
+def _positions(sorted_ids: np.ndarray, item_ids: Sequence[int]) -> np.ndarray:
+    """Where each of item_ids sits in sorted_ids; KeyError naming the first id not there."""
+    wanted = np.asarray(item_ids).reshape(-1)
+    if wanted.size and not np.issubdtype(wanted.dtype, np.integer):
+        raise KeyError(f"item ids must be integers, got {wanted.tolist()!r}")
+    wanted = wanted.astype(np.int64)
+    pos = np.minimum(np.searchsorted(sorted_ids, wanted), len(sorted_ids) - 1)
+    unknown = sorted_ids[pos] != wanted
+    if unknown.any():
+        raise KeyError(f"item id {int(wanted[np.argmax(unknown)])} is not in the index")
+    return pos
+
+
+def _checked_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    return int(k)
+
+
+def shared_level(query_anc: np.ndarray, item_anc: np.ndarray) -> np.ndarray:
+    """(M,) the deepest level (1-based) at which each item row of item_anc (M, K) has the same
+    node as the query row query_anc (K,); -1 (no node below a shallow leaf) matches nothing, and
+    0 means not even the root is shared."""
+    same = (item_anc == query_anc[None, :]) & (query_anc >= 0)[None, :]
+    K = item_anc.shape[1]
+    deepest = K - np.argmax(same[:, ::-1], axis=1)
+    return np.where(same.any(axis=1), deepest, 0)
+
+
+def as_packed(codes: np.ndarray, n_bits: int, name: str = "codes") -> np.ndarray:
+    """Packed (Q, ceil(n_bits/8)) uint8 codes from packed ones (checked by the ranking) or from
+    (Q, n_bits) codes in {-1, +1} or {0, 1}."""
+    codes = np.asarray(codes)
+    n_bytes = -(-n_bits // 8)
+    if codes.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (Q, bits) array, got shape {codes.shape}")
+    if codes.dtype == np.uint8 and codes.shape[1] == n_bytes:
+        return codes
+    if codes.shape[1] != n_bits:
+        raise ValueError(
+            f"{name} have {codes.shape[1]} columns; the index holds {n_bits}-bit codes "
+            f"({n_bits} columns of -1/+1 or 0/1, or {n_bytes} packed uint8 bytes)"
+        )
+    if codes.dtype == np.bool_:
+        codes = codes.astype(np.int8)
+    if not np.issubdtype(codes.dtype, np.number):
+        raise ValueError(f"{name} must be numeric -1/+1 or 0/1 codes, got dtype {codes.dtype}")
+    if np.any(codes == 0) and np.any(codes == -1):
+        raise ValueError(f"{name} mix 0 and -1: give -1/+1 or 0/1 codes")
+    signed = codes.astype(np.result_type(codes.dtype, np.int8))  # uint8 0/1 -> int16
+    return pack_codes(np.where(signed == 0, -1, signed))
+
+
+def write_index(
+    folder: str | os.PathLike[str],
+    *,
+    codes: np.ndarray,
+    item_ids: np.ndarray,
+    ancestors: np.ndarray,
+    segment_sizes: Sequence[int],
+    weights: Sequence[float],
+    record: Mapping[str, Any],
+) -> Path:
+    """Check and write an index folder atomically (a temporary folder, then a rename), so a
+    reader sees the previous index or the new one, never a mixture. codes: (N, n_bits) in
+    {-1, +1} (or packed). record: method, dataset and encoder {name, version, alias, run_id}."""
+    folder = Path(folder)
+    n_bits = int(sum(int(s) for s in segment_sizes))
+    full = {
+        **dict(record),
+        "format": FORMAT,
+        "bits": n_bits,
+        "n_items": len(item_ids),
+        "segment_sizes": [int(s) for s in segment_sizes],
+        "weights": [float(w) for w in weights],
+    }
+    full.setdefault("created", datetime.now(UTC).isoformat(timespec="seconds"))
+    index = SearchIndex(
+        as_packed(codes, n_bits, "codes"),
+        _integers(item_ids, np.int64),
+        _integers(ancestors, np.int32),
+        full,
+        folder,
+    )
+    with atomic_dir(folder) as tmp:
+        arrays = {"packed": index.packed, "item_ids": index.item_ids, "ancestors": index.ancestors}
+        np.savez(tmp / INDEX_ARRAYS, **arrays)
+        (tmp / INDEX_RECORD).write_text(json.dumps(index.record, indent=2) + "\n")
+    return folder
+
+
+def _integers(values: Any, dtype: type[np.integer]) -> np.ndarray:
+    """values as dtype when they are integers that fit; anything else is left for the check,
+    which then names the array and its dtype."""
+    a = np.asarray(values)
+    if np.issubdtype(a.dtype, np.integer) and np.can_cast(a, dtype, casting="same_kind"):
+        info = np.iinfo(dtype)
+        if a.size == 0 or (a.min() >= info.min and a.max() <= info.max):
+            return a.astype(dtype)
+    return a
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise IndexFileError(f"{path}: no such file; build the index with `shdh index`") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise IndexFileError(f"{path}: not a readable JSON record ({err})") from err
+    if not isinstance(record, dict):
+        raise IndexFileError(f"{path}: expected a JSON object, got {type(record).__name__}")
+    _check_record(record, path)
+    return record
+
+
+def _check_record(record: Mapping[str, Any], where: Path) -> None:
+    missing = [f for f in RECORD_FIELDS if f not in record]
+    if missing:
+        raise IndexFileError(f"{where}: field {missing[0]!r} is missing")
+    if record["format"] != FORMAT:
+        raise IndexFileError(f"{where}: field 'format' is {record['format']!r}, not {FORMAT!r}")
+    encoder = record["encoder"]
+    if not isinstance(encoder, dict):
+        raise IndexFileError(f"{where}: field 'encoder' must be an object, got {encoder!r}")
+    missing = [f for f in ENCODER_FIELDS if f not in encoder]
+    if missing:
+        raise IndexFileError(f"{where}: field 'encoder.{missing[0]}' is missing")
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [name for name in _ARRAYS if name not in npz.files]
+            if missing:
+                raise IndexFileError(f"{path}: array {missing[0]!r} is missing")
+            return {name: npz[name] for name in _ARRAYS}
+    except FileNotFoundError as err:
+        raise IndexFileError(f"{path}: no such file; build the index with `shdh index`") from err
+    except (OSError, ValueError) as err:
+        if isinstance(err, IndexFileError):
+            raise
+        raise IndexFileError(f"{path}: not a readable .npz archive ({err})") from err
+
+
+def _layout(record: Mapping[str, Any], where: Path) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    _check_record(record, where)
+    sizes, weights = record["segment_sizes"], record["weights"]
+    if (
+        not isinstance(sizes, list | tuple)
+        or not sizes
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
+    ):
+        raise IndexFileError(f"{where}: field 'segment_sizes' must be ints >= 1, got {sizes!r}")
+    if not isinstance(weights, list | tuple) or len(weights) != len(sizes):
+        raise IndexFileError(
+            f"{where}: field 'weights' must hold one number per segment ({len(sizes)}), "
+            f"got {weights!r}"
+        )
+    try:
+        integer_weights(weights)
+    except (ValueError, TypeError) as err:
+        raise IndexFileError(f"{where}: field 'weights': {err}") from err
+    return tuple(sizes), tuple(float(w) for w in weights)
+
+
+def _checked_arrays(arrays: dict[str, np.ndarray], n_bits: int, where: Path) -> tuple:
+    for name, (dtype, ndim) in _ARRAYS.items():
+        a = arrays[name]
+        if a.dtype != dtype or a.ndim != ndim:
+            raise IndexFileError(
+                f"{where}: array {name!r} must be {ndim}-D {np.dtype(dtype)}, "
+                f"got {a.ndim}-D {a.dtype} with shape {a.shape}"
+            )
+    packed, ids, anc = arrays["packed"], arrays["item_ids"], arrays["ancestors"]
+    n_bytes = -(-n_bits // 8)
+    if packed.shape[1] != n_bytes:
+        raise IndexFileError(
+            f"{where}: array 'packed' has {packed.shape[1]} bytes per code, but {n_bits} bits "
+            f"(the segment sizes) pack into {n_bytes}"
+        )
+    pad = 8 * n_bytes - n_bits
+    if pad and len(packed) and np.any(packed[:, -1] & np.uint8((1 << pad) - 1)):
+        raise IndexFileError(f"{where}: array 'packed' has bits set past bit {n_bits}")
+    if len(ids) != len(packed) or len(anc) != len(packed):
+        raise IndexFileError(
+            f"{where}: arrays 'packed', 'item_ids' and 'ancestors' must have one row per item, "
+            f"got {len(packed)}, {len(ids)} and {len(anc)}"
+        )
+    if len(packed) == 0:
+        raise IndexFileError(f"{where}: the index holds no items")
+    return packed, ids, anc
+
+
+def _check_distinct(sorted_ids: np.ndarray, where: Path) -> None:
+    repeated = sorted_ids[1:] == sorted_ids[:-1]
+    if repeated.any():
+        raise IndexFileError(
+            f"{where}: array 'item_ids' must be distinct; id "
+            f"{int(sorted_ids[1:][np.argmax(repeated)])} appears more than once"
+        )
+
+
+def _check_counts(record: Mapping[str, Any], n_items: int, n_bits: int, where: Path) -> None:
+    for field, actual in (("n_items", n_items), ("bits", n_bits)):
+        if record[field] != actual:
+            raise IndexFileError(
+                f"{where}: field {field!r} is {record[field]!r} but the arrays hold {actual}"
+            )
+
+
+def _distance_scale(weights: Sequence[float], int_weights: np.ndarray) -> tuple[int, int]:
+    """(numerator, denominator) of int_weights / weights, the same ratio for every segment:
+    an integer distance times denominator / numerator is the float distance of Eq. 4."""
+    j = int(np.argmax(int_weights > 0))
+    ratio = Fraction(int(int_weights[j])) / Fraction(weights[j]).limit_denominator(1000)
+    return ratio.numerator, ratio.denominator
