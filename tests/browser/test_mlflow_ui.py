@@ -28,7 +28,7 @@ from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 from tests.browser import ui
 from tests.browser.ui import start_browser, wait_for
 from tests.conftest import REPO
-from tests.integration.test_mlflow_server import serve
+from tests.mlflow_server import serve
 from tests.pipelines.front_doors import (
     dvc_commands,
     dvc_params_file,

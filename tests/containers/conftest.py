@@ -23,14 +23,13 @@ from pipelines import images
 from shdh.config import deep_merge
 from tests.conftest import REPO
 from tests.integration.conftest import s3_server  # noqa: F401 (the session's S3 server)
-from tests.integration.test_mlflow_server import serve, write_auth_config
+from tests.mlflow_server import PASSWORD, USER, basic_auth_server
 from tests.pipelines.front_doors import smoke_settings
 
 # A deep and a shallow method of each kind, as tests/pipelines/test_local_run.py runs them.
 METHODS = {"shdh", "dpsh", "itq", "cosdish+h"}
 # Two epochs, so that the preemption test can kill a fit after its first one and compare.
 EPOCHS = 2
-USER, PASSWORD = "shdh-admin", "shdh-test-password-0123"
 RUN_TIMEOUT_S = 1800
 
 collect_ignore_glob = [] if os.environ.get("SHDH_TEST_CONTAINERS") == "1" else ["test_*.py"]
@@ -57,23 +56,7 @@ def runtime_image(engine) -> str:
 @pytest.fixture(scope="session")
 def mlflow_server(s3_server, tmp_path_factory):  # noqa: F811
     """MLflow with basic authentication, artifacts in the S3 bucket through its proxy."""
-    root = tmp_path_factory.mktemp("mlflow-server")
-    auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
-    env = {
-        **s3_server.env(),
-        "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
-        "MLFLOW_AUTH_CONFIG_PATH": str(auth_config),
-        "MLFLOW_AUTH_ADMIN_USERNAME": USER,
-        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": "shdh-test-flask-secret",
-    }
-    store = [
-        "--artifacts-destination",
-        f"s3://{s3_server.bucket}/mlflow-artifacts",
-        "--app-name",
-        "basic-auth",
-    ]
-    with serve(root, store, env) as server:
+    with basic_auth_server(s3_server, tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server
 
 
