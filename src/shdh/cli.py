@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shdh {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="step", required=True, metavar="STEP")
-    for step in (*STEPS, "pipeline"):  # pipeline: the Kubeflow front door (commands/pipeline.py)
+    # index: the search index; pipeline: Kubeflow; serve: the search service
+    for step in (*STEPS, "index", "pipeline", "serve"):
         module = importlib.import_module(f"shdh.commands.{step}")
         p = sub.add_parser(step, help=module.HELP, description=module.HELP)
         module.add_arguments(p)

@@ -1,0 +1,115 @@
+"""shdh serve: the search service over an index folder (shdh index), on uvicorn.
+
+    export SHDH_SERVE_TOKEN=$(openssl rand -hex 24)
+    shdh serve --index data/index --model-dir models/shdh-64         # a fitted hasher's folder
+    shdh serve --index data/index --model shdh-encoder --alias champion   # the registered one
+    kill -HUP <pid>              # or POST /admin/reload: load the index and encoder anew
+
+Without an encoder the service answers code and item queries only. See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from shdh.commands.common import script_main
+from shdh.registry import DEFAULT_ALIAS, DEFAULT_MODEL_NAME
+
+HELP = "serve exact top-k search over an index by code, item id or image (HTTP, with /docs)"
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+log = logging.getLogger("shdh")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", required=True, help="the index folder (shdh index)")
+    encoder = parser.add_mutually_exclusive_group()
+    encoder.add_argument("--model-dir", help="a fitted deep hasher's folder, for image queries")
+    encoder.add_argument(
+        "--model",
+        nargs="?",
+        const=DEFAULT_MODEL_NAME,
+        help=f"the registered encoder, for image queries (default name: {DEFAULT_MODEL_NAME})",
+    )
+    parser.add_argument(
+        "--alias", default=DEFAULT_ALIAS, help=f"with --model (default: {DEFAULT_ALIAS})"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine)")
+    parser.add_argument("--port", type=int, default=8000, help="default: 8000")
+    parser.add_argument(
+        "--token-file", help="a file holding the bearer token (else $SHDH_SERVE_TOKEN)"
+    )
+    parser.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve without a token (refused unless --host is a loopback address)",
+    )
+    _add_limit_arguments(parser)
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    from shdh.serving import Limits
+
+    defaults = Limits()
+    for field, what in (
+        ("max_body_bytes", "bytes in a request body"),
+        ("max_batch", "queries in one request"),
+        ("max_k", "hits per query"),
+        ("max_image_side", "pixels along an image side"),
+        ("max_image_pixels", "pixels in an image"),
+    ):
+        flag = "--" + field.replace("_", "-")
+        default = getattr(defaults, field)
+        parser.add_argument(flag, type=int, default=default, help=f"{what} (default: {default})")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from shdh.serving import HasherFolder, Limits, RegisteredModel, create_app
+    from shdh.serving.auth import TOKEN_ENV, read_token
+
+    token = None if args.no_token else read_token(args.token_file)
+    if args.no_token and args.host not in LOOPBACK:
+        raise ValueError(f"--no-token: refused on --host {args.host}; only on a loopback address")
+    if token is None and not args.no_token:
+        raise ValueError(f"no token: set {TOKEN_ENV} or --token-file (or --no-token on loopback)")
+    encoder = None
+    if args.model_dir:
+        encoder = HasherFolder(args.model_dir)
+    elif args.model:
+        encoder = RegisteredModel(args.model, args.alias)
+    limits = Limits(**{field: getattr(args, field) for field in Limits.__dataclass_fields__})
+    app = create_app(args.index, encoder=encoder, token=token, limits=limits)
+    _reload_on_sighup(app.state.service)
+    uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="info")
+    return 0
+
+
+def _reload_on_sighup(service) -> None:
+    """SIGHUP loads the index and encoder anew, as POST /admin/reload does (in a thread: a
+    signal handler must return at once)."""
+
+    def reload_in_thread(signum, frame) -> None:
+        log.info("SIGHUP: reloading the index and the encoder")
+        threading.Thread(target=_reload_logged, args=(service,), daemon=True).start()
+
+    signal.signal(signal.SIGHUP, reload_in_thread)
+
+
+def _reload_logged(service) -> None:
+    try:
+        service.reload()
+    except Exception as exc:  # the old version keeps serving; Service.reload logged the cause
+        log.error("reload failed, the previous index and encoder keep serving: %s", exc)
+
+
+def main(argv=None) -> int:
+    return script_main(HELP, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

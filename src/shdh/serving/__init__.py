@@ -1,0 +1,23 @@
+"""`shdh serve`: exact weighted-Hamming top-k search over an index (shdh.search) as an HTTP
+service, by code, by database item or by image through the registered encoder.
+
+Why FastAPI on uvicorn and not KServe's Python model server: the cluster path this project
+targets (k8s/, docs/cluster.md: MLflow, PostgreSQL, SeaweedFS and Kubeflow Pipelines on a plain
+cluster, standalone KFP included) installs no KServe, and KServe needs Knative or at least its own
+controller and CRDs. A plain Deployment runs the same project image the pipeline's steps run in,
+with ordinary probes. A search service is also not one model's predict(): it answers from an
+index beside the model, by code and by item id as well as by image, which KServe's V1/V2
+inference protocols have no place for. FastAPI gives the typed request checks and the OpenAPI
+page (/docs); both are already in requirements.lock.
+
+Modules: `app` (routes, create_app), `state` (the loaded index and encoder; the switch on
+reload), `encoders` (a hasher folder or a registered model), `uploads` (image checks and
+decoding), `queries` (request and response bodies), `auth` (the bearer token), `limits`
+(request limits), `page` (the web page at /).
+"""
+
+from shdh.serving.app import create_app
+from shdh.serving.encoders import HasherFolder, RegisteredModel
+from shdh.serving.limits import Limits
+
+__all__ = ["HasherFolder", "Limits", "RegisteredModel", "create_app"]

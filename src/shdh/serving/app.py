@@ -1,0 +1,190 @@
+"""The HTTP application: its routes, and `create_app`, which wires the service's state, the
+token and the limits around them.
+
+Search handlers run in the server's thread pool (the ranking kernel and the encoder release the
+GIL for most of their work), each answering from the one `Loaded` it read at its start. Every
+refusal is a 4xx with a JSON {"detail": reason}; an unexpected failure is a 500 that names no
+internals (the log has the traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, FastAPI, Request, Security
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.security import HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from shdh.serving import queries
+from shdh.serving.auth import BearerAuth
+from shdh.serving.encoders import EncoderSource
+from shdh.serving.limits import BodyLimit, Limits
+from shdh.serving.page import PAGE
+from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
+from shdh.serving.state import Loaded, Service
+from shdh.serving.uploads import CONTENT_TYPES, UploadError, decode_upload
+
+log = logging.getLogger(__name__)
+
+_IMAGE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in CONTENT_TYPES},
+    }
+}
+
+
+def create_app(
+    index_dir: str | Path,
+    encoder: EncoderSource | None = None,
+    token: str | None = None,
+    limits: Limits | None = None,
+) -> FastAPI:
+    """The service over the index in `index_dir`, with image queries when `encoder` is given;
+    every route but the probes, the docs and the page needs `token` when one is given. The
+    index and encoder load in the background once the server starts (see /readyz)."""
+    limits = limits or Limits()
+    service = Service(index_dir, encoder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.load_in_background()
+        yield
+
+    app = FastAPI(
+        title="shdh search",
+        description="Exact weighted-Hamming top-k search over the hash codes of a database. "
+        "Send `Authorization: Bearer <token>` on every route but /, /healthz, /readyz and /docs.",
+        lifespan=lifespan,
+    )
+    app.state.service, app.state.limits = service, limits
+    app.include_router(_probes(service))
+    app.include_router(_search_routes(service, limits))
+    app.exception_handler(QueryError)(_refused)
+    app.exception_handler(UploadError)(_refused)
+    app.exception_handler(Exception)(_internal_error)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)  # added last: runs first
+    return app
+
+
+def _probes(service: Service) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/healthz", summary="the process is alive")
+    def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @router.get("/readyz", summary="200 once the index (and the encoder, if any) are loaded")
+    def readyz() -> JSONResponse:
+        loaded = service.current
+        if loaded is None:
+            reason = service.last_error or "loading the index and the encoder"
+            return JSONResponse({"detail": f"not ready: {reason}"}, status_code=503)
+        return JSONResponse({"status": "ready", "version": loaded.describe()})
+
+    @router.get("/", include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(PAGE)
+
+    return router
+
+
+def _search_routes(service: Service, limits: Limits) -> APIRouter:
+    router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+
+    @router.post("/search/codes", response_model=SearchOut, summary="top k of codes")
+    def by_codes(body: CodeQuery) -> dict[str, Any]:
+        loaded = _ready(service)
+        queries.check_request(len(body.codes), body.k, limits)
+        packed = queries.code_rows(body.codes, loaded.index.n_bits)
+        return _answer(loaded, loaded.index.search_codes(packed, body.k))
+
+    @router.post("/search/ids", response_model=SearchOut, summary="top k of database items")
+    def by_ids(body: IdQuery) -> dict[str, Any]:
+        loaded = _ready(service)
+        queries.check_request(len(body.ids), body.k, limits)
+        try:
+            hits = loaded.index.search_ids(body.ids, body.k)
+        except KeyError as exc:
+            raise QueryError(404, str(exc.args[0])) from None
+        return _answer(loaded, hits, body.ids)
+
+    @router.post(
+        "/search/image",
+        response_model=SearchOut,
+        openapi_extra=_IMAGE_BODY,
+        summary="top k of one PNG or JPEG image, sent as the body",
+    )
+    async def by_image(request: Request, k: int = queries.DEFAULT_K) -> dict[str, Any]:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in CONTENT_TYPES:
+            raise QueryError(415, f"Content-Type {kind or '(none)'}: send image/png or image/jpeg")
+        data = await request.body()
+        return await run_in_threadpool(_image_answer, service, limits, {"image": data}, k)
+
+    @router.post(
+        "/search/images",
+        response_model=SearchOut,
+        summary="top k of a batch of base64 PNG or JPEG images",
+    )
+    def by_images(body: ImageBatch) -> dict[str, Any]:
+        datas = {
+            f"images[{i}]": queries.decode_base64(text, f"images[{i}]")
+            for i, text in enumerate(body.images)
+        }
+        return _image_answer(service, limits, datas, body.k)
+
+    @router.post("/admin/reload", summary="load the index and encoder anew, then switch to them")
+    def reload() -> dict[str, Any]:
+        try:
+            loaded = service.reload()
+        except Exception as exc:
+            old = service.current
+            still = "nothing" if old is None else f"generation {old.generation}"
+            raise QueryError(409, f"reload failed, still serving {still}: {exc}") from None
+        return {"status": "reloaded", "version": loaded.describe()}
+
+    return router
+
+
+def _image_answer(
+    service: Service, limits: Limits, datas: dict[str, bytes], k: int
+) -> dict[str, Any]:
+    loaded = _ready(service)
+    if loaded.encoder is None:
+        raise QueryError(
+            409,
+            "this service has no image encoder (start it with --model-dir or --model and --alias)",
+        )
+    queries.check_request(len(datas), k, limits)
+    shape = loaded.encoder.image_shape
+    images = np.stack([decode_upload(data, name, shape, limits) for name, data in datas.items()])
+    packed = loaded.encoder.encode(images)
+    return _answer(loaded, loaded.index.search_codes(packed, k))
+
+
+def _ready(service: Service) -> Loaded:
+    loaded = service.current
+    if loaded is None:
+        raise QueryError(503, "not ready: the index and the encoder are loading")
+    return loaded
+
+
+def _answer(loaded: Loaded, hits: list, query_ids: list[int] | None = None) -> dict[str, Any]:
+    return {"version": loaded.describe(), "results": queries.results(hits, query_ids)}
+
+
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": "internal error"}, status_code=500)

@@ -1,0 +1,105 @@
+"""The image encoder a service answers image queries with: a fitted hasher's folder, or the
+registered MLflow model that an alias points to (shdh.registry), behind one small interface.
+
+A source is the recipe (a folder, or a model name and alias), loaded anew on every reload: an
+alias moved to a new registry version is picked up by the next reload. A loaded encoder knows
+the image shape it was trained on, so uploads are converted to exactly that shape, and its code
+length, which must be the index's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class ImageEncoder(Protocol):
+    """uint8 images (B, *image_shape) -> packed codes (B, ceil(n_bits / 8)) uint8."""
+
+    image_shape: tuple[int, ...]
+    n_bits: int
+    run_id: str | None  # the MLflow run that trained it, when known
+
+    def encode(self, images: np.ndarray) -> np.ndarray: ...
+
+
+class EncoderSource(Protocol):
+    def load(self) -> ImageEncoder: ...
+
+    def describe(self) -> str: ...
+
+
+# Each encoder encodes one batch at a time (its lock): a network's forward pass already uses
+# every core, and the hashers do not promise to be safe to call from several threads at once.
+
+
+class HasherEncoder:
+    def __init__(self, hasher: Any, where: str) -> None:
+        self._lock = threading.Lock()
+        if hasher.input_kind != "images":
+            raise ValueError(
+                f"{where}: method {hasher.name} encodes GIST features, not images; image "
+                "queries need a deep method's encoder"
+            )
+        self.hasher = hasher
+        self.image_shape = tuple(int(s) for s in hasher.image_shape_)
+        self.n_bits = int(hasher.n_bits)
+        self.run_id = None
+
+    def encode(self, images: np.ndarray) -> np.ndarray:
+        from shdh.retrieval import pack_codes
+
+        with self._lock:
+            return pack_codes(self.hasher.encode(images))
+
+
+class PyfuncEncoder:
+    def __init__(self, model: Any) -> None:
+        self._lock = threading.Lock()
+        from shdh.registry import check_loaded
+
+        check_loaded(model)
+        meta = model.metadata
+        self.model = model
+        self.image_shape = tuple(int(s) for s in meta.get_input_schema().inputs[0].shape[1:])
+        self.n_bits = int(meta.metadata["n_bits"])
+        self.run_id = meta.run_id
+
+    def encode(self, images: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self.model.predict(images), dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class HasherFolder:
+    """A fitted hasher saved in a folder (Hasher.save; a fit's model folder)."""
+
+    folder: Path
+
+    def load(self) -> ImageEncoder:
+        from shdh.hashers import load_hasher
+
+        return HasherEncoder(load_hasher(self.folder), str(self.folder))
+
+    def describe(self) -> str:
+        return str(self.folder)
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    """The registered encoder `alias` of model `name` points to (models:/NAME@ALIAS)."""
+
+    name: str
+    alias: str
+
+    def load(self) -> ImageEncoder:
+        from shdh.registry import load_by_alias
+
+        return PyfuncEncoder(load_by_alias(self.name, self.alias))
+
+    def describe(self) -> str:
+        return f"models:/{self.name}@{self.alias}"

@@ -1,0 +1,129 @@
+"""The request and response bodies of the search endpoints, and turning a request's queries
+into what `shdh.search.SearchIndex` takes. Types are strict (no "3" for 3, no true for 1), so
+a malformed request is refused with the field that is wrong instead of being guessed at."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from shdh.retrieval import unpack_codes
+from shdh.search import Hit, as_packed
+from shdh.serving.limits import Limits
+
+DEFAULT_K = 10
+
+
+class QueryError(Exception):
+    """A request the service refuses; `status` is the HTTP status, the message the reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CodeQuery(_Strict):
+    codes: list[list[StrictInt] | StrictStr] = Field(
+        description="one entry per query: a list of n_bits bits (-1/+1 or 0/1), or the hex of "
+        "the packed code (ceil(n_bits/8) bytes, bit 1 = +1, most significant bit first)",
+        examples=[["a5f0"], [[1, -1, 1, 1, -1, -1, 1, -1]]],
+    )
+    k: StrictInt = DEFAULT_K
+
+
+class IdQuery(_Strict):
+    ids: list[StrictInt] = Field(description="database item ids; each item's code is a query")
+    k: StrictInt = DEFAULT_K
+
+
+class ImageBatch(_Strict):
+    images: list[StrictStr] = Field(description="base64 of PNG or JPEG files, one per query")
+    k: StrictInt = DEFAULT_K
+
+
+class HitOut(BaseModel):
+    item_id: int
+    distance: float = Field(description="weighted Hamming distance (Eq. 4)")
+    shared_level: int = Field(
+        description="deepest hierarchy level the hit shares with the query item (1 = root, "
+        "K = same leaf); 0 for code and image queries, which carry no labels"
+    )
+
+
+class ResultOut(BaseModel):
+    query: int = Field(description="the query's position in the request")
+    item_id: int | None = Field(None, description="the query item (id queries only)")
+    hits: list[HitOut]
+
+
+class SearchOut(BaseModel):
+    version: dict = Field(description="the index and encoder that answered (see /readyz)")
+    results: list[ResultOut]
+
+
+def check_request(n_queries: int, k: int, limits: Limits) -> None:
+    if n_queries < 1:
+        raise QueryError(422, "no queries given")
+    if n_queries > limits.max_batch:
+        raise QueryError(413, f"{n_queries} queries is over the batch limit of {limits.max_batch}")
+    if not 1 <= k <= limits.max_k:
+        raise QueryError(422, f"k must be between 1 and {limits.max_k}, got {k}")
+
+
+def code_rows(codes: Sequence[list[int] | str], n_bits: int) -> np.ndarray:
+    """The queries as packed (Q, ceil(n_bits/8)) uint8 codes."""
+    rows = []
+    for i, code in enumerate(codes):
+        try:
+            rows.append(
+                _hex_code(code, n_bits) if isinstance(code, str) else _bit_code(code, n_bits)
+            )
+        except ValueError as exc:
+            raise QueryError(422, f"codes[{i}]: {exc}") from None
+    return np.concatenate(rows)
+
+
+def _hex_code(text: str, n_bits: int) -> np.ndarray:
+    try:
+        packed = np.frombuffer(bytes.fromhex(text), np.uint8)[None, :]
+    except ValueError:
+        raise ValueError("not a hex string") from None
+    unpack_codes(packed, n_bits)  # checks the byte count and that the padding bits are 0
+    return packed
+
+
+def _bit_code(bits: list[int], n_bits: int) -> np.ndarray:
+    if any(bit not in (-1, 0, 1) for bit in bits):
+        raise ValueError("bits must be -1/+1 or 0/1")
+    return as_packed(np.asarray(bits, dtype=np.int8).reshape(1, -1), n_bits, "the code")
+
+
+def decode_base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise QueryError(400, f"{where}: not valid base64") from None
+
+
+def results(
+    hits: list[list[Hit]], query_ids: Sequence[int] | None = None
+) -> list[dict[str, object]]:
+    return [
+        {
+            "query": i,
+            "item_id": None if query_ids is None else int(query_ids[i]),
+            "hits": [
+                {"item_id": h.item_id, "distance": h.distance, "shared_level": h.shared_level}
+                for h in row
+            ],
+        }
+        for i, row in enumerate(hits)
+    ]

@@ -1,0 +1,106 @@
+"""What a service answers with (an index and its encoder, loaded together) and the switch to a
+new one.
+
+Every request reads `Service.current` once and answers wholly from that `Loaded`. A reload
+builds the next `Loaded` completely (the index read and checked, the encoder loaded and checked
+against it) while requests go on being answered by the old one, then replaces the one reference:
+a request in flight finishes on the version it started with and none waits or fails. A reload
+that fails leaves the old version serving. One reload runs at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shdh.search import SearchIndex
+from shdh.serving.encoders import EncoderSource, ImageEncoder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One version of what the service answers with; `generation` counts the loads."""
+
+    index: SearchIndex
+    encoder: ImageEncoder | None
+    generation: int
+
+    def describe(self) -> dict[str, Any]:
+        record = self.index.record
+        return {
+            "generation": self.generation,
+            "created": record.get("created"),
+            "method": record.get("method"),
+            "dataset": record.get("dataset"),
+            "bits": self.index.n_bits,
+            "n_items": len(self.index.item_ids),
+            "encoder": record.get("encoder"),
+            "image_shape": None if self.encoder is None else list(self.encoder.image_shape),
+        }
+
+
+def check_match(index: SearchIndex, encoder: ImageEncoder, index_dir: Path, where: str) -> None:
+    """An encoder whose codes the index can rank: the same code length, and the same training
+    run when both name one (an alias moved on without a rebuilt index would give codes from
+    another model, ranked as if they were comparable)."""
+    if encoder.n_bits != index.n_bits:
+        raise ValueError(
+            f"{where}: the encoder makes {encoder.n_bits}-bit codes but the index in "
+            f"{index_dir} holds {index.n_bits}-bit codes"
+        )
+    indexed_run = (index.record.get("encoder") or {}).get("run_id")
+    if encoder.run_id and indexed_run and encoder.run_id != indexed_run:
+        raise ValueError(
+            f"{where}: the encoder comes from run {encoder.run_id} but the index in {index_dir} "
+            f"was encoded by run {indexed_run}; rebuild the index (`shdh index`) first"
+        )
+
+
+class Service:
+    """The current `Loaded` (None until the first load) and how to load the next one."""
+
+    def __init__(self, index_dir: str | Path, encoder: EncoderSource | None) -> None:
+        self.index_dir = Path(index_dir)
+        self.encoder_source = encoder
+        self.current: Loaded | None = None
+        self.last_error: str | None = None
+        self._reloading = threading.Lock()
+        self._generation = 0
+
+    def reload(self) -> Loaded:
+        """Load the index folder and the encoder anew, then switch to them; on failure the
+        previous version keeps serving and the error is raised (and kept for /readyz)."""
+        with self._reloading:
+            try:
+                index = SearchIndex.load(self.index_dir)
+                encoder = None
+                if self.encoder_source is not None:
+                    encoder = self.encoder_source.load()
+                    check_match(index, encoder, self.index_dir, self.encoder_source.describe())
+            except Exception as exc:
+                self.last_error = str(exc)
+                log.error("loading the index or the encoder failed: %s", exc)
+                raise
+            self._generation += 1
+            loaded = Loaded(index, encoder, self._generation)
+            self.current = loaded  # the switch: one reference, replaced whole
+            self.last_error = None
+            log.info("serving generation %d: %s", loaded.generation, loaded.describe())
+            return loaded
+
+    def load_in_background(self) -> threading.Thread:
+        """The first load, off the event loop, so /healthz answers while a large index loads."""
+
+        def first_load() -> None:
+            with contextlib.suppress(Exception):  # kept in last_error; /readyz reports it
+                self.reload()
+
+        thread = threading.Thread(target=first_load, name="shdh-serve-load", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,143 @@
+"""What the serving tests share: small indexes, a stand-in image encoder, and the service run
+on a real uvicorn on a loopback port (in this process, or as a process of its own when its
+memory is measured)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import requests
+import uvicorn
+from PIL import Image
+
+from shdh.retrieval import pack_codes
+from shdh.search import write_index
+from shdh.serving import Limits, create_app
+
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SEGMENTS, WEIGHTS = (6, 5, 5), (3.0, 2.0, 1.0)  # 16 bits; integer weights make many ties
+N_BITS = sum(SEGMENTS)
+IMAGE_SHAPE = (8, 8, 3)
+LIMITS = Limits(max_body_bytes=1 << 20, max_batch=8, max_k=50, max_image_side=256)
+
+
+def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str = "run-a") -> Path:
+    """n items with random 16-bit codes (so many exact distance ties) and a 3-level tree."""
+    rng = np.random.default_rng(seed)
+    codes = rng.choice(np.array([-1, 1], np.int8), size=(n, N_BITS))
+    leaves = rng.integers(0, 6, n)
+    ancestors = np.stack([np.zeros(n), 1 + leaves // 3, 3 + leaves], axis=1).astype(np.int32)
+    item_ids = np.arange(1000, 1000 + 7 * n, 7)  # ids are not rows
+    record = {
+        "method": "shdh",
+        "dataset": "toy",
+        "encoder": {"name": "toy", "version": "1", "alias": "champion", "run_id": run_id},
+    }
+    return write_index(
+        folder,
+        codes=codes,
+        item_ids=item_ids,
+        ancestors=ancestors,
+        segment_sizes=SEGMENTS,
+        weights=WEIGHTS,
+        record=record,
+    )
+
+
+class PixelEncoder:
+    """A stand-in encoder with the service's encoder interface: bit b is +1 when channel value
+    b of the flattened image is above 127. Deterministic, so a test can encode the same image
+    itself."""
+
+    image_shape = IMAGE_SHAPE
+    n_bits = N_BITS
+    run_id = None
+
+    def encode(self, images: np.ndarray) -> np.ndarray:
+        flat = images.reshape(len(images), -1)[:, :N_BITS].astype(np.int16)
+        return pack_codes(np.where(flat > 127, 1, -1))
+
+
+class PixelEncoderSource:
+    """Loads a PixelEncoder; with `gate`, not before the gate is set (a slow model download)."""
+
+    def __init__(self, gate: threading.Event | None = None, n_bits: int = N_BITS) -> None:
+        self.gate = gate
+        self.n_bits = n_bits
+
+    def load(self) -> PixelEncoder:
+        if self.gate is not None:
+            self.gate.wait(30)
+        encoder = PixelEncoder()
+        encoder.n_bits = self.n_bits
+        return encoder
+
+    def describe(self) -> str:
+        return "pixel encoder"
+
+
+def png(pixels: np.ndarray, fmt: str = "PNG") -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=fmt)
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextmanager
+def serving(app, ready: bool = True) -> Iterator[str]:
+    """The app on uvicorn in a thread, on a free loopback port: yields its base URL."""
+    sock = free_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        wait_until(lambda: server.started, "the server to start")
+        if ready:
+            wait_until(lambda: requests.get(f"{url}/readyz", timeout=5).ok, "/readyz")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def wait_until(check, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def main(index_dir: str, port_file: str) -> None:
+    """The service as a process of its own (the fuzz test measures its memory): the stand-in
+    encoder, the test token and limits; the bound port is written to port_file."""
+    app = create_app(index_dir, encoder=PixelEncoderSource(), token=TOKEN, limits=LIMITS)
+    sock = free_socket()
+    Path(port_file).write_text(str(sock.getsockname()[1]))
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
