@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import tracking
 from shdh.atomic import check_writable
-from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
+from shdh.commands.common import add_params_argument, fit_planned, params_section, script_main
 from shdh.hashers.shallow import SHALLOW
 from shdh.plan_shallow import section_fits, shallow_method_bits, shallow_models_root
 from shdh.steps.fit_shallow import fit
@@ -54,18 +53,18 @@ def run(args: argparse.Namespace) -> int:
         if not bits_list:
             raise SystemExit(f"shdh baselines: no code length to fit {method} at (see --bits)")
         check_writable(root / method, "baselines.models_dir")
-        context = context if context is not None else pipeline_context(args, params)
-        with tracking.failure_ends(context["parent_run_id"]):
-            fits = section_fits(section, [method], bits_list, seed=params["seed"], models_root=root)
-            for planned in fits:
-                out = fit(
-                    planned,
-                    prepared_dir=params["data"]["prepared_dir"],
-                    smatrix_path=params["smatrix"]["out"],
-                    features_path=params["features"]["out"],
-                    **context,
-                )
-                print(f"model written to {out}")
+        context = fit_planned(
+            args,
+            params,
+            context,
+            lambda m=method, b=bits_list: section_fits(
+                section, [m], b, seed=params["seed"], models_root=root
+            ),
+            fit,
+            prepared_dir=params["data"]["prepared_dir"],
+            smatrix_path=params["smatrix"]["out"],
+            features_path=params["features"]["out"],
+        )
     return 0
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from shdh import tracking
 from shdh.atomic import check_writable
-from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
+from shdh.commands.common import add_params_argument, fit_planned, params_section, script_main
 from shdh.hashers import DEEP
 from shdh.plan import method_bits, models_root, section_fits
 from shdh.steps.fit_deep import fit
@@ -74,20 +73,17 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
     root = models_root(params, method)
     check_writable(root / method, "train.models_dir")
-    context = context if context is not None else pipeline_context(args, params)
-    with tracking.failure_ends(context["parent_run_id"]):
-        fits = section_fits(section, [method], bits_list, seed=params["seed"], models_root=root)
-        for planned in fits:
-            out = fit(
-                planned,
-                prepared_dir=params["data"]["prepared_dir"],
-                smatrix_path=params["smatrix"]["out"],
-                resume=args.resume,
-                progress=not args.no_progress,
-                **context,
-            )
-            print(f"model written to {out}")
-    return context
+    return fit_planned(
+        args,
+        params,
+        context,
+        lambda: section_fits(section, [method], bits_list, seed=params["seed"], models_root=root),
+        fit,
+        prepared_dir=params["data"]["prepared_dir"],
+        smatrix_path=params["smatrix"]["out"],
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
 
 
 def main(argv=None) -> int:
