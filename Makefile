@@ -13,14 +13,19 @@ run: data
 	shdh results
 
 ## test: set everything up, then run the whole test suite, its files spread over TEST_WORKERS
-## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once).
+## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once), the
+## files with slow tests first (tests/conftest.py), not xdist's most-tests-first order.
 ## Most of the slow tests wait on child processes (dvc, shdh, servers), so two workers finish in
 ## about two thirds of the time on two cores. TEST_WORKERS=0 runs everything in one process.
 ## The container tests (tests/containers) are not part of it: `make test-containers` runs them,
 ## and this target says whether they could run here.
+## Bytecode is cached in the venv even where PYTHONDONTWRITEBYTECODE is set: without it every
+## process the tests start (each dvc stage, each `shdh` command, each kfp.local task) compiles
+## torch, mlflow and the rest from source again, 5 to 10 s of CPU each.
 TEST_WORKERS ?= 2
+BYTECODE_CACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
 test: data browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BYTECODE_CACHE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	@if docker info >/dev/null 2>&1; then \
 	  echo "container tests left out: run \`make test-containers\` (Docker answers here)"; \
 	elif command -v dockerd >/dev/null || command -v apt-get >/dev/null; then \
@@ -50,13 +55,12 @@ test-containers: data
 	SHDH_TEST_CONTAINERS=1 $(BIN)/python -m pytest -p no:xdist tests/containers
 
 ## test-fast: the unit tests less the `slow` and `integration` ones, for the edit-test loop
-## (about 2 minutes on 2 busy cores; `make test` still runs everything, as CI does). Bytecode
-## is cached in the venv even where PYTHONDONTWRITEBYTECODE is set: compiling torch, mlflow and
-## the rest from source again on every run costs about half a minute of CPU.
+## (about 3 minutes of CPU, spread over TEST_WORKERS processes as in `make test`; `make test`
+## still runs everything, as CI does), with the bytecode cached as for `make test`.
 .PHONY: test-fast
 test-fast: setup
-	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
-	  $(BIN)/python -m pytest tests/unit -m "not slow and not integration"
+	$(BYTECODE_CACHE) $(BIN)/python -m pytest tests/unit -m "not slow and not integration" \
+	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## browser: Debian's chromium and chromium-driver for the MLflow UI test (tests/browser), via apt
 browser:

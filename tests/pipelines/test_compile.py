@@ -55,9 +55,20 @@ def compile_with(tmp_path: Path, monkeypatch, *args: str) -> tuple[dict, dict, s
     return docs[0], platform, text
 
 
-@pytest.fixture
-def smoke(tmp_path, monkeypatch):
-    return compile_with(tmp_path, monkeypatch, "--profile", "smoke")
+def compiled_once(tmp_path_factory, *args: str) -> tuple[dict, dict, str]:
+    """compile_with for a module fixture: a compile takes seconds, and the tests only read it."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return compile_with(tmp_path_factory.mktemp("compiled"), monkeypatch, *args)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return compiled_once(tmp_path_factory, "--profile", "smoke")
+
+
+@pytest.fixture(scope="module")
+def smoke_on_gpus(tmp_path_factory):
+    return compiled_once(tmp_path_factory, "--profile", "smoke", "--overlay", "gpu")
 
 
 def root_tasks(spec: dict) -> dict:
@@ -233,13 +244,11 @@ def test_train_tasks_retry_with_backoff_within_a_deadline_and_fits_are_capped(sm
             assert waits == ({order[i - int(cap)]} if i >= int(cap) else set()), name
 
 
-def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(tmp_path, monkeypatch):
+def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(smoke_on_gpus):
     """One GPU, the node selector and toleration of k8s/components/gpu, the CUDA image, and
     train.device cuda, so a node without a usable GPU fails the step instead of training on
     the CPU while holding the GPU."""
-    spec, platform, _ = compile_with(
-        tmp_path, monkeypatch, "--profile", "smoke", "--overlay", "gpu"
-    )
+    spec, platform, _ = smoke_on_gpus
     executors = spec["deploymentSpec"]["executors"]
     trains = train_executors(spec)
     assert len(trains) == 2
@@ -534,11 +543,11 @@ SEEDED = (
 )
 
 
-@pytest.fixture
-def seeded(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
     """A plan with several deep methods, code lengths and seeds, and two shallow methods (KMH
     only at 16 bits: its 4-bit subspaces do not divide 30), for the GPU cluster."""
-    spec, platform, _ = compile_with(tmp_path, monkeypatch, *SEEDED)
+    spec, platform, _ = compiled_once(tmp_path_factory, *SEEDED)
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
     params["train"].update(methods=["shdh", "dpsh"], bits=[16, 32], seeds=[1, 2])
     params["baselines"].update(methods=["itq", "kmh"], bits=[16, 30])
@@ -637,13 +646,18 @@ def ir_features(node, path: str = "") -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("profile", ["smoke", "gpu"])
-def test_the_compiled_ir_needs_no_backend_newer_than_the_minimum(tmp_path, monkeypatch, profile):
+@pytest.fixture(scope="module")
+def gpu_profile(tmp_path_factory):
+    return compiled_once(tmp_path_factory, "--profile", "gpu", "--overlay", "gpu")
+
+
+@pytest.mark.parametrize("compiled", ["smoke_on_gpus", "gpu_profile"])
+def test_the_compiled_ir_needs_no_backend_newer_than_the_minimum(request, compiled):
     """`shdh pipeline submit` accepts KFP 2.5.0 (Kubeflow 1.10's), so the IR may use nothing
     newer: no ParallelFor and no dsl.Collected artifact fan-in (2.14.0), no optional artifact
     input. The job-id placeholder and task retries are 2.5.0's."""
     assert MIN_BACKEND == (2, 5, 0)
-    spec, _, text = compile_with(tmp_path, monkeypatch, "--profile", profile, "--overlay", "gpu")
+    spec, _, text = request.getfixturevalue(compiled)
     assert ir_features(spec) == set()
     for name, component in spec["components"].items():
         artifacts = component.get("inputDefinitions", {}).get("artifacts", {})
