@@ -217,8 +217,8 @@ def test_a_reload_under_load_drops_nothing_and_each_answer_is_one_version(tmp_pa
     with serving(app) as base, ThreadPoolExecutor(4) as pool:
         clients = [pool.submit(client, base) for _ in range(4)]
         for generation in range(2, 9):
-            answered = len(answers)
-            wait_until(lambda: len(answers) >= answered + 8, "answers between reloads")
+            wanted = len(answers) + 8
+            wait_until(lambda wanted=wanted: len(answers) >= wanted, "answers between reloads")
             if generation == 8:
                 break
             make_index(folder, seed=(generation - 1) % 2)  # generation g holds seed (g-1) % 2

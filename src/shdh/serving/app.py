@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
@@ -65,6 +66,7 @@ def create_app(
     app.state.service, app.state.limits = service, limits
     app.include_router(_probes(service))
     app.include_router(_search_routes(service, limits))
+    app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(QueryError)(_refused)
     app.exception_handler(UploadError)(_refused)
     app.exception_handler(Exception)(_internal_error)
@@ -183,6 +185,21 @@ def _answer(loaded: Loaded, hits: list, query_ids: list[int] | None = None) -> d
 
 async def _refused(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each field and its problem. FastAPI's own handler also echoes the input,
+    which fails on a body of bytes that are not UTF-8 (a 500) and would send a large bad body
+    back to its sender."""
+    errors = [
+        {
+            "loc": [str(part) for part in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
