@@ -49,6 +49,7 @@ STEPS = (
     "evaluate",
     "report",
     "register",
+    "index",
 )
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 LOOPS = ("train", "baseline")

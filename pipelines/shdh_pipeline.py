@@ -4,6 +4,7 @@
       -> train    one task per deep fit (SHDH and DPSH at each code length; GPU on a cluster)
       -> features -> baseline: one task per shallow fit (on GIST features)
       -> evaluate (every model) -> report, register (the best encoder, by a metric, with an alias)
+      -> index (the database encoded by that encoder: the search index `shdh serve` loads)
 
 The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
 smatrix, features, train, baselines, evaluate), their defaults the values of the params the
@@ -31,6 +32,7 @@ from components.baseline import baseline as baseline_op
 from components.evaluate import evaluate_for, fit_inputs
 from components.features import features as features_op
 from components.image import IMAGE, gpu_image
+from components.index import index as index_op
 from components.prepare import prepare as prepare_op
 from components.register import register as register_op
 from components.report import report as report_op
@@ -275,8 +277,8 @@ class _Fits:
 def _scoring(
     tasks: _Tasks, upstream: _Upstream, models: list[Any], inputs: dict[str, Any]
 ) -> tuple[Any, Any]:
-    """evaluate (every model) -> report, and register after evaluate where there is an encoder
-    to register: the evaluate and report tasks."""
+    """evaluate (every model) -> report, and register after evaluate, then the search index,
+    where there is an encoder to register: the evaluate and report tasks."""
     args, plan = tasks.args, tasks.plan
     outputs = [m.outputs["model"] for m in models]
     inputs.update(zip(fit_inputs(len(models)), outputs, strict=True))
@@ -302,7 +304,7 @@ def _scoring(
         )
     )
     if plan.deep_runs:  # only the deep methods log an encoder that can be registered
-        tasks.add(
+        registered = tasks.add(
             register_op(
                 parent_run_id=upstream.opened.output,
                 model_name=args.register_model,
@@ -310,7 +312,21 @@ def _scoring(
                 alias=args.register_alias,
             ).after(scored)
         )
+        _search_index(tasks, upstream, registered)
     return scored, written
+
+
+def _search_index(tasks: _Tasks, upstream: _Upstream, registered: Any) -> Any:
+    """The database encoded by the version the register task has just registered (by its
+    alias), as the search index artifact (the pipeline root's object store, S3)."""
+    args = tasks.args
+    made = index_op(
+        prepared=upstream.prepared,
+        similarity=upstream.similarity,
+        model_name=args.register_model,
+        alias=args.register_alias,
+    )
+    return tasks.add(made.after(registered))
 
 
 def compile_pipeline(

@@ -41,8 +41,13 @@ RECORD_FIELDS = (
     "segment_sizes",
     "weights",
 )
-# index.npz's arrays: dtype and number of dimensions.
-_ARRAYS = {"packed": (np.uint8, 2), "item_ids": (np.int64, 1), "ancestors": (np.int32, 2)}
+# index.npz's arrays: dtype and numbers of dimensions (ancestors: (N, K) matrix rows, or the
+# (N, K, M) ancestor sets of multi-label items, -1 padded).
+_ARRAYS = {
+    "packed": (np.uint8, (2,)),
+    "item_ids": (np.int64, (1,)),
+    "ancestors": (np.int32, (2, 3)),
+}
 
 
 class IndexFileError(ValueError):
@@ -152,13 +157,15 @@ def _checked_k(k: int) -> int:
 
 
 def shared_level(query_anc: np.ndarray, item_anc: np.ndarray) -> np.ndarray:
-    """(M,) the deepest level (1-based) at which each item row of item_anc (M, K) has the same
-    node as the query row query_anc (K,); -1 (no node below a shallow leaf) matches nothing, and
-    0 means not even the root is shared."""
-    same = (item_anc == query_anc[None, :]) & (query_anc >= 0)[None, :]
-    K = item_anc.shape[1]
-    deepest = K - np.argmax(same[:, ::-1], axis=1)
-    return np.where(same.any(axis=1), deepest, 0)
+    """(M,) the deepest level (1-based) at which each item of item_anc, (M, K) rows or (M, K, S)
+    sets, has a node of the query's, query_anc (K,) or (K, S); -1 (no node: below a shallow
+    leaf, or set padding) matches nothing, and 0 means not even the root is shared."""
+    query = query_anc.reshape(query_anc.shape[0], -1)  # (K, Sq)
+    items = item_anc.reshape(*item_anc.shape[:2], -1)  # (M, K, S)
+    same = items[:, :, :, None] == query[None, :, None, :]
+    shared = (same & (query >= 0)[None, :, None, :]).any(axis=(2, 3))  # (M, K)
+    deepest = shared.shape[1] - np.argmax(shared[:, ::-1], axis=1)
+    return np.where(shared.any(axis=1), deepest, 0)
 
 
 def as_packed(codes: np.ndarray, n_bits: int, name: str = "codes") -> np.ndarray:
@@ -301,12 +308,12 @@ def _layout(record: Mapping[str, Any], where: Path) -> tuple[tuple[int, ...], tu
 
 
 def _checked_arrays(arrays: dict[str, np.ndarray], n_bits: int, where: Path) -> tuple:
-    for name, (dtype, ndim) in _ARRAYS.items():
+    for name, (dtype, ndims) in _ARRAYS.items():
         a = arrays[name]
-        if a.dtype != dtype or a.ndim != ndim:
+        if a.dtype != dtype or a.ndim not in ndims:
             raise IndexFileError(
-                f"{where}: array {name!r} must be {ndim}-D {np.dtype(dtype)}, "
-                f"got {a.ndim}-D {a.dtype} with shape {a.shape}"
+                f"{where}: array {name!r} must be {' or '.join(map(str, ndims))}-D "
+                f"{np.dtype(dtype)}, got {a.ndim}-D {a.dtype} with shape {a.shape}"
             )
     packed, ids, anc = arrays["packed"], arrays["item_ids"], arrays["ancestors"]
     n_bytes = -(-n_bits // 8)

@@ -122,6 +122,27 @@ def test_shared_level_on_a_small_tree(tmp_path):
     assert hits == [Hit(0, 0.0, 3), Hit(1, 0.0, 3), Hit(2, 0.0, 2), Hit(3, 0.0, 1)]
 
 
+def test_shared_level_of_multi_label_ancestor_sets(tmp_path):
+    """(N, K, M) sets, -1 padded: the deepest level at which any of the labels meet."""
+    node = TREE.node_id
+    sets = np.full((3, 3, 2), -1, dtype=np.int32)
+    sets[0, :, 0] = TREE.ancestor_row(node("s0c0"))
+    sets[0, :, 1] = TREE.ancestor_row(node("s1c1"))  # two labels, one in each superclass
+    sets[1, :, 0] = TREE.ancestor_row(node("s1c1"))
+    sets[2, :, 0] = TREE.ancestor_row(node("s1c0"))
+    write_index(
+        tmp_path / "i",
+        codes=np.ones((3, BITS), dtype=np.int8),
+        item_ids=[0, 1, 2],
+        ancestors=sets,
+        segment_sizes=SIZES,
+        weights=WEIGHTS,
+        record=RECORD,
+    )
+    hits = SearchIndex.load(tmp_path / "i").search_ids([2], 3)[0]
+    assert [h.shared_level for h in hits] == [2, 2, 3]  # items 0 and 1 share s1 with item 2
+
+
 def test_unknown_id_is_a_key_error_naming_it(index_dir):
     with pytest.raises(KeyError, match="item id 5 is not in the index"):
         SearchIndex.load(index_dir).search_ids([1000, 5], 3)

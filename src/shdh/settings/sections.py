@@ -283,6 +283,17 @@ class EvaluateSettings:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class IndexSettings:
+    out_dir: str = setting(
+        TEXT, "the search index that `shdh serve` answers from", "artifacts/index"
+    )
+    model_name: str = setting(
+        TEXT, "the registered encoder it encodes with (the register stage's --name)", "shdh-encoder"
+    )
+    alias: str = setting(TEXT, "the alias naming its version (the register stage's)", "champion")
+
+
 PROFILE = Check(
     "a profile name (letters, digits, '.', '_', '-')",
     "profile names",
@@ -303,8 +314,13 @@ class ParamsSettings:
     train: TrainSettings = setting(section_of(TrainSettings), "the deep methods")
     baselines: BaselinesSettings = setting(section_of(BaselinesSettings), "the shallow methods")
     evaluate: EvaluateSettings = setting(section_of(EvaluateSettings), "scoring and reports")
+    index: IndexSettings = setting(
+        section_of(IndexSettings), "the search index of the database", IndexSettings()
+    )
 
 
+# The sections that are pipeline parameters (shdh.kubeflow). Not the index section: the DAG's
+# index task encodes with the version its register task has just registered.
 SECTIONS: dict[str, type] = {
     "data": DataSettings,
     "tree": TreeSettings,

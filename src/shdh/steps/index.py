@@ -1,0 +1,112 @@
+"""The index step: the split's database encoded by one encoder and written as a search index
+(shdh.search), which `shdh serve` answers queries from.
+
+The database is encoded as the score step encodes it (the same items in the same order, the
+same inputs, the hasher's own encode), and the segment sizes and level weights (Eq. 2) are the
+hasher's, the ones the score step ranks with: a query ranked by the index gets the evaluation's
+ranking, ties included. The index records which encoder made it (the registered model's name,
+version and alias, and the run that trained it), so a service can tell which version it serves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from shdh.atomic import check_writable
+from shdh.fits import HASHER_DIR, RUN_REF
+from shdh.search import ENCODER_FIELDS, write_index
+from shdh.steps.score import _load_split
+
+log = logging.getLogger(__name__)
+
+
+def build_index(
+    hasher: Any,
+    *,
+    prepared_dir: str | Path,
+    smatrix_path: str | Path,
+    out_dir: str | Path,
+    encoder: Mapping[str, Any],
+    features_path: str | Path | None = None,
+) -> Path:
+    """Encode the database items of the prepared split with `hasher` and write the index to
+    out_dir (index.npz, index.json). encoder: {name, version, alias, run_id} of the model,
+    recorded as it is (None where unknown: a model folder used without the registry)."""
+    missing = [f for f in ENCODER_FIELDS if f not in encoder]
+    if missing:
+        raise ValueError(f"index: the encoder's record lacks {', '.join(missing)}")
+    check_writable(out_dir, "index.out_dir")
+    # GIST features only for a shallow hasher: a deep one would read a large file for nothing.
+    features = features_path if hasher.input_kind == "features" else None
+    split = _load_split(prepared_dir, smatrix_path, features)
+    if hasher.input_kind not in split.inputs:
+        raise ValueError(
+            f"index: {hasher.name} encodes {hasher.input_kind}, which the index step was not "
+            f"given (features: {features_path})"
+        )
+    _, database = split.encoded(hasher.input_kind, {})
+    items = split.items()
+    written = write_index(
+        out_dir,
+        codes=hasher.encode(database),
+        item_ids=items["db_ids"],
+        ancestors=items["db_ancestors"],
+        segment_sizes=hasher.segment_sizes(),
+        weights=hasher.segment_weights(),
+        record={"method": hasher.name, "dataset": split.dataset, "encoder": dict(encoder)},
+    )
+    log.info(
+        "index: %d items of %s, %d bits, in %s",
+        len(database),
+        split.dataset,
+        hasher.n_bits,
+        written,
+    )
+    return written
+
+
+def registered_encoder(name: str, alias: str) -> tuple[Any, dict[str, Any]]:
+    """The hasher that alias `alias` of registered model `name` points to, and its record.
+
+    The alias is read again after the load: if it moved in between (a `shdh register` at the
+    same moment), the version recorded might not be the one loaded, so the step stops."""
+    import mlflow
+
+    from shdh.registry import load_by_alias
+
+    model = load_by_alias(name, alias)
+    version = mlflow.MlflowClient().get_model_version_by_alias(name, alias)
+    if version.run_id != model.metadata.run_id:
+        raise RuntimeError(
+            f"models:/{name}@{alias} moved to version {version.version} while it was loading; "
+            "run the index step again"
+        )
+    hasher = model.unwrap_python_model().hasher
+    record = {"name": name, "version": str(version.version), "alias": alias}
+    return hasher, {**record, "run_id": version.run_id}
+
+
+def folder_encoder(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The hasher saved in a fit's model folder (its hasher/ inside) or in a hasher folder
+    itself, and its record: no registry version or alias; the run id where the fit recorded
+    its MLflow run."""
+    from shdh.hashers import load_hasher
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ValueError(f"--model-dir {model_dir}: no such folder")
+    fit_folder = (model_dir / HASHER_DIR).is_dir()
+    hasher = load_hasher(model_dir / HASHER_DIR if fit_folder else model_dir)
+    run_id = None
+    if fit_folder and (model_dir / RUN_REF).is_file():
+        try:
+            run_id = json.loads((model_dir / RUN_REF).read_text()).get("run_id")
+        except (OSError, json.JSONDecodeError, AttributeError) as err:
+            raise ValueError(
+                f"{model_dir / RUN_REF}: not a readable run reference ({err})"
+            ) from err
+    return hasher, {"name": None, "version": None, "alias": None, "run_id": run_id}
