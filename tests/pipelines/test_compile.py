@@ -130,7 +130,7 @@ def test_the_dag_has_every_step_and_its_edges(smoke):
 def test_the_dag_ends_by_registering_the_best_encoder_of_its_own_run(smoke):
     """As dvc.yaml's last stage: after evaluate has put every score on the method runs, the
     register task picks the best deep encoder of the parent run that start opened, by the
-    pipeline's metric, and points the pipeline's alias at it. Nothing runs after it."""
+    pipeline's metric, and points the pipeline's alias at it. Only the index follows it."""
     spec, _, _ = smoke
     tasks = root_tasks(spec)
     register = tasks["register"]
@@ -143,7 +143,28 @@ def test_the_dag_ends_by_registering_the_best_encoder_of_its_own_run(smoke):
         "metric": "register_metric",
         "alias": "register_alias",
     }
-    assert not any("register" in t.get("dependentTasks", []) for t in tasks.values())
+    assert {n for n, t in tasks.items() if "register" in t.get("dependentTasks", [])} == {"index"}
+
+
+def test_the_index_encodes_the_database_with_the_version_just_registered(smoke):
+    """As dvc.yaml's index stage: the database of the prepared split, encoded by the encoder the
+    register task's alias points to, written as an artifact (the pipeline root's S3); the last
+    task of the DAG."""
+    spec, _, _ = smoke
+    tasks = root_tasks(spec)
+    index = tasks["index"]
+    assert index["componentRef"]["name"] == "comp-index"
+    assert set(index["dependentTasks"]) == {"prepare", "smatrix", "register"}
+    parameters = {k: v["componentInputParameter"] for k, v in index["inputs"]["parameters"].items()}
+    assert parameters == {"model_name": "register_model", "alias": "register_alias"}
+    artifacts = index["inputs"]["artifacts"]
+    assert {k: v["taskOutputArtifact"]["producerTask"] for k, v in artifacts.items()} == {
+        "prepared": "prepare",
+        "similarity": "smatrix",
+    }
+    outputs = spec["components"]["comp-index"]["outputDefinitions"]["artifacts"]
+    assert set(outputs) == {"search_index"}
+    assert not any("index" in t.get("dependentTasks", []) for t in tasks.values())
 
 
 def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
@@ -613,10 +634,11 @@ def test_evaluate_scores_every_fit_and_register_runs_last(seeded):
     assert [
         shown[given[f"fit_{i}"]["taskOutputArtifact"]["producerTask"]] for i in range(len(scored))
     ] == scored
-    # register after evaluate, and nothing after register
+    # register after evaluate, then the index, and nothing after it
     assert "evaluate" in tasks["register"]["dependentTasks"]
-    assert not any("register" in t.get("dependentTasks", []) for t in tasks.values())
+    assert {n for n, t in tasks.items() if "register" in t.get("dependentTasks", [])} == {"index"}
     assert not any("register" in producers(t) for t in tasks.values())
+    assert not any("index" in t.get("dependentTasks", []) for t in tasks.values())
 
 
 def ir_features(node, path: str = "") -> set[str]:
