@@ -17,6 +17,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from shdh.cli import main
 from shdh.config import deep_merge, load_params
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
 from shdh.hierarchy import LabelTree
@@ -86,8 +87,13 @@ def test_a_tree_with_repeated_leaf_names_runs_through_dvc_repro(shapes):
 
 
 def changed_stages(dest: Path, env: dict[str, str]) -> set[str]:
-    """The stages `dvc status` reports as changed once the inputs stage has recorded the files."""
-    sh(["shdh", "inputs", "--out", "artifacts/inputs"], dest, env)  # what `dvc repro` runs first
+    """The stages `dvc status` reports as changed once the inputs stage has recorded the files.
+
+    The inputs stage's command (what `dvc repro` runs first) runs in this process: a `shdh`
+    process spends seconds importing torch before it lists a file."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(dest)
+        assert main(["inputs", "--out", "artifacts/inputs"]) == 0
     status = json.loads(sh(["dvc", "status", "--json"], dest, env))
     return set(status) - {"inputs", "data.dvc"}  # inputs always runs; data/ is not fetched here
 
