@@ -19,8 +19,9 @@ import requests
 import uvicorn
 from PIL import Image
 
+from shdh.data.dataset import Dataset, save_dataset
 from shdh.retrieval import pack_codes
-from shdh.search import write_index
+from shdh.search import SearchIndex, write_index
 from shdh.serving import Limits, create_app
 
 TOKEN = "test-token-0123456789abcdef"
@@ -52,6 +53,15 @@ def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str = "run-a")
         weights=WEIGHTS,
         record=record,
     )
+
+
+def make_dataset(folder: Path, index_dir: Path, seed: int = 0) -> Path:
+    """A prepared dataset holding the index's items (its ids), with random 8x8 RGB images."""
+    ids = SearchIndex.load(index_dir).item_ids
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (len(ids), *IMAGE_SHAPE), dtype=np.uint8)
+    labels = np.array([f"group{i % 2}/leaf{i % 6}" for i in range(len(ids))])
+    return save_dataset(Dataset(images=images, labels=labels, ids=ids, name="toy"), folder)
 
 
 class PixelEncoder:

@@ -4,17 +4,21 @@ decodes them; and a reload under load that drops nothing."""
 
 from __future__ import annotations
 
+import io
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import requests
+from PIL import Image
 
+from shdh.data.dataset import load_dataset
 from shdh.data.images import ImageSpec, decode_image
 from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
 from shdh.search import SearchIndex
 from shdh.serving import Limits, create_app
+from shdh.serving.thumbnails import DatasetImages
 from tests.serving.server import (
     AUTH,
     LIMITS,
@@ -25,6 +29,7 @@ from tests.serving.server import (
     PixelEncoder,
     PixelEncoderSource,
     b64,
+    make_dataset,
     make_index,
     png,
     serving,
@@ -248,3 +253,21 @@ def test_a_reload_that_fails_keeps_the_old_version(tmp_path):
         assert "24-bit codes but the index" in failed.json()["detail"]
         assert requests.get(f"{base}/readyz", timeout=5).json()["version"]["generation"] == 1
         assert post(base, "/search/ids", json={"ids": [1000]}).status_code == 200
+
+
+def test_database_images_are_served_for_the_thumbnails(index_dir, tmp_path):
+    dataset = make_dataset(tmp_path / "prepared", index_dir)
+    app = create_app(index_dir, token=TOKEN, images=DatasetImages(dataset))
+    with serving(app) as base:
+        shown = requests.get(f"{base}/items/1007/image", headers=AUTH, timeout=5)
+        assert shown.headers["content-type"] == "image/png"
+        stored = load_dataset(dataset).images[1]
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(shown.content))), stored)
+        for item in (1001, 10**30, -1):
+            unknown = requests.get(f"{base}/items/{item}/image", headers=AUTH, timeout=5)
+            assert unknown.status_code == 404
+            assert unknown.json()["detail"] == f"item id {item} is not in the dataset"
+    without = create_app(index_dir, token=TOKEN)
+    with serving(without) as base:
+        missing = requests.get(f"{base}/items/1007/image", headers=AUTH, timeout=5)
+        assert missing.status_code == 404 and "--images" in missing.json()["detail"]

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alias", default=DEFAULT_ALIAS, help=f"with --model (default: {DEFAULT_ALIAS})"
     )
+    parser.add_argument(
+        "--images", help="the prepared dataset folder, for the page's thumbnails of the hits"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000")
     parser.add_argument(
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     from shdh.serving import HasherFolder, Limits, RegisteredModel, create_app
     from shdh.serving.auth import TOKEN_ENV, read_token
+    from shdh.serving.thumbnails import DatasetImages
 
     token = None if args.no_token else read_token(args.token_file)
     if args.no_token and args.host not in LOOPBACK:
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.model:
         encoder = RegisteredModel(args.model, args.alias)
     limits = Limits(**{field: getattr(args, field) for field in Limits.__dataclass_fields__})
-    app = create_app(args.index, encoder=encoder, token=token, limits=limits)
+    images = DatasetImages(args.images) if args.images else None
+    app = create_app(args.index, encoder=encoder, token=token, limits=limits, images=images)
     _reload_on_sighup(app.state.service)
     uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="info")
     return 0

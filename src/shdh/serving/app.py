@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -28,6 +28,7 @@ from shdh.serving.limits import BodyLimit, Limits
 from shdh.serving.page import PAGE
 from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
 from shdh.serving.state import Loaded, Service
+from shdh.serving.thumbnails import DatasetImages
 from shdh.serving.uploads import CONTENT_TYPES, UploadError, decode_upload
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,12 @@ def create_app(
     encoder: EncoderSource | None = None,
     token: str | None = None,
     limits: Limits | None = None,
+    images: DatasetImages | None = None,
 ) -> FastAPI:
     """The service over the index in `index_dir`, with image queries when `encoder` is given;
-    every route but the probes, the docs and the page needs `token` when one is given. The
-    index and encoder load in the background once the server starts (see /readyz)."""
+    every route but the probes, the docs and the page needs `token` when one is given; `images`
+    (the prepared dataset) serves the database's images for the page's thumbnails. The index
+    and encoder load in the background once the server starts (see /readyz)."""
     limits = limits or Limits()
     service = Service(index_dir, encoder)
 
@@ -66,6 +69,7 @@ def create_app(
     app.state.service, app.state.limits = service, limits
     app.include_router(_probes(service))
     app.include_router(_search_routes(service, limits))
+    app.include_router(_item_routes(images))
     app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(QueryError)(_refused)
     app.exception_handler(UploadError)(_refused)
@@ -152,6 +156,26 @@ def _search_routes(service: Service, limits: Limits) -> APIRouter:
             still = "nothing" if old is None else f"generation {old.generation}"
             raise QueryError(409, f"reload failed, still serving {still}: {exc}") from None
         return {"status": "reloaded", "version": loaded.describe()}
+
+    return router
+
+
+def _item_routes(images: DatasetImages | None) -> APIRouter:
+    router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+
+    @router.get(
+        "/items/{item_id}/image",
+        response_class=Response,
+        responses={200: {"content": {"image/png": {}}}},
+        summary="a database item's image (PNG), when the service was given the dataset",
+    )
+    def item_image(item_id: int) -> Response:
+        if images is None:
+            raise QueryError(404, "no database images: start the service with --images")
+        try:
+            return Response(images.png(item_id), media_type="image/png")
+        except KeyError as exc:
+            raise QueryError(404, str(exc.args[0])) from None
 
     return router
 

@@ -1,5 +1,6 @@
-"""The page at /: ask with an image file or a database item's id, see the top hits grouped by
-the deepest hierarchy level they share with the query. One self-contained HTML file (no
+"""The page at /: ask with an image file or a database item's id, see the top hits (with their
+images when the service has the dataset's) grouped by the deepest hierarchy level they share
+with the query. One self-contained HTML file (no
 scripts or styles from elsewhere), which calls the same JSON API as any client, with the token
 typed into it (kept in the page only)."""
 
@@ -9,7 +10,8 @@ PAGE = """<!doctype html>
 body{font-family:sans-serif;margin:1.5em;max-width:70em}
 fieldset{margin-bottom:1em} label{margin-right:1em}
 .level{margin:.5em 0;padding:.5em;border:1px solid #ccc;border-radius:4px}
-.hit{display:inline-block;margin:.2em;padding:.3em .5em;background:#eef;border-radius:3px}
+.hit{display:inline-block;margin:.2em;padding:.3em .5em;background:#eef;border-radius:3px;
+text-align:center;font-size:85%} .hit img{width:64px;height:64px;image-rendering:pixelated}
 #preview{max-height:96px;image-rendering:pixelated;vertical-align:middle}
 #error{color:#b00}
 </style></head><body>
@@ -60,11 +62,20 @@ function show(result) {
     for (const hit of groups.get(level)) {
       const span = document.createElement("span"); span.className = "hit";
       span.dataset.item = hit.item_id;
-      span.textContent = "#" + hit.item_id + " d=" + hit.distance;
+      const thumb = document.createElement("img");
+      const caption = document.createElement("div");
+      caption.textContent = "#" + hit.item_id + " d=" + hit.distance;
+      span.append(thumb, caption);
       box.appendChild(span);
+      thumbnail(thumb, hit.item_id);
     }
     out.appendChild(box);
   }
+}
+async function thumbnail(img, itemId) {
+  const response = await fetch("items/" + itemId + "/image", {headers: headers({})});
+  if (response.ok) img.src = URL.createObjectURL(await response.blob());
+  else img.remove();  // the service has no database images: the id and distance stay
 }
 $("file").addEventListener("change", () => {
   const file = $("file").files[0];

@@ -1,0 +1,35 @@
+"""The database's own images, for the page's thumbnails: read from the prepared dataset folder
+(shdh prepare's images.npy, memory-mapped read-only, so serving them costs no copy of the
+dataset), looked up by item id (ids.npy), and sent as PNG encoded in memory."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from shdh.data.dataset import load_dataset
+
+
+class DatasetImages:
+    def __init__(self, folder: str | Path) -> None:
+        dataset = load_dataset(folder, mmap=True)
+        self.images = dataset.images
+        self._order = np.argsort(dataset.ids, kind="stable")
+        self._sorted_ids = np.asarray(dataset.ids)[self._order]
+
+    def png(self, item_id: int) -> bytes:
+        """The item's image as PNG bytes; KeyError naming an id the dataset does not hold."""
+        ids = self._sorted_ids
+        inside = len(ids) and int(ids[0]) <= item_id <= int(ids[-1])  # also: no int64 overflow
+        pos = int(np.searchsorted(ids, item_id)) if inside else 0
+        if not inside or ids[pos] != item_id:
+            raise KeyError(f"item id {item_id} is not in the dataset")
+        pixels = np.asarray(self.images[self._order[pos]])
+        out = io.BytesIO()
+        Image.fromarray(
+            pixels.squeeze(-1) if pixels.ndim == 3 and pixels.shape[2] == 1 else pixels
+        ).save(out, format="PNG")
+        return out.getvalue()
