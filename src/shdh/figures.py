@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from shdh import methods as registry
 from shdh.atomic import atomic_path
-from shdh.methods import METHODS
 from shdh.metrics import Curves
 
 CURVES_FILE = "curves.npz"
@@ -90,21 +90,27 @@ def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, i
 # ---- the figures ----------------------------------------------------------------------------
 
 
-# The paper's row order (Table 1), then anything else we ran, then the random floor; the
-# tables and the figures alike. Both come from the methods' declarations (shdh.methods).
-PAPER_ORDER = tuple(
-    m.name for m in sorted((m for m in METHODS if m.paper_row), key=lambda m: m.paper_row)
-)
-DISPLAY = {**{m.name: m.title for m in METHODS}, "random": "random codes (floor)"}
+# The row order and the labels of the tables and the figures alike, read from the methods'
+# declarations (shdh.methods) when a table is written, so that a method declared after import
+# (a test's toy) is placed and named as a built-in one.
 
 
 def ordered_methods(methods: Iterable[str]) -> list[str]:
-    rank = {m: i for i, m in enumerate(PAPER_ORDER)}
+    """The paper's row order (Table 1), then anything else we ran, then the random floor."""
+    ranked = sorted((m for m in registry.METHODS if m.paper_row), key=lambda m: m.paper_row)
+    rank = {m.name: i for i, m in enumerate(ranked)}
     return sorted(methods, key=lambda m: (m == "random", rank.get(m, len(rank)), m))
 
 
+def display_name(method: str) -> str:
+    """A method's title in the tables (its name when it has no declaration)."""
+    if method == "random":
+        return "random codes (floor)"
+    return next((m.title for m in registry.METHODS if m.name == method), method)
+
+
 def _label(method: str) -> str:
-    return "random codes" if method == "random" else DISPLAY.get(method, method)
+    return "random codes" if method == "random" else display_name(method)
 
 
 def _draw(

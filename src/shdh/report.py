@@ -12,9 +12,9 @@ from shdh import methods
 from shdh.atomic import check_writable
 from shdh.figures import (
     CURVES_FILE,
-    DISPLAY,
     PLOTS_DIR,
     Figure,
+    display_name,
     load_alpha_sweep,
     load_curves,
     ordered_methods,
@@ -106,7 +106,7 @@ def _table1(
             for b in bits:
                 row = rows[method].get(b, {})
                 cells.append(_cell(row.get(key), row.get(f"{key}_sd"), digits))
-        lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {display_name(method)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
