@@ -87,7 +87,7 @@ def test_shared_levels_are_the_trees(fitted):
 
 
 @pytest.mark.slow  # MLflow's store and a logged model: half a minute on two busy cores
-def test_the_registered_encoder_is_loaded_by_alias_and_recorded(fitted, tmp_path):
+def test_the_registered_encoder_is_loaded_by_alias_and_recorded(fitted, tmp_path, caplog):
     import mlflow
 
     from shdh import encoder_model, tracking
@@ -109,9 +109,12 @@ def test_the_registered_encoder_is_loaded_by_alias_and_recorded(fitted, tmp_path
         "run_id": run.info.run_id,
     }
     np.testing.assert_array_equal(index.packed, score_step_codes(fitted).db_codes)
+    # an alias the registry does not hold: one line that says what to do
+    assert main(["index", "--params", str(fitted["params"]), "--alias", "none"]) == 1
+    assert "models:/shdh-encoder@none: cannot load it from the registry" in caplog.text
 
 
-def test_a_missing_alias_or_model_folder_fails_with_one_line(fitted, tmp_path, caplog):
+def test_a_missing_model_folder_or_two_sources_fail_with_one_line(fitted, tmp_path, caplog):
     params = str(fitted["params"])
     assert main(["index", "--params", params, "--model-dir", str(tmp_path / "none")]) == 1
     assert "no such folder" in caplog.text

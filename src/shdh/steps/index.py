@@ -75,11 +75,18 @@ def registered_encoder(name: str, alias: str) -> tuple[Any, dict[str, Any]]:
     The alias is read again after the load: if it moved in between (a `shdh register` at the
     same moment), the version recorded might not be the one loaded, so the step stops."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     from shdh.registry import load_by_alias
 
-    model = load_by_alias(name, alias)
-    version = mlflow.MlflowClient().get_model_version_by_alias(name, alias)
+    try:
+        model = load_by_alias(name, alias)
+        version = mlflow.MlflowClient().get_model_version_by_alias(name, alias)
+    except MlflowException as err:
+        raise RuntimeError(
+            f"models:/{name}@{alias}: cannot load it from the registry ({err.message}); "
+            "register an encoder first (shdh register) or index a fitted model (--model-dir)"
+        ) from err
     if version.run_id != model.metadata.run_id:
         raise RuntimeError(
             f"models:/{name}@{alias} moved to version {version.version} while it was loading; "
