@@ -16,7 +16,7 @@ import requests
 from shdh.serving import create_app
 from shdh.serving.thumbnails import DatasetImages
 from tests.browser import ui
-from tests.browser.ui import start_browser, wait_for
+from tests.browser.ui import wait_for
 from tests.conftest import REPO
 from tests.serving.server import (
     AUTH,
@@ -27,6 +27,9 @@ from tests.serving.server import (
     png,
     serving,
 )
+
+# Each starts the service on a loopback port (tests/conftest.py: SERVER_FIXTURES).
+pytestmark = pytest.mark.integration
 
 K = 12
 
@@ -39,15 +42,6 @@ def url(tmp_path_factory) -> Iterator[str]:
     app = create_app(index_dir, encoder=PixelEncoderSource(), token=TOKEN, images=images)
     with serving(app) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = start_browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def shown_groups(browser: Any) -> list[tuple[int, list[int]]]:

@@ -24,6 +24,7 @@ from shdh.retrieval import pack_codes
 from shdh.search import SearchIndex, write_index
 from shdh.serving import Limits, create_app
 
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SEGMENTS, WEIGHTS = (6, 5, 5), (3.0, 2.0, 1.0)  # 16 bits; integer weights make many ties
@@ -133,6 +134,14 @@ def serving(app, ready: bool = True) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+def is_ready(url: str) -> bool:
+    """Whether the service at url answers /readyz with 200 (False while it is not listening)."""
+    try:
+        return requests.get(f"{url}/readyz", timeout=2).ok
+    except requests.ConnectionError:
+        return False
 
 
 def wait_until(check, what: str, timeout: float = 20.0) -> None:

@@ -16,8 +16,7 @@ from shdh.commands import serve
 from shdh.hashers.itq import ITQ
 from shdh.serving import HasherFolder
 from shdh.serving.auth import TOKEN_ENV, read_token
-from tests.serving.server import free_socket, make_index, wait_until
-from tests.serving.test_fuzz import REPO, _ready
+from tests.serving.server import REPO, free_socket, is_ready, make_index, wait_until
 
 
 def run_serve(*argv: str) -> int:
@@ -48,6 +47,7 @@ def test_a_shallow_hasher_cannot_encode_images(tmp_path):
         HasherFolder(tmp_path).load()
 
 
+@pytest.mark.integration  # starts the service on a loopback port
 def test_the_command_serves_and_reloads_on_sighup(tmp_path):
     index_dir = make_index(tmp_path / "index", seed=0)
     sock = free_socket()
@@ -57,7 +57,7 @@ def test_the_command_serves_and_reloads_on_sighup(tmp_path):
     process = subprocess.Popen([*command, "--no-token", "--port", str(port)], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _ready(url), "/readyz", 60)
+        wait_until(lambda: is_ready(url), "/readyz", 60)
         first = requests.get(f"{url}/readyz", timeout=5).json()["version"]
         assert first["generation"] == 1 and first["image_shape"] is None
         make_index(index_dir, seed=1, n=120)

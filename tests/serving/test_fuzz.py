@@ -17,9 +17,18 @@ import numpy as np
 import pytest
 import requests
 
-from tests.serving.server import AUTH, IMAGE_SHAPE, N_BITS, b64, make_index, png, wait_until
+from tests.serving.server import (
+    AUTH,
+    IMAGE_SHAPE,
+    N_BITS,
+    REPO,
+    b64,
+    is_ready,
+    make_index,
+    png,
+    wait_until,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 N_REQUESTS = 1000
 RSS_MARGIN_KB = 24 << 10  # allocator slack; a leak of a request's body each time is far more
 PATHS = ("/search/codes", "/search/ids", "/search/image", "/search/images", "/admin/nowhere")
@@ -137,18 +146,11 @@ def server(tmp_path):
     try:
         wait_until(lambda: port_file.exists() and port_file.read_text(), "the port", 60)
         url = f"http://127.0.0.1:{port_file.read_text()}"
-        wait_until(lambda: _ready(url), "/readyz", 60)
+        wait_until(lambda: is_ready(url), "/readyz", 60)
         yield process, url, tmp_path
     finally:
         process.terminate()
         process.wait(10)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return requests.get(f"{url}/readyz", timeout=2).ok
-    except requests.ConnectionError:
-        return False
 
 
 def test_a_thousand_malformed_requests_get_4xx_reasons_and_leave_no_trace(server):

@@ -36,6 +36,9 @@ from tests.serving.server import (
     wait_until,
 )
 
+# Each starts the service on a loopback port (tests/conftest.py: SERVER_FIXTURES).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory):
