@@ -14,7 +14,7 @@ from shdh.hashers.deep import SHDH
 from shdh.retrieval import integer_weights, rank_with_distances
 from shdh.search import INDEX_RECORD, SearchIndex
 from shdh.steps.fit_deep import training_inputs
-from shdh.steps.score import _load_split
+from shdh.steps.split_inputs import load_split
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import write_fashion_mnist_raw
 from tests.unit.toys import TINY_NET, deep_hasher
@@ -38,9 +38,9 @@ def fitted(tmp_path_factory):
 
 
 def score_step_codes(fitted):
-    """The codes file the score step would write for this hasher (its _Split, its encode)."""
+    """The codes file the score step would write for this hasher (its Split, its encode)."""
     tmp, hasher = fitted["tmp"], fitted["hasher"]
-    split = _load_split(tmp / "prepared", tmp / "smatrix.npz", None)
+    split = load_split(tmp / "prepared", tmp / "smatrix.npz", None)
     X_q, X_db = split.encoded("images", {})
     sizes, weights = hasher.segment_sizes(), hasher.segment_weights()
     return split.codes(hasher.encode(X_q), hasher.encode(X_db), sizes, weights)

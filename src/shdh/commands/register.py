@@ -3,6 +3,7 @@
     shdh register                       # the pipeline run of params.yaml (after dvc repro)
     shdh register --run-id PARENT_ID    # any pipeline run, e.g. a Kubeflow one
     shdh register --metric wr_at_1000 --name my-encoder --alias staging
+    shdh register --record artifacts/register/registered.json   # what dvc repro runs
 
 The model is then loaded back by its alias (models:/NAME@ALIAS) and encodes its own input
 example, so a registered version is known to load where shdh is installed.
@@ -11,8 +12,11 @@ example, so a registered version is known to load where shdh is installed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 
 from shdh import parent_run, registry
+from shdh.atomic import atomic_write_text, check_writable
 from shdh.commands.common import add_params_argument, dvc_pipeline_id, script_main
 
 HELP = "register the best encoder of a pipeline run in the MLflow Model Registry, with an alias"
@@ -40,9 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=registry.DEFAULT_ALIAS,
         help=f"alias set on the new version (default: {registry.DEFAULT_ALIAS})",
     )
+    parser.add_argument(
+        "--record",
+        metavar="PATH",
+        help="also write what was registered (name, version, alias, run, metric) as JSON: the "
+        "output by which DVC runs the index step after this one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.record:
+        check_writable(args.record, "--record")
     parent = args.run_id or parent_run.parent_of_pipeline(dvc_pipeline_id(args.params))
     done = registry.register_best(parent, args.name, metric=args.metric, alias=args.alias)
     print(
@@ -51,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     )
     n, width = registry.check_loaded(registry.load_by_alias(done.name, done.alias))
     print(f"loaded {done.uri}: {n} example images -> {width}-byte codes")
+    if args.record:
+        atomic_write_text(args.record, json.dumps(dataclasses.asdict(done), indent=2) + "\n")
     return 0
 
 

@@ -25,14 +25,3 @@ def features(prepared_dir: str | Path, out: str | Path, *, batch_size: int = 256
         np.save(tmp, values.astype(np.float32))
     log.info("wrote %s: %s GIST features", out, values.shape)
     return Path(out)
-
-
-def load_features(path: str | Path, n_items: int) -> np.ndarray:
-    path = Path(path)
-    try:
-        features = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the features: {exc}") from exc
-    if features.ndim != 2 or len(features) != n_items:
-        raise ValueError(f"{path}: features have shape {features.shape}, expected ({n_items}, d)")
-    return features

@@ -17,8 +17,8 @@ from shdh.fits import Fit
 from shdh.hashers.base import Hasher
 from shdh.hashers.shallow import shallow_hasher_class
 from shdh.hashers.supervision import PairSimilarity
-from shdh.steps.features import load_features
 from shdh.steps.fit import Tracked, run_fit, training_pool
+from shdh.steps.split_inputs import load_features
 
 
 def training_inputs(

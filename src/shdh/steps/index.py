@@ -19,7 +19,7 @@ from typing import Any
 from shdh.atomic import check_writable
 from shdh.fits import HASHER_DIR, RUN_REF
 from shdh.search import ENCODER_FIELDS, write_index
-from shdh.steps.score import _load_split
+from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def build_index(
     check_writable(out_dir, "index.out_dir")
     # GIST features only for a shallow hasher: a deep one would read a large file for nothing.
     features = features_path if hasher.input_kind == "features" else None
-    split = _load_split(prepared_dir, smatrix_path, features)
+    split = load_split(prepared_dir, smatrix_path, features)
     if hasher.input_kind not in split.inputs:
         raise ValueError(
             f"index: {hasher.name} encodes {hasher.input_kind}, which the index step was not "

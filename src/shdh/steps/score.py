@@ -38,8 +38,7 @@ from shdh.hashers import load_hasher
 from shdh.metrics import Curves
 from shdh.metrics import evaluate as score_codes
 from shdh.report import alpha_sweep, check_outputs, results_table, write_report
-from shdh.retrieval import pack_codes
-from shdh.steps.features import load_features
+from shdh.steps.split_inputs import Split, load_split
 
 log = logging.getLogger(__name__)
 
@@ -55,45 +54,6 @@ class Scored:
     curves: Curves
     codes_path: Path
     seed: int  # the seed of the fit (metrics_by_seed.json keys each fit by it)
-
-
-@dataclass
-class _Split:
-    """The items every method is scored on: the split's queries and database, their ids and
-    ancestors, and the inputs each kind of method encodes (images, GIST features)."""
-
-    q_idx: np.ndarray
-    db_idx: np.ndarray
-    ids: np.ndarray
-    ancestors: np.ndarray
-    dataset: str
-    inputs: dict[str, np.ndarray]
-
-    def codes(self, q: np.ndarray, db: np.ndarray, sizes: Any, weights: Any) -> Codes:
-        """The codes file of {-1, +1} query and database codes, with the split's items."""
-        return Codes(
-            query_codes=pack_codes(q),
-            db_codes=pack_codes(db),
-            n_bits=q.shape[1],
-            segment_sizes=np.asarray(sizes, dtype=np.int64),
-            segment_weights=np.asarray(weights, dtype=np.float64),
-            **self.items(),
-        )
-
-    def items(self) -> dict[str, np.ndarray]:
-        return {
-            "query_ancestors": self.ancestors[self.q_idx],
-            "db_ancestors": self.ancestors[self.db_idx],
-            "query_ids": self.ids[self.q_idx],
-            "db_ids": self.ids[self.db_idx],
-        }
-
-    def encoded(self, kind: str, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(queries, database) of one input kind, gathered once for every method."""
-        if kind not in cache:
-            X = self.inputs[kind]
-            cache[kind] = (np.asarray(X[self.q_idx]), np.asarray(X[self.db_idx]))
-        return cache[kind]
 
 
 def random_codes(n_items: int, bits: int, seed: int) -> np.ndarray:
@@ -127,7 +87,7 @@ def score(
     """
     results_dir = Path(results_dir)
     check_outputs(results_dir, eval_params.get("report"))
-    split = _load_split(prepared_dir, smatrix_path, features_path)
+    split = load_split(prepared_dir, smatrix_path, features_path)
     scored: list[Scored] = []
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
     cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -151,22 +111,8 @@ def score(
     return _write_results(scored, timings, split, results_dir, eval_params)
 
 
-def _load_split(
-    prepared_dir: str | Path, smatrix_path: str | Path, features_path: str | Path | None
-) -> _Split:
-    from shdh.steps.prepare import load_prepared
-    from shdh.steps.smatrix import load_smatrix
-
-    ds, split = load_prepared(prepared_dir)
-    inputs: dict[str, np.ndarray] = {"images": ds.images}
-    if features_path is not None and Path(features_path).exists():
-        inputs["features"] = load_features(features_path, len(ds.ids))
-    ancestors = load_smatrix(smatrix_path).ancestors
-    return _Split(split.query_idx, split.db_idx, ds.ids, ancestors, ds.name, inputs)
-
-
 def _score_model(
-    plan: Fit, split: _Split, cache: dict, features_path: Any, **context: Any
+    plan: Fit, split: Split, cache: dict, features_path: Any, **context: Any
 ) -> tuple[Scored, dict[str, float | None]]:
     """Encode the split with the fit's saved model, then score the codes in the fit's run."""
     hasher = load_hasher(plan.hasher_dir)
@@ -221,7 +167,7 @@ def _score_imported(
     return result, timing
 
 
-def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored]:
+def _random_floor(fits: list[Fit], split: Split, **context: Any) -> list[Scored]:
     """Seeded random codes at every code length, once per seed of the fits."""
     scored = []
     for bits in sorted({plan.bits for plan in fits}):
@@ -240,7 +186,7 @@ def _random_floor(fits: list[Fit], split: _Split, **context: Any) -> list[Scored
 def _write_results(
     scored: list[Scored],
     timings: dict[str, dict[str, list[dict]]],
-    split: _Split,
+    split: Split,
     results_dir: Path,
     eval_params: dict[str, Any],
 ) -> dict[str, Any]:
