@@ -173,3 +173,10 @@ def test_a_methods_settings_section_is_its_params_with_their_checks(monkeypatch)
     assert parse_section(section, {"scale": 2.0}, where, "params.yaml").scale == 2.0
     with pytest.raises(ConfigError, match=r"params.yaml: baselines.toy-rp.scale"):
         parse_section(section, {"scale": 0}, where, "params.yaml")
+
+
+def test_a_method_without_checks_for_its_params_is_named_with_the_place_to_add_them():
+    """Forgetting the second place is told by the method's name and the table to fill, not by
+    a bare KeyError of a class."""
+    with pytest.raises(TypeError, match=r"method 'toy-rp'.*ToyParams.*PARAM_CHECKS"):
+        sections.method_section(TOY_METHOD)

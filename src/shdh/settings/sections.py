@@ -211,6 +211,11 @@ def method_section(method: registry.Method) -> type:
     doc = (
         f"{method.title}'s own settings ({'train' if method.deep else 'baselines'}.{method.name})."
     )
+    if method.params not in PARAM_CHECKS:
+        raise TypeError(
+            f"method '{method.name}': its params class {method.params.__name__} has no entry in "
+            "shdh.settings.sections.PARAM_CHECKS (a check and a meaning for each of its fields)"
+        )
     extra = OBJECTIVE_FIELDS.get(method.params, []) + _loop_overrides() if method.deep else []
     return with_checks(method.params, doc, PARAM_CHECKS[method.params], extra, name=name)
 
