@@ -264,7 +264,7 @@ def test_database_images_are_served_for_the_thumbnails(index_dir, tmp_path):
     with serving(app) as base:
         shown = requests.get(f"{base}/items/1007/image", headers=AUTH, timeout=5)
         assert shown.headers["content-type"] == "image/png"
-        stored = load_dataset(dataset).images[1]
+        stored = load_dataset(dataset / "dataset").images[1]
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(shown.content))), stored)
         for item in (1001, 10**30, -1):
             unknown = requests.get(f"{base}/items/{item}/image", headers=AUTH, timeout=5)

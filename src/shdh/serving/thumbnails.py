@@ -1,6 +1,6 @@
-"""The database's own images, for the page's thumbnails: read from the prepared dataset folder
-(shdh prepare's images.npy, memory-mapped read-only, so serving them costs no copy of the
-dataset), looked up by item id (ids.npy), and sent as PNG encoded in memory."""
+"""The database's own images, for the page's thumbnails: read from the prepare step's folder
+(data.prepared_dir: its dataset/images.npy, memory-mapped read-only, so serving them costs no
+copy of the dataset), looked up by item id (ids.npy), and sent as PNG encoded in memory."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from shdh.data.dataset import load_dataset
 
 
 class DatasetImages:
-    def __init__(self, folder: str | Path) -> None:
-        dataset = load_dataset(folder, mmap=True)
+    def __init__(self, prepared_dir: str | Path) -> None:
+        dataset = load_dataset(Path(prepared_dir) / "dataset", mmap=True)
         self.images = dataset.images
         self._order = np.argsort(dataset.ids, kind="stable")
         self._sorted_ids = np.asarray(dataset.ids)[self._order]
