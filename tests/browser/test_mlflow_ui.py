@@ -110,15 +110,6 @@ def tracked(server, tmp_path_factory) -> dict[str, Any]:
     return {**runs, "experiment": experiment, "parents": parents, "children": children}
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = start_browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
 def close_to(shown: str, value: float) -> bool:
     """The UI rounds a metric to about three decimals in comparisons, prints it whole in tables."""
     return abs(float(shown) - value) <= 6e-4 + 5e-4 * abs(value)
