@@ -37,10 +37,14 @@ from typing import Any
 
 import torch
 
-E1_MODES = ("levels", "matrix")
-TARGETS = ("signed", "binary")
-E2_MODES = ("balance", "trace", "none")
-REDUCTIONS = ("sum", "mean")
+from shdh.methods import (
+    E1_MODES,
+    E2_MODES,
+    REDUCTIONS,
+    TARGETS,
+    DPSHLossSettings,
+    SHDHLossSettings,
+)
 
 Bank = tuple[torch.Tensor, torch.Tensor] | None  # detached past outputs and their ancestors
 
@@ -75,14 +79,10 @@ class Loss:
 
 
 @dataclass(frozen=True)
-class SHDHObjective:
-    """SHDH's own settings: the forms of E1 and E2 and their scale (see the module docstring)."""
-
-    alpha: float = 1.0  # weight of E2 (paper: 1)
-    e1: str = "levels"  # "levels" (Eq. 5 per level) | "matrix" (Eq. 7/8 with its scale fixed)
-    e2: str = "balance"  # "balance" | "trace" (the paper's -tr(H A H^T)) | "none"
-    target: str = "signed"  # rho target for s^k = 0: "signed" -1 | "binary" 0 (Eq. 5)
-    reduction: str = "sum"  # "sum" over partners (leaves the h~=0 saddle) | "mean" (paper scale)
+class SHDHObjective(SHDHLossSettings):
+    """SHDH's own settings (their fields and defaults: shdh.methods.SHDHLossSettings; see the
+    module docstring), checked, and the loss they make.
+    """
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -112,11 +112,9 @@ class SHDHObjective:
 
 
 @dataclass(frozen=True)
-class DPSHObjective:
-    """DPSH's own settings (Li, Wang & Kang 2016): the quantisation weight and the scale."""
-
-    eta: float = 10.0  # weight of the quantisation term (paper: 10)
-    reduction: str = "sum"  # as SHDHObjective.reduction; see dpsh_loss
+class DPSHObjective(DPSHLossSettings):
+    """DPSH's own settings (their fields and defaults: shdh.methods.DPSHLossSettings), checked,
+    and the loss they make."""
 
     def __post_init__(self) -> None:
         _check_choice("reduction", self.reduction, REDUCTIONS, "DPSHObjective")

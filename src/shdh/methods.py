@@ -75,6 +75,33 @@ class DPSHParams:
     memory_bank: bool = False  # the original's bank of all past outputs (see shdh.hashers.deep)
 
 
+# The deep losses' settings, their fields and defaults (shdh.losses makes the loss from them,
+# and the settings check them, without importing torch).
+E1_MODES = ("levels", "matrix")
+TARGETS = ("signed", "binary")
+E2_MODES = ("balance", "trace", "none")
+REDUCTIONS = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class SHDHLossSettings:
+    """SHDH's objective: the forms of E1 and E2 and their scale (shdh.losses)."""
+
+    alpha: float = 1.0  # weight of E2 (paper: 1)
+    e1: str = "levels"  # "levels" (Eq. 5 per level) | "matrix" (Eq. 7/8 with its scale fixed)
+    e2: str = "balance"  # "balance" | "trace" (the paper's -tr(H A H^T)) | "none"
+    target: str = "signed"  # rho target for s^k = 0: "signed" -1 | "binary" 0 (Eq. 5)
+    reduction: str = "sum"  # "sum" over partners (leaves the h~=0 saddle) | "mean" (paper scale)
+
+
+@dataclass(frozen=True)
+class DPSHLossSettings:
+    """DPSH's objective (Li, Wang & Kang 2016): the quantisation weight and the scale."""
+
+    eta: float = 10.0  # weight of the quantisation term (paper: 10)
+    reduction: str = "sum"  # as SHDHLossSettings.reduction; see shdh.losses.dpsh_loss
+
+
 @dataclass(frozen=True)
 class NoParams:
     """A method whose only settings are its loop and objective (the classifier oracle)."""
@@ -93,6 +120,7 @@ class Method:
     title: str  # its row label in the tables and its legend in the figures
     paper_row: int | None = None  # its row in the paper's Table 1 (None: not in the paper)
     reference: bool = False  # a bound to compare with, not a hashing method: in no claim
+    objective: type | None = None  # a deep method's loss settings beside the shared reduction
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -125,8 +153,26 @@ METHODS: tuple[Method, ...] = (
     Method(
         "cosdish+h", "shallow", "shdh.hashers.cosdish", "COSDISHH", COSDISHParams, "COSDISH+H", 3
     ),
-    Method("shdh", "deep", "shdh.hashers.deep", "SHDH", SHDHParams, "SHDH", 9),
-    Method("dpsh", "deep", "shdh.hashers.deep", "DPSH", DPSHParams, "DPSH", 5),
+    Method(
+        "shdh",
+        "deep",
+        "shdh.hashers.deep",
+        "SHDH",
+        SHDHParams,
+        "SHDH",
+        9,
+        objective=SHDHLossSettings,
+    ),
+    Method(
+        "dpsh",
+        "deep",
+        "shdh.hashers.deep",
+        "DPSH",
+        DPSHParams,
+        "DPSH",
+        5,
+        objective=DPSHLossSettings,
+    ),
     Method(
         "oracle",
         "deep",

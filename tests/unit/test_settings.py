@@ -217,14 +217,18 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
 
 
 def test_the_loss_settings_default_to_the_objectives_defaults():
-    """A deep method's loss settings are checked here without importing torch, so their
-    defaults are written beside their checks: they must be the objectives' own."""
+    """A deep method's loss settings are checked here without importing torch, from the
+    objective its declaration names (shdh.methods); the objective its hasher trains with
+    (shdh.losses) is that one, extended by the loss it makes, so their defaults are one."""
     from shdh.hashers import get_hasher_class
+    from shdh.methods import by_name
 
     for name, section in _method_sections().items():
         cls = get_hasher_class(name)
         if not hasattr(cls, "objective_class"):
             continue
+        declared = by_name()[name].objective
+        assert declared is None or issubclass(cls.objective_class(), declared), name
         objective = cls.objective_class()()
         for field in dataclasses.fields(section):
             # a loop setting here overrides train's (None: train's value, reduction included)

@@ -36,10 +36,12 @@ SHALLOW_METHODS = registry.names("shallow")
 # The deep loss's choices (shdh.losses, which imports torch; tests/unit/test_settings.py keeps
 # them equal).
 LAYOUTS = ("levels", "paper")
-E1_MODES = ("levels", "matrix")
-E2_MODES = ("balance", "trace", "none")
-TARGETS = ("signed", "binary")
-REDUCTIONS = ("sum", "mean")
+E1_MODES, E2_MODES, TARGETS, REDUCTIONS = (
+    registry.E1_MODES,
+    registry.E2_MODES,
+    registry.TARGETS,
+    registry.REDUCTIONS,
+)
 
 NAME = Check(
     "a name without '/' or '|'",
@@ -176,19 +178,32 @@ PARAM_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
     registry.DPSHParams: {"memory_bank": (BOOL, "the original's bank of all outputs")},
     registry.NoParams: {},
 }
-# A deep method's loss settings (its objective, shdh.losses, which imports torch and so is not
-# read here), by the class of its params.
-OBJECTIVE_FIELDS: dict[type, list[tuple[str, type, Any]]] = {
-    registry.SHDHParams: [
-        ("alpha", float, setting(number(0), "weight of E2", 1.0)),
-        ("e1", str, setting(choice(*E1_MODES), "per-level fit or the matrix form", "levels")),
-        ("e2", str, setting(choice(*E2_MODES), "balance, trace or none", "balance")),
-        ("target", str, setting(choice(*TARGETS), "rho target when s^k = 0", "signed")),
-    ],
-    registry.DPSHParams: [
-        ("eta", float, setting(number(0), "weight of the quantisation term", 10.0))
-    ],
+# A deep method's loss settings, by its declared objective (shdh.methods; their defaults are
+# its fields'): the check and meaning of each but `reduction`, which every deep method shares.
+OBJECTIVE_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
+    registry.SHDHLossSettings: {
+        "alpha": (number(0), "weight of E2"),
+        "e1": (choice(*E1_MODES), "per-level fit or the matrix form"),
+        "e2": (choice(*E2_MODES), "balance, trace or none"),
+        "target": (choice(*TARGETS), "rho target when s^k = 0"),
+    },
+    registry.DPSHLossSettings: {"eta": (number(0), "weight of the quantisation term")},
 }
+
+
+def _objective_fields(method: registry.Method) -> list[tuple[str, Any, Any]]:
+    """A deep method's loss settings as fields of its section, with their declared defaults."""
+    if method.objective is None:
+        return []
+    checks = OBJECTIVE_CHECKS.get(method.objective, {})
+    own = [f for f in dataclasses.fields(method.objective) if f.name != "reduction"]
+    missing = sorted({f.name for f in own} - set(checks))
+    if missing:
+        raise TypeError(
+            f"method '{method.name}': no check for {missing} of {method.objective.__name__} in "
+            "shdh.settings.sections.OBJECTIVE_CHECKS"
+        )
+    return [(f.name, f.type, setting(*checks[f.name], f.default)) for f in own]
 
 
 def _loop_overrides() -> list[tuple[str, Any, Any]]:
@@ -216,7 +231,7 @@ def method_section(method: registry.Method) -> type:
             f"method '{method.name}': its params class {method.params.__name__} has no entry in "
             "shdh.settings.sections.PARAM_CHECKS (a check and a meaning for each of its fields)"
         )
-    extra = OBJECTIVE_FIELDS.get(method.params, []) + _loop_overrides() if method.deep else []
+    extra = _objective_fields(method) + _loop_overrides() if method.deep else []
     return with_checks(method.params, doc, PARAM_CHECKS[method.params], extra, name=name)
 
 
