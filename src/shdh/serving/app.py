@@ -66,7 +66,7 @@ def create_app(
         "Send `Authorization: Bearer <token>` on every route but /, /healthz, /readyz and /docs.",
         lifespan=lifespan,
     )
-    app.state.service, app.state.limits = service, limits
+    app.state.service = service  # shdh serve reloads it on SIGHUP
     app.include_router(_probes(service))
     app.include_router(_search_routes(service, limits))
     app.include_router(_item_routes(images))
