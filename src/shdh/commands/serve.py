@@ -3,6 +3,7 @@
     export SHDH_SERVE_TOKEN=$(openssl rand -hex 24)
     shdh serve --index data/index --model-dir models/shdh-64         # a fitted hasher's folder
     shdh serve --index data/index --model shdh-encoder --alias champion   # the registered one
+    shdh serve --index s3://shdh/serving/index --cache-dir /cache        # copied from S3
     kill -HUP <pid>              # or POST /admin/reload: load the index and encoder anew
 
 Without an encoder the service answers code and item queries only. See docs/serving.md.
@@ -25,7 +26,15 @@ log = logging.getLogger("shdh")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--index", required=True, help="the index folder (shdh index)")
+    parser.add_argument(
+        "--index",
+        required=True,
+        help="the index folder (shdh index), or s3://BUCKET/PREFIX holding one (fetched anew "
+        "on every load and reload; endpoint and keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID...)",
+    )
+    parser.add_argument(
+        "--cache-dir", help="with an s3:// --index: where its copy is kept (default: a temp folder)"
+    )
     encoder = parser.add_mutually_exclusive_group()
     encoder.add_argument("--model-dir", help="a fitted deep hasher's folder, for image queries")
     encoder.add_argument(
@@ -74,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     from shdh.serving import HasherFolder, Limits, RegisteredModel, create_app
     from shdh.serving.auth import TOKEN_ENV, read_token
+    from shdh.serving.index_source import index_source
     from shdh.serving.thumbnails import DatasetImages
 
     token = None if args.no_token else read_token(args.token_file)
@@ -88,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         encoder = RegisteredModel(args.model, args.alias)
     limits = Limits(**{field: getattr(args, field) for field in Limits.__dataclass_fields__})
     images = DatasetImages(args.images) if args.images else None
-    app = create_app(args.index, encoder=encoder, token=token, limits=limits, images=images)
+    source = index_source(args.index, args.cache_dir)
+    app = create_app(source, encoder=encoder, token=token, limits=limits, images=images)
     _reload_on_sighup(app.state.service)
     uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="info")
     return 0

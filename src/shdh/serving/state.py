@@ -19,6 +19,7 @@ from typing import Any
 
 from shdh.search import SearchIndex
 from shdh.serving.encoders import EncoderSource, ImageEncoder
+from shdh.serving.index_source import IndexSource, index_source
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ class Loaded:
         }
 
 
-def check_match(index: SearchIndex, encoder: ImageEncoder, index_dir: Path, where: str) -> None:
+def check_match(
+    index: SearchIndex, encoder: ImageEncoder, index_dir: str | Path, where: str
+) -> None:
     """An encoder whose codes the index can rank: the same code length, and the same training
     run when both name one (an alias moved on without a rebuilt index would give codes from
     another model, ranked as if they were comparable)."""
@@ -63,10 +66,11 @@ def check_match(index: SearchIndex, encoder: ImageEncoder, index_dir: Path, wher
 
 
 class Service:
-    """The current `Loaded` (None until the first load) and how to load the next one."""
+    """The current `Loaded` (None until the first load) and how to load the next one: `index`
+    is an index folder, an s3:// prefix (copied anew on every load) or an `IndexSource`."""
 
-    def __init__(self, index_dir: str | Path, encoder: EncoderSource | None) -> None:
-        self.index_dir = Path(index_dir)
+    def __init__(self, index: str | Path | IndexSource, encoder: EncoderSource | None) -> None:
+        self.index_source = index_source(index) if isinstance(index, str | Path) else index
         self.encoder_source = encoder
         self.current: Loaded | None = None
         self.last_error: str | None = None
@@ -78,11 +82,12 @@ class Service:
         previous version keeps serving and the error is raised (and kept for /readyz)."""
         with self._reloading:
             try:
-                index = SearchIndex.load(self.index_dir)
+                index = SearchIndex.load(self.index_source.fetch())
                 encoder = None
                 if self.encoder_source is not None:
                     encoder = self.encoder_source.load()
-                    check_match(index, encoder, self.index_dir, self.encoder_source.describe())
+                    where = self.index_source.describe()
+                    check_match(index, encoder, where, self.encoder_source.describe())
             except Exception as exc:
                 self.last_error = str(exc)
                 log.error("loading the index or the encoder failed: %s", exc)
