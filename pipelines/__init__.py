@@ -4,6 +4,7 @@
 """
 
 from pipelines.kfp_api import MIN_BACKEND, Credentials
+from pipelines.kfp_patches import name_the_caller_from_its_frame
 from pipelines.local import LocalRun, run_local
 from pipelines.settings import (
     DEFAULT_OVERLAY,
@@ -14,6 +15,8 @@ from pipelines.settings import (
 )
 from pipelines.shdh_pipeline import PIPELINE_NAME, build_pipeline, compile_pipeline
 from pipelines.submit import retry, submit
+
+name_the_caller_from_its_frame()  # before any pipeline is built: compiling takes seconds, not 30
 
 __all__ = [
     "DEFAULT_OVERLAY",

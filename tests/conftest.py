@@ -46,32 +46,6 @@ def slow_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return sorted(items, key=lambda item: item.path not in slow)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def kfp_names_the_caller_from_its_frame():
-    """kfp's PipelineTask._ensure_container_spec_exists, which each resource setter of a task
-    calls, names its caller for an error message with inspect.stack(): that reads the source of
-    every frame on the stack, deep under pytest, so compiling the smoke profile took 3 s and the
-    gpu profile half a minute, nearly all of it there. The same name, from the caller's frame
-    alone, costs nothing; the check and its error are kfp's."""
-    import sys
-
-    from kfp.dsl.pipeline_task import PipelineTask
-
-    original = PipelineTask._ensure_container_spec_exists
-
-    def ensure_container_spec_exists(self) -> None:
-        if self.container_spec is None:
-            caller = sys._getframe(1).f_code.co_name
-            raise ValueError(
-                f"{caller} can only be used on single-step components, not pipelines used as "
-                "components, or special components like importers."
-            )
-
-    PipelineTask._ensure_container_spec_exists = ensure_container_spec_exists
-    yield
-    PipelineTask._ensure_container_spec_exists = original
-
-
 @pytest.fixture(autouse=True)
 def isolated_tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
