@@ -122,7 +122,7 @@ def test_the_runs_table_shows_each_pipeline_run_and_unfolds_into_its_methods(
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     first, second = tracked["parents"]
     children = tracked["children"][first.info.run_id]
-    assert set(children) == {f"{m}-16-seed0" for m in (*METHODS, "random")}
+    assert set(children) == {f"{m}-16" for m in (*METHODS, "random")}
     assert set(tracked["children"][second.info.run_id]) == set(children)
     ui.open_model_training(browser, server, experiment.experiment_id)
     for parent in (first, second):
@@ -147,7 +147,7 @@ def test_the_runs_table_shows_each_pipeline_run_and_unfolds_into_its_methods(
 def test_comparing_two_methods_shows_both_metrics(server, tracked, browser, screenshots):
     first = tracked["parents"][0]
     children = tracked["children"][first.info.run_id]
-    pair = [children["shdh-16-seed0"], children["dpsh-16-seed0"]]
+    pair = [children["shdh-16"], children["dpsh-16"]]
     ui.open_comparison(browser, server, first.info.experiment_id, [r.info.run_id for r in pair])
     assert ui.compare_row(browser, "method") == ["shdh", "dpsh"]
     for metric in ("acg_at_100", "ndcg_at_100"):
