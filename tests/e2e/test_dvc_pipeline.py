@@ -45,9 +45,12 @@ def test_dvc_repro_runs_every_stage(clone):
         "train@dpsh",
         "baselines",
         "evaluate",
+        "register",
+        "index",
     )
     for stage in stages:
         assert f"Running stage '{stage}'" in out
+    _the_index_holds_the_champions_codes(dest)
     # data.dvc matches the fetched raw files: the raw data is the same whatever the source.
     assert "data.dvc" not in sh(["dvc", "status"], dest, env)
     # the smoke profile's own folder: the project's published results/ stay as they are
@@ -76,6 +79,21 @@ def test_dvc_repro_runs_every_stage(clone):
     assert "didn't change" in sh(["dvc", "repro"], dest, env) or "up to date" in sh(
         ["dvc", "status"], dest, env
     )
+
+
+def _the_index_holds_the_champions_codes(dest: Path) -> None:
+    """The index stage ran after register: it encoded the database with the version that
+    register recorded, and answers a query by item id with that item first."""
+    from shdh.search import SearchIndex
+
+    registered = json.loads((dest / "artifacts" / "register" / "registered.json").read_text())
+    index = SearchIndex.load(dest / "artifacts" / "index")
+    encoder = index.record["encoder"]
+    assert (encoder["name"], encoder["alias"]) == ("shdh-encoder", "champion")
+    assert (encoder["version"], encoder["run_id"]) == (registered["version"], registered["run_id"])
+    first = int(index.item_ids[0])
+    hits = index.search_ids([first], k=5)[0]
+    assert hits[0].distance == 0 and first in {hit.item_id for hit in hits if hit.distance == 0}
 
 
 def _same_as_the_reference(metrics: Path) -> None:
