@@ -25,6 +25,7 @@ K8S = REPO / "k8s"
 TARGETS = ("base", "overlays/dev", "overlays/gpu", "overlays/kubeflow", "overlays/profile")
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
 OBJECT_STORE = "shdh-seaweedfs"  # the Deployment and Service of SeaweedFS
+SEARCH = "shdh-search"  # the Deployment and Service of `shdh serve`
 # Stand-ins for the Secrets' S3 keys: the steps' identity and the object store's admin.
 STEP_S3_KEYS = {"AWS_ACCESS_KEY_ID": "step-access", "AWS_SECRET_ACCESS_KEY": "step-secret"}
 ADMIN_S3_KEYS = {"S3_ADMIN_ACCESS_KEY": "admin-access", "S3_ADMIN_SECRET_KEY": "admin-secret"}
@@ -76,6 +77,18 @@ def containers(objects: list[Obj]) -> Iterator[tuple[str, Obj, Obj]]:
     for label, spec in pod_specs(objects):
         for container in spec.get("initContainers", []) + spec["containers"]:
             yield f"{label}/{container['name']}", container, spec
+
+
+def secret_volumes(objects: list[Obj]) -> list[tuple[str, str, str]]:
+    """("Kind/name", Secret, key) of every key of a Secret that a pod mounts as files."""
+    found = []
+    for label, spec in pod_specs(objects):
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                secret = volume["secret"]
+                for item in secret.get("items", [{"key": None}]):
+                    found.append((label, secret["secretName"], item["key"]))
+    return found
 
 
 def s3_identities(target: str, secrets: dict[str, str]) -> tuple[dict, subprocess.CompletedProcess]:

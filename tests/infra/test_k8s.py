@@ -7,6 +7,7 @@ kubernetes-validate package bundles (the same as `kubernetes-validate --strict -
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import tomllib
@@ -23,6 +24,7 @@ from tests.infra.manifests import (
     K8S,
     OBJECT_STORE,
     REPO,
+    SEARCH,
     STEP_S3_KEYS,
     TARGETS,
     containers,
@@ -33,6 +35,7 @@ from tests.infra.manifests import (
     render,
     rendered_text,
     s3_identities,
+    secret_volumes,
 )
 
 KUBERNETES_VERSION = "1.32"
@@ -52,6 +55,9 @@ GPU_TARGETS = {"overlays/gpu", "overlays/profile"}
 # (a bucket-scoped S3 identity, an MLflow user without administration rights).
 SERVER_SECRET = "shdh-server-credentials"
 STEP_SECRET = "shdh-credentials"
+# The search service's bearer token, mounted as a file (the service) or read by the pipeline's
+# deploy step.
+TOKEN_SECRET = "shdh-search-token"
 SECRET_EXAMPLE = K8S / "secret.example.yaml"
 # The pods that may hold the servers' credentials: the servers and the Job that makes the
 # steps' MLflow user. Nothing the pipeline steps run is among them.
@@ -108,6 +114,8 @@ def test_renders_the_whole_stack(target):
         ("Service", OBJECT_STORE),
         ("PersistentVolumeClaim", f"{OBJECT_STORE}-data"),
         ("Job", "mlflow-pipeline-user"),
+        ("Deployment", SEARCH),
+        ("Service", SEARCH),
     }
 
 
@@ -210,6 +218,9 @@ def test_every_secret_reference_is_a_key_of_the_example(target):
             f"{workload}: {name}/{key} is not in {SECRET_EXAMPLE.name}"
         )
         used.add((name, key))
+    for workload, name, key in secret_volumes(render(target)):
+        assert key in keys.get(name, ()), f"{workload}: {name}/{key} is not in the example"
+        used.add((name, key))
     # The steps' keys are used by the pipeline (pipelines/cluster.py), not only by the stack.
     from pipelines.cluster import SECRET, SECRET_KEYS
 
@@ -220,7 +231,7 @@ def test_every_secret_reference_is_a_key_of_the_example(target):
 
 def test_secret_example_is_valid_secrets_of_placeholders_only():
     secrets = secret_examples()
-    assert set(secrets) == {SERVER_SECRET, STEP_SECRET}
+    assert set(secrets) == {SERVER_SECRET, STEP_SECRET, TOKEN_SECRET}
     for name, secret in secrets.items():
         kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
         assert secret["metadata"] == {"name": name, "namespace": NAMESPACE}
@@ -257,6 +268,8 @@ def test_administrator_credentials_go_to_the_servers_only(target):
     for rule in find(objects, "Role", "shdh-pipeline")["rules"]:
         if "secrets" in rule["resources"]:
             assert not {SERVER_SECRET, STEP_SECRET} & set(rule["resourceNames"]), rule
+    # Only the search service mounts a Secret as files: its token.
+    assert secret_volumes(objects) == [(f"Deployment/{SEARCH}", TOKEN_SECRET, "token")]
 
 
 @targets
@@ -357,7 +370,7 @@ def test_dev_is_no_bigger_than_the_base():
 @targets
 def test_servers_have_startup_readiness_and_liveness_probes(target):
     servers = [(label, c) for label, c, _ in containers(render(target)) if c.get("ports")]
-    assert len(servers) == 3
+    assert len(servers) == 4
     for label, container in servers:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert probe in container, f"{label}: no {probe}"
@@ -373,6 +386,11 @@ def test_probes_ask_each_server_the_right_question(target):
         assert "pg_isready" in " ".join(postgres[probe]["exec"]["command"])
         # SeaweedFS's S3 gateway answers /healthz without credentials, on the S3 port.
         assert seaweedfs[probe]["httpGet"] == {"path": "/healthz", "port": "s3"}
+    # The search service: alive while it loads, ready only with its index and encoder loaded.
+    search = by_name["search"]
+    assert search["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert search["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert search["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
 
 
 @targets
@@ -495,6 +513,71 @@ def test_services_select_their_pods_by_a_named_port(target):
             assert port["targetPort"] in ports, service["metadata"]["name"]
 
 
+def search_command_line(objects) -> tuple[dict, argparse.Namespace]:
+    """The search container, and its command line parsed by `shdh serve`'s own parser with the
+    ConfigMap's values in place of the $(VARIABLES) Kubernetes expands."""
+    from shdh.commands.serve import add_arguments
+
+    spec = find(objects, "Deployment", SEARCH)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["shdh", "serve"]
+    config = find(objects, "ConfigMap", "shdh-config")["data"]
+    values = {
+        name: config[item["valueFrom"]["configMapKeyRef"]["key"]]
+        for name, item in env_of(container).items()
+        if "configMapKeyRef" in item.get("valueFrom", {})
+    }
+    words = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], w) for w in container["args"]]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return container, parser.parse_args(words)
+
+
+@targets
+def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
+    """The index prefix comes from shdh-config, in the bucket the steps' S3 identity may read;
+    the copy goes to an emptyDir (the root filesystem is read-only); the keys are the steps'
+    scoped ones, never the object store's admin's."""
+    objects = render(target)
+    container, args = search_command_line(objects)
+    config = find(objects, "ConfigMap", "shdh-config")["data"]
+    assert args.index == config["SHDH_SEARCH_INDEX_URL"]
+    index = urlsplit(args.index)
+    assert index.scheme == "s3" and index.hostname == config["S3_PIPELINE_BUCKET"]
+    assert index.path.strip("/")
+    assert (args.model, args.alias) == (config["SHDH_SEARCH_MODEL"], config["SHDH_SEARCH_ALIAS"])
+    spec = find(objects, "Deployment", SEARCH)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts[args.cache_dir]]
+    env = env_of(container)
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD"):
+        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": STEP_SECRET, "key": variable}
+    assert env["AWS_ENDPOINT_URL"]["valueFrom"]["configMapKeyRef"]["name"] == "shdh-config"
+
+
+@targets
+def test_the_search_service_takes_its_token_from_a_mounted_secret(target):
+    """The token is a file of the Secret's volume, not an environment variable (which any
+    process of the pod, and `kubectl describe`, would show), and the service listens on the
+    port its Service targets, on every interface (refused by `shdh serve` without a token)."""
+    objects = render(target)
+    container, args = search_command_line(objects)
+    spec = find(objects, "Deployment", SEARCH)["spec"]["template"]["spec"]
+    token_file = Path(args.token_file)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(token_file.parent)]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == TOKEN_SECRET
+    assert volume["secret"]["items"] == [{"key": "token", "path": token_file.name}]
+    assert "SHDH_SERVE_TOKEN" not in env_of(container) and not args.no_token
+    assert args.host == "0.0.0.0"
+    (port,) = container["ports"]
+    assert port["containerPort"] == args.port
+    (service_port,) = find(objects, "Service", SEARCH)["spec"]["ports"]
+    assert service_port["targetPort"] == port["name"]
+
+
 @targets
 def test_config_urls_point_at_services_of_the_stack(target):
     objects = render(target)
@@ -554,7 +637,8 @@ def test_no_server_pod_gets_an_istio_sidecar_in_any_overlay(target):
     own: the sidecar setting must be the same everywhere, or the steps cannot reach the servers."""
     objects = render(target)
     workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Job")]
-    assert {f"{o['kind']}/{o['metadata']['name']}" for o in workloads} == SERVER_PODS
+    found = {f"{o['kind']}/{o['metadata']['name']}" for o in workloads}
+    assert found == SERVER_PODS | {f"Deployment/{SEARCH}"}
     for workload in workloads:
         labels = workload["spec"]["template"]["metadata"]["labels"]
         assert labels.get("sidecar.istio.io/inject") == "false", workload["metadata"]["name"]
