@@ -18,6 +18,11 @@ holding the ConfigMap (`--settings`: the overlay rendered, or `kubectl get confi
     train.parallelism / baseline.parallelism      how many deep / shallow fit tasks run at once
     image_pull_secrets                            optional: Secrets (comma-separated names) every
         task's pod pulls the images with, for a private registry; none by default
+    deploy.service_url                            optional: the search service's address inside
+        the cluster (http://shdh-search:8000); set, the DAG ends with a deploy task that copies
+        the new index to the service's S3 prefix and reloads it; unset or empty, no deploy task
+    deploy.token_secret                           the Secret holding the service's token (key
+        `token`) for the deploy task; default shdh-search-token
 
 Every error names where the settings came from and the key.
 """
@@ -50,7 +55,9 @@ STEPS = (
     "report",
     "register",
     "index",
+    "deploy",  # only with deploy.service_url
 )
+DEFAULT_TOKEN_SECRET = "shdh-search-token"
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 LOOPS = ("train", "baseline")
 _TRAIN_KEYS = (
@@ -114,6 +121,14 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Deploy:
+    """Where the deploy task sends the new index: the service's URL and its token's Secret."""
+
+    service_url: str
+    token_secret: str
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """Everything the compiler puts on the tasks for one cluster; `source` names its origin."""
 
@@ -127,6 +142,7 @@ class ClusterSettings:
     accelerator_type: str = ""
     accelerator_limit: int = 0
     image_pull_secrets: list[str] = field(default_factory=list)
+    deploy: Deploy | None = None  # the deploy task, where deploy.service_url is set
 
     @property
     def gpu(self) -> bool:
@@ -234,6 +250,7 @@ def parse_settings(documents: list[Any], source: str) -> ClusterSettings:
         accelerator_type=data.get("train.accelerator_type", ""),
         accelerator_limit=keys.integer("train.accelerator_limit", minimum=0),
         image_pull_secrets=keys.names("image_pull_secrets"),
+        deploy=_deploy(keys),
     )
     _check_consistency(keys, settings)
     return settings
@@ -253,7 +270,7 @@ class _Keys:
     def refuse_unknown(self) -> None:
         known = {f"{s}.{r}" for s in ("default", *STEPS) for r in RESOURCE_KEYS}
         known |= {f"train.{k}" for k in _TRAIN_KEYS} | {f"{loop}.parallelism" for loop in LOOPS}
-        known.add("image_pull_secrets")
+        known |= {"image_pull_secrets", "deploy.service_url", "deploy.token_secret"}
         for key in self.data:
             if key not in known:
                 raise self.fail(key, "not a setting (a typo?); see pipelines/settings.py")
@@ -326,6 +343,21 @@ def _resources(keys: _Keys, step: str) -> Resources:
         if quantity(request) > quantity(limit):
             raise keys.fail(f"{step}.{kind}_request", f"{request} is above the limit {limit}")
     return Resources(**values)
+
+
+def _deploy(keys: _Keys) -> Deploy | None:
+    """The deploy task's settings, or None where no service URL is given (no deploy task)."""
+    url = keys.data.get("deploy.service_url", "").strip()
+    if not url:
+        if keys.data.get("deploy.token_secret", "").strip():
+            raise keys.fail("deploy.token_secret", "set without deploy.service_url")
+        return None
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise keys.fail("deploy.service_url", f"expected http(s)://HOST[:PORT], got {url!r}")
+    secrets = keys.names("deploy.token_secret") or [DEFAULT_TOKEN_SECRET]
+    if len(secrets) != 1:
+        raise keys.fail("deploy.token_secret", f"expected one Secret name, got {secrets}")
+    return Deploy(url.rstrip("/"), secrets[0])
 
 
 def _check_consistency(keys: _Keys, settings: ClusterSettings) -> None:

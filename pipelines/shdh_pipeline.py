@@ -5,6 +5,8 @@
       -> features -> baseline: one task per shallow fit (on GIST features)
       -> evaluate (every model) -> report, register (the best encoder, by a metric, with an alias)
       -> index (the database encoded by that encoder: the search index `shdh serve` loads)
+      -> deploy (optional, on a cluster whose settings give deploy.service_url: the index copied
+         to the search service's S3 prefix, and the service reloaded)
 
 The parameters mirror params.yaml: seed, profile, and one JSON string per section (data, tree,
 smatrix, features, train, baselines, evaluate), their defaults the values of the params the
@@ -29,6 +31,7 @@ from typing import Any, NamedTuple
 
 # The components under other names: the pipeline's parameters take the sections' names.
 from components.baseline import baseline as baseline_op
+from components.deploy_index import deploy as deploy_op
 from components.evaluate import evaluate_for, fit_inputs
 from components.features import features as features_op
 from components.image import IMAGE, gpu_image
@@ -44,12 +47,13 @@ from kfp import compiler, dsl
 from kfp.dsl import Dataset, Markdown
 
 from pipelines.cluster import (
+    CONFIG_MAP,
     apply_resources,
     apply_training,
     train_device,
     use_cluster_settings,
 )
-from pipelines.settings import ClusterSettings
+from pipelines.settings import ClusterSettings, Deploy
 from shdh.data import dvc_pull
 from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, project_root
 from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
@@ -312,7 +316,9 @@ def _scoring(
                 alias=args.register_alias,
             ).after(scored)
         )
-        _search_index(tasks, upstream, registered)
+        indexed = _search_index(tasks, upstream, registered)
+        if plan.settings is not None and plan.settings.deploy is not None:
+            _deploy(tasks, indexed, plan.settings.deploy)
     return scored, written
 
 
@@ -327,6 +333,20 @@ def _search_index(tasks: _Tasks, upstream: _Upstream, registered: Any) -> Any:
         alias=args.register_alias,
     )
     return tasks.add(made.after(registered))
+
+
+def _deploy(tasks: _Tasks, indexed: Any, deploy: Deploy) -> Any:
+    """The index copied to the search service's S3 prefix (SHDH_SEARCH_INDEX_URL of shdh-config,
+    the one its Deployment reads), then the service reloaded with its token (SHDH_SERVE_TOKEN,
+    from the Secret deploy.token_secret names)."""
+    from kfp import kubernetes
+
+    made = deploy_op(search_index=indexed.outputs["search_index"], service_url=deploy.service_url)
+    kubernetes.use_config_map_as_env(
+        made, CONFIG_MAP, {"SHDH_SEARCH_INDEX_URL": "SHDH_SEARCH_INDEX_URL"}
+    )
+    kubernetes.use_secret_as_env(made, deploy.token_secret, {"token": "SHDH_SERVE_TOKEN"})
+    return tasks.add(made)
 
 
 def compile_pipeline(

@@ -110,7 +110,8 @@ def producers(task: dict) -> set[str]:
 def test_the_dag_has_every_step_and_its_edges(smoke):
     spec, _, _ = smoke
     tasks = root_tasks(spec)
-    assert {step_of(t) for t in tasks.values()} == set(STEPS)  # each step, no other
+    # Each step, no other; deploy only where the settings give the search service's URL.
+    assert {step_of(t) for t in tasks.values()} == set(STEPS) - {"deploy"}
     deps = {name: set(t.get("dependentTasks", [])) for name, t in tasks.items()}
     assert deps["tree"] == {"prepare"} and deps["smatrix"] == {"prepare", "tree"}
     assert deps["features"] == {"prepare"} and deps["start"] == {"prepare"}
@@ -360,6 +361,103 @@ def test_image_pull_secrets_are_optional_and_reach_every_task(tmp_path, monkeypa
     for executor in platform["executors"].values():
         names = [s["secretName"] for s in executor["imagePullSecret"]]
         assert names == ["regcred", "mirror-creds"]
+
+
+def settings_file(tmp_path: Path, **changes: str) -> Path:
+    """The dev overlay's ConfigMap shdh-pipeline with `changes` (dots in keys as __)."""
+    data = {**overlay_data("dev"), **{k.replace("__", "."): v for k, v in changes.items()}}
+    path = tmp_path / "settings.json"
+    path.write_text(
+        json.dumps({"kind": "ConfigMap", "metadata": {"name": "shdh-pipeline"}, "data": data})
+    )
+    return path
+
+
+def env_sources(executor: dict) -> dict[str, tuple[str, str]]:
+    """Each variable a task's pod gets, as (ConfigMap or Secret name, key)."""
+    found = {}
+    for source in executor.get("configMapAsEnv", []):
+        for item in source["keyToEnv"]:
+            found[item["envVar"]] = (source["configMapName"], item["configMapKey"])
+    for source in executor.get("secretAsEnv", []):
+        for item in source["keyToEnv"]:
+            found[item["envVar"]] = (source["secretName"], item["secretKey"])
+    return found
+
+
+def test_the_deploy_step_is_off_unless_the_settings_name_the_service(smoke):
+    spec, platform, _ = smoke
+    assert "deploy" not in root_tasks(spec) and "exec-deploy" not in platform["executors"]
+    for overlay in ("dev", "gpu", "kubeflow", "profile"):
+        assert "deploy.service_url" not in overlay_data(overlay), overlay
+
+
+def test_the_deploy_step_publishes_the_new_index_and_reloads_the_service(tmp_path, monkeypatch):
+    """With deploy.service_url: the last task takes the index task's artifact, the S3 prefix
+    from the ConfigMap the service's Deployment reads it from, and the token from the
+    service's Secret (k8s/base/search.yaml), all by reference."""
+    path = settings_file(tmp_path, deploy__service_url="http://shdh-search:8000/")
+    spec, platform, text = compile_with(tmp_path, monkeypatch, "--settings", str(path))
+    tasks = root_tasks(spec)
+    deploy = tasks["deploy"]
+    assert deploy["dependentTasks"] == ["index"]
+    artifact = deploy["inputs"]["artifacts"]["search_index"]["taskOutputArtifact"]
+    assert artifact == {"outputArtifactKey": "search_index", "producerTask": "index"}
+    url = deploy["inputs"]["parameters"]["service_url"]["runtimeValue"]["constant"]
+    assert url == "http://shdh-search:8000"
+    assert not any("deploy" in t.get("dependentTasks", []) for t in tasks.values())
+    env = env_sources(platform["executors"]["exec-deploy"])
+    assert env["SHDH_SEARCH_INDEX_URL"] == ("shdh-config", "SHDH_SEARCH_INDEX_URL")
+    assert env["SHDH_SERVE_TOKEN"] == ("shdh-search-token", "token")
+    assert env["AWS_SECRET_ACCESS_KEY"] == ("shdh-credentials", "AWS_SECRET_ACCESS_KEY")
+    resources = spec["deploymentSpec"]["executors"]["exec-deploy"]["container"]["resources"]
+    assert resources["resourceMemoryLimit"] == overlay_data("dev")["default.memory_limit"]
+    # The names the service's manifests use.
+    objects = list(yaml.safe_load_all(render_overlay("overlays/dev")))
+    (config,) = [o for o in objects if o and o["metadata"]["name"] == "shdh-config"]
+    assert "SHDH_SEARCH_INDEX_URL" in config["data"]
+    (search,) = [
+        o
+        for o in objects
+        if o and o["kind"] == "Deployment" and o["metadata"]["name"] == "shdh-search"
+    ]
+    secrets = [
+        v["secret"]["secretName"]
+        for v in search["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    ]
+    assert secrets == ["shdh-search-token"]
+
+
+def test_the_deploy_token_secret_is_a_setting(tmp_path, monkeypatch):
+    path = settings_file(
+        tmp_path, deploy__service_url="http://search.team:8000", deploy__token_secret="team-token"
+    )
+    _, platform, _ = compile_with(tmp_path, monkeypatch, "--settings", str(path))
+    assert env_sources(platform["executors"]["exec-deploy"])["SHDH_SERVE_TOKEN"] == (
+        "team-token",
+        "token",
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "problem"),
+    [
+        ({"deploy__service_url": "shdh-search:8000"}, "deploy.service_url", "http(s)://"),
+        ({"deploy__token_secret": "shdh-search-token"}, "deploy.token_secret", "without"),
+        (
+            {"deploy__service_url": "http://a:1", "deploy__token_secret": "a,b"},
+            "deploy.token_secret",
+            "one Secret name",
+        ),
+    ],
+)
+def test_a_bad_deploy_setting_is_one_line(tmp_path, monkeypatch, caplog, changes, key, problem):
+    path = settings_file(tmp_path, **changes)
+    monkeypatch.chdir(REPO)
+    assert main(["pipeline", "compile", "--settings", str(path), "--out", "x.yaml"]) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"data.{key}" in line and problem in line
 
 
 def test_a_bad_image_pull_secret_name_is_one_line(tmp_path, monkeypatch, caplog):

@@ -11,6 +11,7 @@ import requests
 
 from shdh.search import INDEX_ARRAYS, INDEX_RECORD
 from shdh.serving import create_app
+from shdh.serving.deploy import publish_index, request_reload
 from shdh.serving.index_source import IndexSourceError, S3Index, index_source
 from tests.integration.conftest import s3_env, s3_server  # noqa: F401 (fixtures)
 from tests.serving.server import AUTH, TOKEN, make_index, serving, wait_until
@@ -53,6 +54,26 @@ def test_an_uploaded_index_is_served_and_a_new_one_after_reload(s3, tmp_path):
     # The cache holds the one index it serves, and nothing left over from the copies.
     assert sorted(p.name for p in cache.iterdir()) == ["index"]
     assert {p.name for p in (cache / "index").iterdir()} == {INDEX_ARRAYS, INDEX_RECORD}
+
+
+def test_the_deploy_step_publishes_an_index_and_reloads_the_service(s3, tmp_path):
+    """What the pipeline's deploy task does (components/deploy_index.py), against the service."""
+    url = f"s3://{s3.bucket}/serving/deploy"
+    publish_index(make_index(tmp_path / "a", n=80), url)
+    with serving(create_app(index_source(url, tmp_path / "cache"), token=TOKEN)) as base:
+        assert version(base)["n_items"] == 80
+        publish_index(make_index(tmp_path / "b", seed=3, n=40), url)
+        assert request_reload(base + "/", TOKEN) == {**version(base), "generation": 2}
+        assert version(base)["n_items"] == 40
+        with pytest.raises(RuntimeError, match=f"{base}: the reload failed \\(401\\)"):
+            request_reload(base, "not-the-token-0123456789")
+        s3.client().delete_object(Bucket=s3.bucket, Key=f"serving/deploy/{INDEX_RECORD}")
+        with pytest.raises(RuntimeError, match="409.*still serving generation 2.*no index.json"):
+            request_reload(base, TOKEN)
+    with pytest.raises(FileNotFoundError, match="no index.npz; not an index folder"):
+        publish_index(tmp_path, url)
+    with pytest.raises(RuntimeError, match="cannot reach the service"):
+        request_reload(base, TOKEN)
 
 
 def test_a_missing_prefix_is_the_reason_the_service_is_not_ready(s3, tmp_path):

@@ -1,0 +1,33 @@
+"""deploy: the pipeline's search index put in front of the running search service."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input
+
+from components.image import IMAGE
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def deploy(search_index: Input[Dataset], service_url: str) -> str:
+    """Copy the index to the S3 prefix the search service reads, then reload the service.
+
+    The prefix is SHDH_SEARCH_INDEX_URL of the ConfigMap shdh-config, the one the service's
+    Deployment reads (k8s/base/search.yaml); the token is SHDH_SERVE_TOKEN, from the service's
+    token Secret. Both reach the task as environment variables, by reference.
+
+    Inputs:
+        search_index: the index folder from `index` (index.npz and index.json).
+        service_url: the service inside the cluster, e.g. http://shdh-search:8000.
+    Outputs:
+        Output: the version the service serves after the reload (JSON).
+    """
+    import json
+    import os
+
+    from shdh.serving.deploy import publish_index, request_reload
+
+    for name in ("SHDH_SEARCH_INDEX_URL", "SHDH_SERVE_TOKEN"):
+        if not os.environ.get(name, "").strip():
+            raise SystemExit(f"deploy: {name} is not set (ConfigMap shdh-config, token Secret)")
+    publish_index(search_index.path, os.environ["SHDH_SEARCH_INDEX_URL"].strip())
+    version = request_reload(service_url, os.environ["SHDH_SERVE_TOKEN"].strip())
+    return json.dumps(version)
