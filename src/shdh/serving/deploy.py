@@ -26,7 +26,7 @@ def publish_index(folder: str | Path, url: str, client: Any = None) -> None:
     """Upload the index folder's files to s3://BUCKET/PREFIX, the record last."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    target = S3Index(url, client=client)
+    target = S3Index(url, client=client).store
     for name in INDEX_FILES:
         path = Path(folder, name)
         if not path.is_file():
