@@ -186,6 +186,11 @@ def request_bodies(n: int, seed: int = 1) -> list[bytes]:
     return [json.dumps({"codes": [row.tobytes().hex()], "k": 100}).encode() for row in codes]
 
 
+def query_code(body: bytes) -> np.ndarray:
+    """A request body's one code, packed (1, 8)."""
+    return np.frombuffer(bytes.fromhex(json.loads(body)["codes"][0]), np.uint8)[None]
+
+
 def http_request(port: int, body: bytes) -> bytes:
     head = (
         f"POST /search/codes HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -239,10 +244,7 @@ def check_answers(port: int, body: bytes, index: SearchIndex) -> None:
     answer = json.loads(raw)
     hits = answer["results"][0]["hits"]
     query = json.loads(body)
-    expected = index.search_codes(
-        as_packed(np.frombuffer(bytes.fromhex(query["codes"][0]), np.uint8)[None], index.n_bits),
-        query["k"],
-    )[0]
+    expected = index.search_codes(query_code(body), query["k"])[0]
     if status != 200 or len(hits) != query["k"]:
         raise SystemExit(f"bad answer: HTTP {status}, {len(hits)} hits")
     if answer["version"]["method"] != "faiss-plain":
@@ -281,9 +283,7 @@ def search_alone_ms(index: SearchIndex, backend: str, bodies: list[bytes]) -> fl
 
     faiss.omp_set_num_threads(1)  # as in the servers (OMP_NUM_THREADS=1)
     searcher = index if backend == "shdh" else FaissBackend(index, backend == "faiss-repeated")
-    codes = [
-        np.frombuffer(bytes.fromhex(json.loads(b)["codes"][0]), np.uint8)[None] for b in bodies
-    ]
+    codes = [query_code(body) for body in bodies]
     searcher.search_codes(codes[0], 100)  # first-call costs
     times = []
     for code in codes[:200]:

@@ -36,7 +36,7 @@ def bench(tmp_path_factory):
     return module, folder
 
 
-def _served(folder, backend) -> tuple[list[dict], SearchIndex]:
+def _served(folder, backend) -> tuple[dict, SearchIndex, list[str]]:
     """The hits of 5 random code queries, k = 50, from the app with `backend` put in place of
     its loaded index as the benchmark does."""
     index = SearchIndex.load(folder)
