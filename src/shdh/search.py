@@ -10,6 +10,7 @@ integer distance divided by the weights' integer scale, the weighted Hamming dis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,11 @@ INDEX_ARRAYS = "index.npz"
 INDEX_RECORD = "index.json"
 FORMAT = "shdh-search-index/1"
 ENCODER_FIELDS = ("name", "version", "alias", "run_id")
-# index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights and
-# (unless given) created, so a caller's record holds method, dataset and encoder.
+# index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights,
+# arrays_sha256 and (unless given) created, so a caller's record holds method, dataset and
+# encoder. arrays_sha256 ties the record to its arrays: the two files are replaced one after the
+# other where they are copied (an object store has no folder rename), and a reader that comes
+# between must refuse the pair rather than serve new codes under the old encoder's name.
 RECORD_FIELDS = (
     "format",
     "method",
@@ -96,7 +100,16 @@ class SearchIndex:
         folder = Path(folder)
         record = _read_record(folder / INDEX_RECORD)
         arrays = _read_arrays(folder / INDEX_ARRAYS)
-        return cls(**arrays, record=record, folder=folder)
+        index = cls(**arrays, record=record, folder=folder)
+        if "arrays_sha256" not in record:
+            raise IndexFileError(f"{folder / INDEX_RECORD}: field 'arrays_sha256' is missing")
+        if _sha256(folder / INDEX_ARRAYS) != record["arrays_sha256"]:
+            raise IndexFileError(
+                f"{folder / INDEX_RECORD}: field 'arrays_sha256' is not the digest of "
+                f"{INDEX_ARRAYS}: the two files belong to different indexes (one was replaced "
+                "without the other)"
+            )
+        return index
 
     def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:
         """Top k for each query code. codes: (Q, n_bits) in {-1, +1} or {0, 1} (any numeric
@@ -226,8 +239,17 @@ def write_index(
     with atomic_dir(folder) as tmp:
         arrays = {"packed": index.packed, "item_ids": index.item_ids, "ancestors": index.ancestors}
         np.savez(tmp / INDEX_ARRAYS, **arrays)
+        index.record["arrays_sha256"] = _sha256(tmp / INDEX_ARRAYS)
         (tmp / INDEX_RECORD).write_text(json.dumps(index.record, indent=2) + "\n")
     return folder
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _integers(values: Any, dtype: type[np.integer]) -> np.ndarray:

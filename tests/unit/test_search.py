@@ -262,3 +262,22 @@ def test_an_interrupted_write_leaves_the_previous_index(index_dir, monkeypatch):
     monkeypatch.undo()
     assert SearchIndex.load(index_dir).search_codes(tied_codes(3, seed=2), 5) == before
     assert sorted(p.name for p in index_dir.parent.iterdir()) == ["index"]
+
+
+def test_arrays_and_a_record_of_two_indexes_are_refused_as_a_pair(index_dir, tmp_path):
+    """Copied one file after the other (an object store has no folder rename), a reader that
+    comes between finds another index's codes under this record: it refuses the pair, naming
+    the field that ties them, rather than serve new codes under the old encoder's name."""
+    other = write_index(
+        tmp_path / "other",
+        codes=-tied_codes(60, seed=5),
+        item_ids=1000 + np.arange(60)[::-1],
+        ancestors=leaves(60),
+        segment_sizes=SIZES,
+        weights=WEIGHTS,
+        record={**RECORD, "encoder": {**ENCODER, "version": "4"}},
+    )
+    (index_dir / INDEX_ARRAYS).write_bytes((other / INDEX_ARRAYS).read_bytes())
+    with pytest.raises(IndexFileError, match=r"index\.json: field 'arrays_sha256' is not the"):
+        SearchIndex.load(index_dir)
+    assert SearchIndex.load(other).record["encoder"]["version"] == "4"
