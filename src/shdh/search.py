@@ -101,14 +101,7 @@ class SearchIndex:
         record = _read_record(folder / INDEX_RECORD)
         arrays = _read_arrays(folder / INDEX_ARRAYS)
         index = cls(**arrays, record=record, folder=folder)
-        if "arrays_sha256" not in record:
-            raise IndexFileError(f"{folder / INDEX_RECORD}: field 'arrays_sha256' is missing")
-        if _sha256(folder / INDEX_ARRAYS) != record["arrays_sha256"]:
-            raise IndexFileError(
-                f"{folder / INDEX_RECORD}: field 'arrays_sha256' is not the digest of "
-                f"{INDEX_ARRAYS}: the two files belong to different indexes (one was replaced "
-                "without the other)"
-            )
+        _check_digest(folder, record)
         return index
 
     def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:
@@ -242,6 +235,18 @@ def write_index(
         index.record["arrays_sha256"] = _sha256(tmp / INDEX_ARRAYS)
         (tmp / INDEX_RECORD).write_text(json.dumps(index.record, indent=2) + "\n")
     return folder
+
+
+def _check_digest(folder: Path, record: Mapping[str, Any]) -> None:
+    """The record names the digest of the arrays beside it (see RECORD_FIELDS' comment)."""
+    if "arrays_sha256" not in record:
+        raise IndexFileError(f"{folder / INDEX_RECORD}: field 'arrays_sha256' is missing")
+    if _sha256(folder / INDEX_ARRAYS) != record["arrays_sha256"]:
+        raise IndexFileError(
+            f"{folder / INDEX_RECORD}: field 'arrays_sha256' is not the digest of "
+            f"{INDEX_ARRAYS}: the two files belong to different indexes (one was replaced "
+            "without the other)"
+        )
 
 
 def _sha256(path: Path) -> str:

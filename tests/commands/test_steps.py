@@ -158,10 +158,11 @@ def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
 
 
 def test_label_path_not_in_tree_fails_and_writes_nothing(tmp_path, fashion_raw, caplog):
-    from shdh.hierarchy import LabelTree, fashion_mnist_label_paths
+    from shdh.data.fashion_mnist import label_paths
+    from shdh.hierarchy import LabelTree
 
     # A tree that lacks the Bag leaf: the items labelled Bag cannot be placed.
-    LabelTree.from_paths([p for p in fashion_mnist_label_paths() if not p.endswith("Bag")]).save(
+    LabelTree.from_paths([p for p in label_paths() if not p.endswith("Bag")]).save(
         tmp_path / "no-bag.json"
     )
     params = smoke_params(tmp_path, fashion_raw, tree={"source": str(tmp_path / "no-bag.json")})
