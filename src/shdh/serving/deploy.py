@@ -3,7 +3,8 @@ service reads (shdh.serving.index_source.S3Index), then ask it to reload (POST /
 
 The record is uploaded after the arrays, and the reload is asked for only once both are there;
 a reload that some other caller starts mid-copy can meet a new arrays file beside the old
-record, which SearchIndex.load refuses (the counts disagree), so the old index keeps serving
+record, which SearchIndex.load refuses (the record's arrays_sha256 is not the arrays'), so the
+old index keeps serving
 until the reload asked for here.
 """
 
