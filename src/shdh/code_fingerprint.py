@@ -9,8 +9,8 @@ checkpoint is resumed only by the same digests (shdh.training).
 
 The digest ignores comments, docstrings and blank or trailing space, so that rewording a
 docstring keeps a checkpoint, while any change to code does not. It is read from the source
-with tokenize and ast alone (no import), so it costs a few milliseconds and is the same on every
-Python version that parses the file.
+with tokenize and ast alone (no import), so it is the same on every Python version that parses the
+file; a process reads each module's source once per distinct text.
 """
 
 from __future__ import annotations
@@ -38,9 +38,8 @@ def fingerprint(modules: Iterable[str]) -> dict[str, str]:
         path = _source(module)
         if path is None:
             continue
-        source = path.read_text(encoding="utf-8")
-        seen[module] = _digest(source)
-        todo.extend(m for m in _imports(module, path, source) if m not in seen)
+        seen[module], imported = _analysed(module, path, path.read_text(encoding="utf-8"))
+        todo.extend(m for m in imported if m not in seen)
     return dict(sorted(seen.items()))
 
 
@@ -66,6 +65,15 @@ def _source(module: str) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+@cache
+def _analysed(module: str, path: Path, source: str) -> tuple[str, frozenset[str]]:
+    """A module's digest and the shdh modules it imports. Kept per process, keyed by the source
+    text itself (so an edited file is read afresh): a fit asks for the same fingerprint several
+    times (resume check, checkpoint, record), and tokenizing some twenty modules costs most of a
+    second each time."""
+    return _digest(source), frozenset(_imports(module, path, source))
 
 
 def _imports(module: str, path: Path, source: str) -> set[str]:
