@@ -12,25 +12,27 @@ The index is synthetic: seeded random codes in the layout SHDH makes at 64 bits 
 tree (segments 21/21/22, Eq. 2's weights 1/2, 1/3, 1/6), written by `write_index`. Each
 backend's server is a process of its own (its memory is read from /proc), started as
 `shdh serve` starts it (uvicorn.run, one worker). Every backend answers through the same app
-and request path: a faiss backend is an adapter with SearchIndex's `search_codes` put in place
-of the loaded index once the app has loaded it (the one reference a reload replaces), so only
+and request path: a faiss backend is an adapter with SearchIndex's `rank_codes`, `hit_arrays`
+and `search_codes` put in place of the loaded index once the app has loaded it (the one reference a reload replaces), so only
 the search differs. faiss on the bit-repeated codes (each segment's bits repeated w_k times for
 the integer weights 3/2/1: exact weighted distances, at 2x the bits) must give the project's
 top-k distances, or the script fails; faiss on the plain codes ranks by plain Hamming.
 
-The load: C clients, each on its own keep-alive connection sending a request as soon as the
-last one is answered, for the warm-up and then for the measured seconds; a latency is counted
-when its request started inside the measured window. The clients run in this process (one
-asyncio loop), so on a small machine they take CPU from the server: the numbers are of client
-and server together. Not a test: the numbers depend on the machine and its load.
+The load: C clients, each a process of its own with one keep-alive connection and a blocking
+socket, sending a request as soon as the last one is answered, for the warm-up and then for the
+measured seconds; a latency is counted when its request started inside the measured window.
+The clients share the machine's cores with the server, so each row also gives the CPU time a
+query took in the server and in the clients (from /proc and the clients' rusage): what the
+clients take from the server. Not a test: the numbers depend on the machine and its load.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import multiprocessing
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -38,7 +40,9 @@ import tempfile
 import threading
 import time
 from dataclasses import replace
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
@@ -91,9 +95,10 @@ def repeated_bits(packed: np.ndarray, sizes: list[int], int_weights: np.ndarray)
 
 
 class FaissBackend:
-    """SearchIndex's `search_codes` (and what the app's version line reads) over a faiss
-    IndexBinaryFlat, on the bit-repeated codes (`repeat`) or on the plain ones. Keeps the item
-    ids, not the index's other arrays, so the server's memory is faiss's plus the ids."""
+    """SearchIndex's `rank_codes`, `hit_arrays` and `search_codes` (and what the app's version
+    line reads) over a faiss IndexBinaryFlat, on the bit-repeated codes (`repeat`) or on the
+    plain ones. Keeps the item ids, not the index's other arrays, so the server's memory is
+    faiss's plus the ids."""
 
     def __init__(self, index: SearchIndex, repeat: bool) -> None:
         import faiss
@@ -114,14 +119,18 @@ class FaissBackend:
             return packed
         return repeated_bits(packed, self.sizes, self.int_weights)
 
+    def rank_codes(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        distances, rows = self.faiss.search(self._codes(q_packed), k)
+        return rows, distances
+
+    def hit_arrays(self, rows: np.ndarray, distances: np.ndarray, query_anc=None) -> tuple:
+        return self.item_ids[rows], distances * self.scale, np.zeros(len(rows), np.int64)
+
     def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:
-        distances, rows = self.faiss.search(self._codes(as_packed(codes, self.n_bits)), k)
+        rows, distances = self.rank_codes(as_packed(codes, self.n_bits), k)
         return [
-            [
-                Hit(int(self.item_ids[r]), float(d * self.scale), 0)
-                for r, d in zip(rs, ds, strict=True)
-            ]
-            for rs, ds in zip(rows, distances, strict=True)
+            [Hit(int(i), float(d), int(s)) for i, d, s in zip(*self.hit_arrays(r, ds), strict=True)]
+            for r, ds in zip(rows, distances, strict=True)
         ]
 
 
@@ -199,48 +208,79 @@ def http_request(port: int, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    length = next(int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length"))
-    return int(lines[0].split()[1]), await reader.readexactly(length)
+def read_response(stream: BinaryIO) -> tuple[int, bytes]:
+    """One HTTP/1.1 response from a buffered socket file: (status, body)."""
+    status = int(stream.readline().split()[1])
+    length = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, stream.read(length)
 
 
-async def client(port: int, requests: list[bytes], start: float, end: float, out: list) -> None:
-    """Back-to-back requests on one keep-alive connection until `end`; latencies (s) of those
-    started at or after `start` go to out."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    i = int.from_bytes(os.urandom(2), "little")
-    while (sent := time.perf_counter()) < end:
-        writer.write(requests[i % len(requests)])
-        status, body = await read_response(reader)
-        if status != 200:
-            raise SystemExit(f"HTTP {status}: {body[:300]!r}")
-        if sent >= start:
-            out.append(time.perf_counter() - sent)
-        i += 1
-    writer.close()
+def client(port: int, requests: list[bytes], start: float, end: float, results: Connection) -> None:
+    """One client process: back-to-back requests on one keep-alive connection until `end`;
+    sends back the latencies (s) of those started at or after `start`, and how many were
+    answered in all (warm-up included)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream = sock.makefile("rb")
+        latencies, answered = [], 0
+        i = int.from_bytes(os.urandom(2), "little")
+        while (sent := time.perf_counter()) < end:
+            sock.sendall(requests[i % len(requests)])
+            status, body = read_response(stream)
+            if status != 200:
+                raise SystemExit(f"HTTP {status}: {body[:300]!r}")
+            if sent >= start:
+                latencies.append(time.perf_counter() - sent)
+            answered += 1
+            i += 1
+    results.send((latencies, answered))
 
 
-async def load(port: int, requests: list[bytes], clients: int, warmup: float, seconds: float):
+def load(port: int, requests: list[bytes], clients: int, warmup: float, seconds: float):
+    """(latencies (s) of the measured window, queries answered in all, the clients' CPU
+    seconds). Each client is a process of its own with a blocking socket: a few system calls
+    and a little Python per request, and no share of the server's or each other's GIL."""
+    context = multiprocessing.get_context("fork")
     start = time.perf_counter() + warmup
-    latencies: list[float] = []
-    tasks = [client(port, requests, start, start + seconds, latencies) for _ in range(clients)]
-    await asyncio.gather(*tasks)
-    return np.asarray(latencies)
+    cpu_before = _children_cpu()
+    pipes, procs = [], []
+    for _ in range(clients):
+        receive, send = context.Pipe(duplex=False)
+        procs.append(
+            context.Process(target=client, args=(port, requests, start, start + seconds, send))
+        )
+        pipes.append(receive)
+    for proc in procs:
+        proc.start()
+    answers = [pipe.recv() for pipe in pipes]
+    for proc in procs:
+        proc.join()
+        if proc.exitcode != 0:
+            raise SystemExit(f"a client failed (exit code {proc.exitcode})")
+    latencies = np.asarray([t for times, _ in answers for t in times])
+    return latencies, sum(n for _, n in answers), _children_cpu() - cpu_before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU seconds so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def check_answers(port: int, body: bytes, index: SearchIndex) -> None:
     """One query's answer has k hits; with an exact backend its distances are the project's."""
-
-    async def ask() -> tuple[int, bytes]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(http_request(port, body))
-        answer = await read_response(reader)
-        writer.close()
-        return answer
-
-    status, raw = asyncio.run(ask())
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(http_request(port, body))
+        status, raw = read_response(sock.makefile("rb"))
     answer = json.loads(raw)
     hits = answer["results"][0]["hits"]
     query = json.loads(body)
@@ -260,7 +300,9 @@ def measure(proc: subprocess.Popen, port: int, bodies: list[bytes], args) -> lis
     rows = []
     for clients in args.clients:
         load_before = os.getloadavg()[0]
-        latencies = asyncio.run(load(port, requests, clients, args.warmup, args.seconds))
+        server_before = cpu_seconds(proc.pid)
+        latencies, answered, client_cpu = load(port, requests, clients, args.warmup, args.seconds)
+        server_cpu = cpu_seconds(proc.pid) - server_before
         p50, p99 = np.percentile(latencies, [50, 99]) * 1000
         row = {
             "clients": clients,
@@ -269,6 +311,9 @@ def measure(proc: subprocess.Popen, port: int, bodies: list[bytes], args) -> lis
             "p50_ms": p50,
             "p99_ms": p99,
             **memory_mb(proc.pid),
+            # CPU per answered query, warm-up included in both counts (ms)
+            "server_cpu_ms": server_cpu / answered * 1000,
+            "client_cpu_ms": client_cpu / answered * 1000,
             "load": (load_before, os.getloadavg()[0]),
         }
         print(json.dumps(row), flush=True)
@@ -314,7 +359,7 @@ def baseline_memory(work: Path, backend: str) -> dict[str, float]:
     proc, port = start_server(index_dir, backend, work)
     try:
         requests = [http_request(port, body) for body in request_bodies(50)]
-        asyncio.run(load(port, requests, 1, 0.0, 1.0))
+        load(port, requests, 1, 0.0, 1.0)
         return memory_mb(proc.pid)
     finally:
         proc.terminate()
@@ -327,15 +372,18 @@ def print_table(results: dict[str, list[dict]], packed_mb: float, bases: dict) -
         print(f"{backend} server with a 1,000-item index: RSS {base['VmRSS']:.0f} MB")
     print(
         "\n| backend | clients | queries/s | p50 ms | p99 ms | search alone, p50 ms | "
-        "RSS MB (peak) | RSS over the 1,000-item server, x packed codes | load 1 min |"
+        "CPU ms a query: server / clients | RSS MB (peak) | "
+        "RSS over the 1,000-item server, x packed codes | load 1 min |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for backend, rows in results.items():
         for r in rows:
             extra = (r["VmRSS"] - bases[backend]["VmRSS"]) / packed_mb
             print(
                 f"| {backend} | {r['clients']} | {r['qps']:,.0f} | {r['p50_ms']:.2f} | "
-                f"{r['p99_ms']:.2f} | {r['alone_ms']:.2f} | {r['VmRSS']:.0f} ({r['VmHWM']:.0f}) | "
+                f"{r['p99_ms']:.2f} | {r['alone_ms']:.2f} | "
+                f"{r['server_cpu_ms']:.2f} / {r['client_cpu_ms']:.2f} | "
+                f"{r['VmRSS']:.0f} ({r['VmHWM']:.0f}) | "
                 f"{extra:.1f} | {r['load'][0]:.1f} -> {r['load'][1]:.1f} |"
             )
 

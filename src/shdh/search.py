@@ -1,33 +1,46 @@
 """Exact top-k search over a database of hash codes, ranked as the offline evaluation ranks.
 
-An index folder holds two files: index.npz (the packed database codes, the items' ids and their
-ancestor rows) and index.json (the segment layout, the float level weights of Eq. 2 and what made
-the index: method, dataset, encoder). A query is ranked by `shdh.retrieval.rank_with_distances`
-on the integer form of the weights, so hits, distances and ties (ascending distance, then
-ascending database row) are exactly the offline ranking's; the distance handed back is the
-integer distance divided by the weights' integer scale, the weighted Hamming distance of Eq. 4.
+An index folder holds two files: index.npz (the packed database codes, the items' ids, their
+ancestor rows and the ids' sorted order) and index.json (the segment layout, the float level
+weights of Eq. 2 and what made the index: method, dataset, encoder). A query is ranked as
+`shdh.retrieval.rank_with_distances` ranks (shdh.search_rank) on the integer form of the
+weights, so hits, distances and ties (ascending distance, then ascending database row) are
+exactly the offline ranking's; the distance handed back is the integer distance divided by the
+weights' integer scale, the weighted Hamming distance of Eq. 4.
+
+Memory: only the packed codes are read into memory (every query scans them). The other arrays
+are memory-mapped from index.npz (written uncompressed, so each is a plain array at an offset of
+the file): a query touches the pages of its k hits' ids and ancestors, and an id lookup a binary
+search's few pages of the sorted ids, so the service holds about the packed codes and not the
+five times more that ids, ancestors and an id lookup take in memory (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import struct
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from shdh.atomic import atomic_dir
-from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
+from shdh.retrieval import _check_n_bits, _check_packed, integer_weights, pack_codes
+from shdh.search_rank import Ranker
 
 INDEX_ARRAYS = "index.npz"
 INDEX_RECORD = "index.json"
-FORMAT = "shdh-search-index/1"
+FORMAT = "shdh-search-index/2"
+# /1 had no sorted ids: its lookup is built in memory at load, as it was
+READABLE_FORMATS = ("shdh-search-index/1", FORMAT)
 ENCODER_FIELDS = ("name", "version", "alias", "run_id")
 # index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights,
 # arrays_sha256 and (unless given) created, so a caller's record holds method, dataset and
@@ -52,6 +65,8 @@ _ARRAYS = {
     "item_ids": (np.int64, (1,)),
     "ancestors": (np.int32, (2, 3)),
 }
+# What format /2 adds: the id lookup, item_ids[id_order] == sorted_ids, ascending and distinct.
+_LOOKUP = {"sorted_ids": (np.int64, (1,)), "id_order": (np.int64, (1,))}
 
 
 class IndexFileError(ValueError):
@@ -76,8 +91,11 @@ class SearchIndex:
         ancestors: np.ndarray,
         record: Mapping[str, Any],
         folder: str | os.PathLike[str] = "index",
+        lookup: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Check the arrays and the record; errors name folder's two files."""
+        """Check the arrays and the record; errors name folder's two files. lookup: the
+        (sorted_ids, id_order) an index file holds, already checked when it was written (its
+        digest binds it); without it the lookup is built and checked here."""
         record_file, arrays_file = Path(folder, INDEX_RECORD), Path(folder, INDEX_ARRAYS)
         self.record = dict(record)
         self.segment_sizes, self.weights = _layout(self.record, record_file)
@@ -90,17 +108,19 @@ class SearchIndex:
         _check_counts(self.record, len(self.item_ids), self.n_bits, record_file)
         self._int_weights = integer_weights(self.weights)
         self._scale = _distance_scale(self.weights, self._int_weights)
-        self._id_order = np.argsort(self.item_ids, kind="stable")
-        self._sorted_ids = self.item_ids[self._id_order]
-        _check_distinct(self._sorted_ids, arrays_file)
+        self._ranker = Ranker(self.packed, self.segment_sizes, self._int_weights)
+        self._sorted_ids, self._id_order = _id_lookup(self.item_ids, lookup, arrays_file)
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> SearchIndex:
         """Read and check an index folder written by `write_index`."""
         folder = Path(folder)
         record = _read_record(folder / INDEX_RECORD)
-        arrays = _read_arrays(folder / INDEX_ARRAYS)
-        index = cls(**arrays, record=record, folder=folder)
+        arrays = _read_arrays(folder / INDEX_ARRAYS, with_lookup=record["format"] == FORMAT)
+        lookup = arrays.pop("sorted_ids", None), arrays.pop("id_order", None)
+        index = cls(
+            **arrays, record=record, folder=folder, lookup=None if lookup[0] is None else lookup
+        )
         _check_digest(folder, record)
         return index
 
@@ -108,17 +128,16 @@ class SearchIndex:
         """Top k for each query code. codes: (Q, n_bits) in {-1, +1} or {0, 1} (any numeric
         dtype), or packed (Q, n_bytes) uint8 as `shdh.retrieval.pack_codes` writes them: a uint8
         array as wide as the packed codes is taken as packed. shared_level is 0 (no labels)."""
-        q_packed = as_packed(codes, self.n_bits, "query codes")
-        rows, distances = self._rank(q_packed, k)
-        return [self._hits(r, d, None) for r, d in zip(rows, distances, strict=True)]
+        rows, distances = self.rank_codes(as_packed(codes, self.n_bits, "query codes"), k)
+        return [_hits(*self.hit_arrays(r, d)) for r, d in zip(rows, distances, strict=True)]
 
     def search_ids(self, item_ids: Sequence[int], k: int) -> list[list[Hit]]:
         """Top k for each database item's own code (the item itself comes first or tied first,
         at distance 0), with the deepest level each hit shares with it."""
         query_rows = self.rows_of(item_ids)
-        rows, distances = self._rank(self.packed[query_rows], k)
+        rows, distances = self.rank_codes(self.packed[query_rows], k)
         return [
-            self._hits(r, d, self.ancestors[q])
+            _hits(*self.hit_arrays(r, d, self.ancestors[q]))
             for q, r, d in zip(query_rows, rows, distances, strict=True)
         ]
 
@@ -126,21 +145,28 @@ class SearchIndex:
         """The database rows of item ids; an unknown id raises KeyError naming it."""
         return self._id_order[_positions(self._sorted_ids, item_ids)]
 
-    def _rank(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return rank_with_distances(
-            q_packed, self.packed, self.segment_sizes, self._int_weights, top_n=_checked_k(k)
-        )
+    def rank_codes(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, integer distances), both (Q, min(k, N)) int64, of packed queries: the order
+        of `shdh.retrieval.rank_with_distances` (ascending distance, then row)."""
+        _check_n_bits(_check_packed("query codes", q_packed), self.n_bits, "query codes")
+        return self._ranker.rank(np.asarray(q_packed), _checked_k(k))
 
-    def _hits(self, rows: np.ndarray, distances: np.ndarray, query_anc: np.ndarray | None):
+    def hit_arrays(
+        self, rows: np.ndarray, distances: np.ndarray, query_anc: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One query's hits as arrays: item ids, Eq. 4's float distances and the deepest level
+        each shares with the query's ancestors (0 without them)."""
         levels = (
             np.zeros(len(rows), np.int64)
             if query_anc is None
             else shared_level(query_anc, self.ancestors[rows])
         )
-        numerator, denominator = self._scale
-        dist = distances * denominator / numerator  # one correctly rounded division
-        ids = self.item_ids[rows]
-        return [Hit(int(i), float(d), int(s)) for i, d, s in zip(ids, dist, levels, strict=True)]
+        numerator, denominator = self._scale  # one correctly rounded division:
+        return self.item_ids[rows], distances * denominator / numerator, levels
+
+
+def _hits(ids: np.ndarray, distances: np.ndarray, levels: np.ndarray) -> list[Hit]:
+    return [Hit(int(i), float(d), int(s)) for i, d, s in zip(ids, distances, levels, strict=True)]
 
 
 def _positions(sorted_ids: np.ndarray, item_ids: Sequence[int]) -> np.ndarray:
@@ -230,8 +256,14 @@ def write_index(
         folder,
     )
     with atomic_dir(folder) as tmp:
-        arrays = {"packed": index.packed, "item_ids": index.item_ids, "ancestors": index.ancestors}
-        np.savez(tmp / INDEX_ARRAYS, **arrays)
+        arrays = {
+            "packed": index.packed,
+            "item_ids": index.item_ids,
+            "ancestors": index.ancestors,
+            "sorted_ids": index._sorted_ids,
+            "id_order": index._id_order,
+        }
+        np.savez(tmp / INDEX_ARRAYS, **arrays)  # uncompressed: the reader maps the arrays
         index.record["arrays_sha256"] = _sha256(tmp / INDEX_ARRAYS)
         (tmp / INDEX_RECORD).write_text(json.dumps(index.record, indent=2) + "\n")
     return folder
@@ -288,8 +320,11 @@ def _check_record(record: Mapping[str, Any], where: Path) -> None:
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
         raise IndexFileError(f"{where}: field {missing[0]!r} is missing")
-    if record["format"] != FORMAT:
-        raise IndexFileError(f"{where}: field 'format' is {record['format']!r}, not {FORMAT!r}")
+    if record["format"] not in READABLE_FORMATS:
+        raise IndexFileError(
+            f"{where}: field 'format' is {record['format']!r}, not one of {READABLE_FORMATS} "
+            "(rebuild the index with this version's `shdh index`)"
+        )
     encoder = record["encoder"]
     if not isinstance(encoder, dict):
         raise IndexFileError(f"{where}: field 'encoder' must be an object, got {encoder!r}")
@@ -298,19 +333,47 @@ def _check_record(record: Mapping[str, Any], where: Path) -> None:
         raise IndexFileError(f"{where}: field 'encoder.{missing[0]}' is missing")
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+def _read_arrays(path: Path, with_lookup: bool) -> dict[str, np.ndarray]:
+    """The arrays of index.npz: the packed codes in memory, the others memory-mapped."""
+    names = [*_ARRAYS, *(_LOOKUP if with_lookup else ())]
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            missing = [name for name in _ARRAYS if name not in npz.files]
+        with zipfile.ZipFile(path) as archive, path.open("rb") as raw:
+            files = set(archive.namelist())
+            missing = [name for name in names if f"{name}.npy" not in files]
             if missing:
                 raise IndexFileError(f"{path}: array {missing[0]!r} is missing")
-            return {name: npz[name] for name in _ARRAYS}
+            arrays = {name: _member(path, archive, raw, name) for name in names}
     except FileNotFoundError as err:
         raise IndexFileError(f"{path}: no such file; build the index with `shdh index`") from err
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
         if isinstance(err, IndexFileError):
             raise
         raise IndexFileError(f"{path}: not a readable .npz archive ({err})") from err
+    arrays["packed"] = np.array(arrays["packed"])  # read once, scanned by every query
+    return arrays
+
+
+def _member(path: Path, archive: zipfile.ZipFile, raw: BinaryIO, name: str) -> np.ndarray:
+    """One array of an .npz: mapped where it lies in the file when stored uncompressed (what
+    np.savez writes), else read."""
+    info = archive.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        with archive.open(info) as member:
+            return np.lib.format.read_array(member, allow_pickle=False)
+    raw.seek(info.header_offset + 26)  # the local header's name and extra field lengths
+    name_length, extra_length = struct.unpack("<HH", raw.read(4))
+    raw.seek(info.header_offset + 30 + name_length + extra_length)
+    version = np.lib.format.read_magic(raw)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0}.get(
+        version, np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read_header(raw)
+    if dtype.hasobject:
+        raise ValueError(f"array {name!r} holds Python objects")
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    order = "F" if fortran else "C"
+    return np.memmap(path, dtype=dtype, mode="r", offset=raw.tell(), shape=shape, order=order)
 
 
 def _layout(record: Mapping[str, Any], where: Path) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -363,12 +426,44 @@ def _checked_arrays(arrays: dict[str, np.ndarray], n_bits: int, where: Path) -> 
 
 
 def _check_distinct(sorted_ids: np.ndarray, where: Path) -> None:
-    repeated = sorted_ids[1:] == sorted_ids[:-1]
-    if repeated.any():
-        raise IndexFileError(
-            f"{where}: array 'item_ids' must be distinct; id "
-            f"{int(sorted_ids[1:][np.argmax(repeated)])} appears more than once"
-        )
+    """sorted_ids strictly ascending: the item ids are distinct. A mapped array is read in
+    chunks from its file rather than through the map, which would leave every page of it
+    resident."""
+    chunk = 1 << 20
+    for start in range(0, len(sorted_ids), chunk):
+        if isinstance(sorted_ids, np.memmap):
+            offset = sorted_ids.offset + start * sorted_ids.itemsize
+            ids = np.fromfile(sorted_ids.filename, sorted_ids.dtype, chunk + 1, offset=offset)
+        else:
+            ids = sorted_ids[start : start + chunk + 1]
+        ids = ids[: len(sorted_ids) - start]
+        if np.any(ids[1:] < ids[:-1]):
+            raise IndexFileError(f"{where}: array 'sorted_ids' is not in ascending order")
+        repeated = ids[1:] == ids[:-1]
+        if repeated.any():
+            raise IndexFileError(
+                f"{where}: array 'item_ids' must be distinct; id "
+                f"{int(ids[1:][np.argmax(repeated)])} appears more than once"
+            )
+
+
+def _id_lookup(
+    item_ids: np.ndarray, lookup: tuple[np.ndarray, np.ndarray] | None, where: Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted_ids, id_order): the file's, checked, or built from item_ids."""
+    if lookup is None:
+        id_order = np.argsort(item_ids, kind="stable")
+        lookup = item_ids[id_order], id_order
+    arrays = dict(zip(_LOOKUP, lookup, strict=True))
+    for name, (dtype, ndims) in _LOOKUP.items():
+        a = arrays[name]
+        if a.dtype != dtype or a.ndim not in ndims or len(a) != len(item_ids):
+            raise IndexFileError(
+                f"{where}: array {name!r} must be 1-D {np.dtype(dtype)} with one entry per "
+                f"item ({len(item_ids)}), got {a.ndim}-D {a.dtype} with shape {a.shape}"
+            )
+    _check_distinct(lookup[0], where)
+    return lookup
 
 
 def _check_counts(record: Mapping[str, Any], n_items: int, n_bits: int, where: Path) -> None:

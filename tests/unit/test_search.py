@@ -4,6 +4,7 @@ problem, and a write that dies half-way leaves the previous index whole."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -187,8 +188,20 @@ def _rewrite_arrays(folder, **changes):
             "must have one row per item, got 60, 60 and 59",
         ),
         (
-            {"item_ids": np.zeros(60, np.int64)},
+            {
+                "item_ids": np.zeros(60, np.int64),
+                "sorted_ids": np.zeros(60, np.int64),
+                "id_order": np.arange(60),
+            },
             "index.npz: array 'item_ids' must be distinct; id 0",
+        ),
+        (
+            {"sorted_ids": np.arange(60)[::-1].copy()},
+            "index.npz: array 'sorted_ids' is not in ascending order",
+        ),
+        (
+            {"id_order": np.arange(59)},
+            "array 'id_order' must be 1-D int64 with one entry per item",
         ),
     ],
 )
@@ -281,3 +294,29 @@ def test_arrays_and_a_record_of_two_indexes_are_refused_as_a_pair(index_dir, tmp
     with pytest.raises(IndexFileError, match=r"index\.json: field 'arrays_sha256' is not the"):
         SearchIndex.load(index_dir)
     assert SearchIndex.load(other).record["encoder"]["version"] == "4"
+
+
+def test_only_the_packed_codes_are_read_into_memory(index_dir):
+    index = SearchIndex.load(index_dir)
+    assert not isinstance(index.packed, np.memmap)
+    for mapped in (index.item_ids, index.ancestors, index._sorted_ids, index._id_order):
+        assert isinstance(mapped, np.memmap)
+    hits = index.search_ids([1000, 1059], 5)
+    assert [h[0].item_id for h in hits] == [1000, 1059]
+
+
+def test_a_format_1_index_is_still_read(index_dir):
+    """Format 1 had no id lookup in its arrays: it is built at load, with the same answers."""
+    current = SearchIndex.load(index_dir)
+    codes = tied_codes(60)[:4]
+    want = current.search_codes(codes, 9), current.search_ids([1003, 1040], 9)
+    del current  # its arrays map the file rewritten below
+    with np.load(index_dir / INDEX_ARRAYS) as npz:
+        old = {name: npz[name] for name in ("packed", "item_ids", "ancestors")}
+    np.savez(index_dir / INDEX_ARRAYS, **old)
+    record = json.loads((index_dir / INDEX_RECORD).read_text())
+    record["format"] = "shdh-search-index/1"
+    record["arrays_sha256"] = hashlib.sha256((index_dir / INDEX_ARRAYS).read_bytes()).hexdigest()
+    (index_dir / INDEX_RECORD).write_text(json.dumps(record))
+    index = SearchIndex.load(index_dir)
+    assert (index.search_codes(codes, 9), index.search_ids([1003, 1040], 9)) == want

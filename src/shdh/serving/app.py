@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from shdh.serving import queries
 from shdh.serving.auth import BearerAuth
+from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
 from shdh.serving.limits import BodyLimit, Limits
 from shdh.serving.page import PAGE
@@ -104,13 +105,21 @@ def _probes(service: Service) -> APIRouter:
 
 def _search_routes(service: Service, limits: Limits) -> APIRouter:
     router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+    batcher = CodeBatcher(max_queries=limits.max_batch)
 
-    @router.post("/search/codes", response_model=SearchOut, summary="top k of codes")
-    def by_codes(body: CodeQuery) -> dict[str, Any]:
+    @router.post(
+        "/search/codes",
+        response_model=SearchOut,
+        openapi_extra=_json_body(CodeQuery),
+        summary="top k of codes",
+    )
+    async def by_codes(request: Request) -> Response:
+        body = queries.parse(CodeQuery, await request.body())
         loaded = _ready(service)
         queries.check_request(len(body.codes), body.k, limits)
         packed = queries.code_rows(body.codes, loaded.index.n_bits)
-        return _answer(loaded, loaded.index.search_codes(packed, body.k))
+        rows, distances = await batcher.rank(loaded.index, packed, body.k)
+        return queries.code_answer(loaded.describe(), loaded.index, rows, distances)
 
     @router.post("/search/ids", response_model=SearchOut, summary="top k of database items")
     def by_ids(body: IdQuery) -> dict[str, Any]:
@@ -158,6 +167,12 @@ def _search_routes(service: Service, limits: Limits) -> APIRouter:
         return {"status": "reloaded", "version": loaded.describe()}
 
     return router
+
+
+def _json_body(model: type) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses its JSON body itself."""
+    schema = {"schema": model.model_json_schema()}
+    return {"requestBody": {"required": True, "content": {"application/json": schema}}}
 
 
 def _item_routes(images: DatasetImages | None) -> APIRouter:

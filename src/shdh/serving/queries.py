@@ -7,15 +7,20 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+import orjson
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from starlette.responses import Response
 
 from shdh.retrieval import unpack_codes
-from shdh.search import Hit, as_packed
+from shdh.search import Hit, SearchIndex, as_packed
 from shdh.serving.limits import Limits
 
 DEFAULT_K = 10
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 class QueryError(Exception):
@@ -127,3 +132,34 @@ def results(
         }
         for i, row in enumerate(hits)
     ]
+
+
+def parse(model: type[_Model], raw: bytes) -> _Model:
+    """A JSON body as `model`, refused as FastAPI refuses a body it validates (a 422 naming
+    each field under "body"). Routes on the hot path parse their body themselves: pydantic's
+    JSON parser in one call, without FastAPI's per-request dependency and body machinery."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def code_answer(
+    version: dict, index: SearchIndex, rows: np.ndarray, distances: np.ndarray
+) -> Response:
+    """The SearchOut JSON of ranked code queries, written straight from the arrays: no Hit
+    objects and no response-model validation of every hit (half of a request's time in the
+    service, docs/benchmarks.md)."""
+    answers = []
+    for i, (r, d) in enumerate(zip(rows, distances, strict=True)):
+        ids, dist, levels = (a.tolist() for a in index.hit_arrays(r, d))
+        hits = [
+            {"item_id": a, "distance": b, "shared_level": c}
+            for a, b, c in zip(ids, dist, levels, strict=True)
+        ]
+        answers.append({"query": i, "item_id": None, "hits": hits})
+    # orjson (a dependency of the lock already): 10 us for 100 hits where json takes 300 us
+    return Response(
+        orjson.dumps({"version": version, "results": answers}), media_type="application/json"
+    )
