@@ -8,11 +8,12 @@ weights, so hits, distances and ties (ascending distance, then ascending databas
 exactly the offline ranking's; the distance handed back is the integer distance divided by the
 weights' integer scale, the weighted Hamming distance of Eq. 4.
 
-Memory: only the packed codes are read into memory (every query scans them). The other arrays
+Memory: the packed codes (every query scans them) and the item ids, as int32 where they fit
+(every query reads k of them at random), are read into memory. The ancestors and the id lookup
 are memory-mapped from index.npz (written uncompressed, so each is a plain array at an offset of
-the file): a query touches the pages of its k hits' ids and ancestors, and an id lookup a binary
-search's few pages of the sorted ids, so the service holds about the packed codes and not the
-five times more that ids, ancestors and an id lookup take in memory (docs/benchmarks.md).
+the file): an id query touches its hits' ancestor rows and a binary search's few pages of the
+sorted ids. So the service holds 1.5x the packed codes at 64 bits, not the six times that ids,
+ancestors and an id lookup held in memory take (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 import os
 import struct
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -82,7 +83,8 @@ class Hit:
 
 
 class SearchIndex:
-    """A loaded, checked index; `search_codes` and `search_ids` answer top-k queries."""
+    """A loaded, checked index; `search_codes` and `search_ids` answer top-k queries.
+    `item_ids` is held as int32 where the ids fit (see the module's docstring, "Memory")."""
 
     def __init__(
         self,
@@ -110,6 +112,7 @@ class SearchIndex:
         self._scale = _distance_scale(self.weights, self._int_weights)
         self._ranker = Ranker(self.packed, self.segment_sizes, self._int_weights)
         self._sorted_ids, self._id_order = _id_lookup(self.item_ids, lookup, arrays_file)
+        self.item_ids = _narrowed(self.item_ids)  # int32 where the ids fit
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> SearchIndex:
@@ -135,11 +138,8 @@ class SearchIndex:
         """Top k for each database item's own code (the item itself comes first or tied first,
         at distance 0), with the deepest level each hit shares with it."""
         query_rows = self.rows_of(item_ids)
-        rows, distances = self.rank_codes(self.packed[query_rows], k)
-        return [
-            _hits(*self.hit_arrays(r, d, self.ancestors[q]))
-            for q, r, d in zip(query_rows, rows, distances, strict=True)
-        ]
+        ranked = zip(query_rows, *self.rank_codes(self.packed[query_rows], k), strict=True)
+        return [_hits(*self.hit_arrays(r, d, self.ancestors[q])) for q, r, d in ranked]
 
     def rows_of(self, item_ids: Sequence[int]) -> np.ndarray:
         """The database rows of item ids; an unknown id raises KeyError naming it."""
@@ -258,7 +258,7 @@ def write_index(
     with atomic_dir(folder) as tmp:
         arrays = {
             "packed": index.packed,
-            "item_ids": index.item_ids,
+            "item_ids": index.item_ids.astype(np.int64),
             "ancestors": index.ancestors,
             "sorted_ids": index._sorted_ids,
             "id_order": index._id_order,
@@ -425,18 +425,37 @@ def _checked_arrays(arrays: dict[str, np.ndarray], n_bits: int, where: Path) -> 
     return packed, ids, anc
 
 
-def _check_distinct(sorted_ids: np.ndarray, where: Path) -> None:
-    """sorted_ids strictly ascending: the item ids are distinct. A mapped array is read in
-    chunks from its file rather than through the map, which would leave every page of it
-    resident."""
-    chunk = 1 << 20
-    for start in range(0, len(sorted_ids), chunk):
-        if isinstance(sorted_ids, np.memmap):
-            offset = sorted_ids.offset + start * sorted_ids.itemsize
-            ids = np.fromfile(sorted_ids.filename, sorted_ids.dtype, chunk + 1, offset=offset)
+# Items read at a time from a mapped array: 512 KB of int64, reused by the allocator.
+_CHUNK = 1 << 16
+
+
+def _chunks(a: np.ndarray, size: int, overlap: int = 0) -> Iterator[np.ndarray]:
+    """a (1-D) in pieces of size (plus `overlap` items of the next). A mapped array is read
+    from its file rather than through the map, which would leave every page of it resident."""
+    for start in range(0, len(a), size):
+        stop = min(len(a), start + size + overlap)
+        if isinstance(a, np.memmap):
+            offset = a.offset + start * a.itemsize
+            yield np.fromfile(a.filename, a.dtype, stop - start, offset=offset)
         else:
-            ids = sorted_ids[start : start + chunk + 1]
-        ids = ids[: len(sorted_ids) - start]
+            yield np.asarray(a[start:stop])
+
+
+def _narrowed(item_ids: np.ndarray) -> np.ndarray:
+    """The ids in memory, as int32 where they fit: every query reads k of them at random, so a
+    map of them would soon be resident whole, at 8 bytes an item; as int32, 4 (half the
+    packed codes at 64 bits)."""
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    fits = all(c.min() >= low and c.max() <= high for c in _chunks(item_ids, _CHUNK))
+    out = np.empty(len(item_ids), np.int32 if fits else np.int64)
+    for start, chunk in zip(range(0, len(out), _CHUNK), _chunks(item_ids, _CHUNK), strict=True):
+        out[start : start + len(chunk)] = chunk
+    return out
+
+
+def _check_distinct(sorted_ids: np.ndarray, where: Path) -> None:
+    """sorted_ids strictly ascending: the item ids are distinct."""
+    for ids in _chunks(sorted_ids, _CHUNK, overlap=1):
         if np.any(ids[1:] < ids[:-1]):
             raise IndexFileError(f"{where}: array 'sorted_ids' is not in ascending order")
         repeated = ids[1:] == ids[:-1]

@@ -59,7 +59,7 @@ def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str = "run-a")
 def make_dataset(folder: Path, index_dir: Path, seed: int = 0) -> Path:
     """A prepare step's folder whose dataset holds the index's items (its ids), with random 8x8
     RGB images."""
-    ids = SearchIndex.load(index_dir).item_ids
+    ids = SearchIndex.load(index_dir).item_ids.astype(np.int64)  # held as int32 where they fit
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, (len(ids), *IMAGE_SHAPE), dtype=np.uint8)
     labels = np.array([f"group{i % 2}/leaf{i % 6}" for i in range(len(ids))])

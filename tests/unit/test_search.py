@@ -296,10 +296,11 @@ def test_arrays_and_a_record_of_two_indexes_are_refused_as_a_pair(index_dir, tmp
     assert SearchIndex.load(other).record["encoder"]["version"] == "4"
 
 
-def test_only_the_packed_codes_are_read_into_memory(index_dir):
+def test_only_the_codes_and_narrowed_ids_are_read_into_memory(index_dir):
     index = SearchIndex.load(index_dir)
     assert not isinstance(index.packed, np.memmap)
-    for mapped in (index.item_ids, index.ancestors, index._sorted_ids, index._id_order):
+    assert not isinstance(index.item_ids, np.memmap) and index.item_ids.dtype == np.int32
+    for mapped in (index.ancestors, index._sorted_ids, index._id_order):
         assert isinstance(mapped, np.memmap)
     hits = index.search_ids([1000, 1059], 5)
     assert [h[0].item_id for h in hits] == [1000, 1059]
