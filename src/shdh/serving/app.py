@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from shdh.serving import queries
 from shdh.serving.auth import BearerAuth
@@ -69,7 +70,13 @@ def create_app(
     )
     app.state.service = service  # shdh serve reloads it on SIGHUP
     app.include_router(_probes(service))
-    app.include_router(_search_routes(service, limits))
+    by_codes = _codes_endpoint(service, limits)
+    app.include_router(_search_routes(service, limits, by_codes))
+    # The hot path also as a plain Starlette route ahead of FastAPI's: the same handler (it
+    # parses its own body and writes its own Response) without FastAPI's per-request
+    # dependency solving; FastAPI's route stays for the OpenAPI docs. The token and the body
+    # limit are middleware and the exception handlers the app's, so both answer the same.
+    app.router.routes.insert(0, Route("/search/codes", by_codes, methods=["POST"]))
     app.include_router(_item_routes(images))
     app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(QueryError)(_refused)
@@ -103,16 +110,10 @@ def _probes(service: Service) -> APIRouter:
     return router
 
 
-def _search_routes(service: Service, limits: Limits) -> APIRouter:
-    router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+def _codes_endpoint(service: Service, limits: Limits):
+    """POST /search/codes: concurrent queries ranked in batches (shdh.serving.batching)."""
     batcher = CodeBatcher(max_queries=limits.max_batch)
 
-    @router.post(
-        "/search/codes",
-        response_model=SearchOut,
-        openapi_extra=_json_body(CodeQuery),
-        summary="top k of codes",
-    )
     async def by_codes(request: Request) -> Response:
         body = queries.parse(CodeQuery, await request.body())
         loaded = _ready(service)
@@ -120,6 +121,18 @@ def _search_routes(service: Service, limits: Limits) -> APIRouter:
         packed = queries.code_rows(body.codes, loaded.index.n_bits)
         rows, distances = await batcher.rank(loaded.index, packed, body.k)
         return queries.code_answer(loaded.describe(), loaded.index, rows, distances)
+
+    return by_codes
+
+
+def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
+    router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+    router.post(
+        "/search/codes",
+        response_model=SearchOut,
+        openapi_extra=_json_body(CodeQuery),
+        summary="top k of codes",
+    )(by_codes)
 
     @router.post("/search/ids", response_model=SearchOut, summary="top k of database items")
     def by_ids(body: IdQuery) -> dict[str, Any]:
