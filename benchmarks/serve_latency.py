@@ -13,10 +13,11 @@ tree (segments 21/21/22, Eq. 2's weights 1/2, 1/3, 1/6), written by `write_index
 backend's server is a process of its own (its memory is read from /proc), started as
 `shdh serve` starts it (uvicorn.run, one worker). Every backend answers through the same app
 and request path: a faiss backend is an adapter with SearchIndex's `rank_codes`, `hit_arrays`
-and `search_codes` put in place of the loaded index once the app has loaded it (the one reference a reload replaces), so only
-the search differs. faiss on the bit-repeated codes (each segment's bits repeated w_k times for
-the integer weights 3/2/1: exact weighted distances, at 2x the bits) must give the project's
-top-k distances, or the script fails; faiss on the plain codes ranks by plain Hamming.
+and `search_codes` put in place of the loaded index once the app has loaded it (the one
+reference a reload replaces), so only the search differs. faiss on the bit-repeated codes (each
+segment's bits repeated w_k times for the integer weights 3/2/1: exact weighted distances, at
+2x the bits) must give the project's top-k distances, or the script fails; faiss on the plain
+codes ranks by plain Hamming.
 
 The load: C clients, each a process of its own with one keep-alive connection and a blocking
 socket, sending a request as soon as the last one is answered, for the warm-up and then for the
