@@ -125,6 +125,7 @@ class SearchIndex:
             **arrays, record=record, folder=folder, lookup=None if lookup[0] is None else lookup
         )
         _check_digest(folder, record)
+        index.rank_codes(index.packed[:1], 1)  # compiles the kernel now, not on a first query
         return index
 
     def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:

@@ -40,8 +40,8 @@ def top_k_range(n_words: int, n_planes: int):
 
     Why one kernel per (words, planes): numba takes the two counts as compile-time constants,
     so LLVM unrolls the word and plane loops inside the loop over items and vectorises that
-    loop; with run-time counts it does not (about 5x slower). Compiled on first use (about a
-    second), not cached on disk: numba cannot cache a closure."""
+    loop; with run-time counts it does not (about 5x slower). Compiled on first use (about 4 s;
+    `SearchIndex.load` does it), not cached on disk: numba cannot cache a closure."""
 
     @numba.njit(nogil=True, boundscheck=False)
     def kernel(q, db_t, plane_masks, plane_shifts, lo, hi, dist, keys):

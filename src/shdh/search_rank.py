@@ -51,7 +51,6 @@ class Ranker:
             workers = 1 if self.n_items < _SPLIT_MIN else min(2, os.cpu_count() or 1)
         self.workers = workers
         self._pool = ThreadPoolExecutor(self.workers - 1) if self.workers > 1 else None
-        self.rank(np.zeros((1, packed.shape[1]), np.uint8), 1)  # compiles the kernel now
 
     def rank(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, distances), both (Q, min(k, N)) int64: ascending distance, then row."""
