@@ -111,27 +111,24 @@ def _same_as_the_reference(metrics: Path) -> None:
 
 
 def test_queued_experiments_track_into_the_repositorys_own_store(clone):
-    """Two experiments, each with a changed parameter, queued and run two at a time: only the
-    stages that read the parameter rerun, in DVC's temporary copies (.dvc/tmp/exps), which DVC
-    deletes; yet both pipeline runs, each with a run per method, land in the repository's
-    default store, mlflow.db, written concurrently."""
+    """An experiment with a changed parameter, queued and run by DVC's queue worker: only the
+    stages that read the parameter rerun, in DVC's temporary copy (.dvc/tmp/exps), which DVC
+    deletes; yet its pipeline run, with a run per method, lands in the repository's default
+    store, mlflow.db. (Two such writers at once, `-j 2`: test_tracking's
+    test_concurrent_writers_from_temp_workspaces_lose_nothing; one experiment here keeps this
+    test to what only the real queue shows.)"""
     import time
 
     import mlflow
 
     dest, env = clone
     env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}  # the default store
-    sh(["dvc", "repro"], dest, env)  # the baseline: the queued runs retrain SHDH only
-    names = {"alpha-quarter": "0.25", "alpha-three-quarters": "0.75"}
-    for name, alpha in names.items():
-        sh(
-            ["dvc", "exp", "run", "--queue", "-n", name, "-S", f"train.shdh.alpha={alpha}"],
-            dest,
-            env,
-        )
+    sh(["dvc", "repro"], dest, env)  # the baseline: the queued run retrains SHDH only
+    name, alpha = "alpha-quarter", "0.25"
+    sh(["dvc", "exp", "run", "--queue", "-n", name, "-S", f"train.shdh.alpha={alpha}"], dest, env)
     start = time.monotonic()
-    out = sh(["dvc", "exp", "run", "--run-all", "-j", "2"], dest, env)
-    print(f"two queued smoke experiments, -j 2: {time.monotonic() - start:.0f} s")
+    out = sh(["dvc", "exp", "run", "--run-all"], dest, env)
+    print(f"a queued smoke experiment: {time.monotonic() - start:.0f} s")
     sh(["dvc", "queue", "stop", "--kill"], dest, env)  # a worker may linger once the queue is empty
     assert "Running stage 'train@shdh'" in out and "Failed" not in out
     # Only the method whose setting changed and what follows it rerun: the rest is cached.
@@ -146,15 +143,14 @@ def test_queued_experiments_track_into_the_repositorys_own_store(clone):
         for r in runs
         if r.data.tags.get("shdh.role") == "pipeline"
     }
-    assert set(names) <= set(parents)
+    assert name in parents
     metrics = json.loads((dest / "results" / "metrics.json").read_text())
     expected = {f"{method}-16" for method in metrics}  # every method and the floor
-    for name, alpha in names.items():
-        parent = parents[name]
-        assert parent.info.status == "FINISHED" and parent.info.run_name == name
-        assert parent.data.params["train.shdh.alpha"] == alpha
-        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-        assert {c.info.run_name for c in children} == expected
-        assert all("ndcg_at_100" in c.data.metrics for c in children)
-        shdh = next(c for c in children if c.info.run_name == "shdh-16")
-        assert shdh.data.params["alpha"] == alpha  # the experiment's setting reached the fit
+    parent = parents[name]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == name
+    assert parent.data.params["train.shdh.alpha"] == alpha
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert {c.info.run_name for c in children} == expected
+    assert all("ndcg_at_100" in c.data.metrics for c in children)
+    shdh = next(c for c in children if c.info.run_name == "shdh-16")
+    assert shdh.data.params["alpha"] == alpha  # the experiment's setting reached the fit
