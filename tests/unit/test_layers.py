@@ -36,6 +36,8 @@ LAYERS: dict[str, int] = {
     "shdh.retrieval": CORE,
     "shdh.retrieval_kernel": CORE,
     "shdh.search": CORE,
+    "shdh.search_kernel": CORE,
+    "shdh.search_rank": CORE,
     "shdh.metrics": CORE,
     "shdh.codes": CORE,
     "shdh.hashers*": CORE,
