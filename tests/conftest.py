@@ -31,41 +31,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = slow_files_first(items)
 
 
-# The files that take minutes, heaviest first (worker seconds on 2 cores: about 350, 175, 170,
-# 150, 145, 120 and 100). Started first, and the heaviest before the rest, they end on both
-# workers at about the same time: a minutes-long file handed out late runs on alone at the end.
-HEAVIEST_FILES = (
-    "tests/e2e/test_dvc_pipeline.py",
-    "tests/e2e/test_own_data.py",
-    "tests/browser/test_mlflow_ui.py",
-    "tests/integration/test_mlflow_server.py",
-    "tests/pipelines/test_local_run.py",
-    "tests/commands/test_bundle.py",
-    "tests/commands/test_steps.py",
-)
-
-
 def slow_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """HEAVIEST_FILES in their order, then the other files that hold a slow or integration
-    test, then the rest; each file's tests in their order.
+    """The files that hold a slow or integration test first, each file's tests in their order.
 
     `make test` hands whole files to its workers in this order (--dist loadfile,
     --no-loadscope-reorder): the minutes-long files start at once and the many short ones fill
     in behind them, so the workers finish together instead of one running an end-to-end file
     alone at the end."""
-    heaviest = {REPO / path: rank for rank, path in enumerate(HEAVIEST_FILES)}
     slow = {
         item.path
         for item in items
         if item.get_closest_marker("slow") or item.get_closest_marker("integration")
     }
-
-    def rank(item: pytest.Item) -> int:
-        if item.path in heaviest:
-            return heaviest[item.path]
-        return len(heaviest) + (item.path not in slow)
-
-    return sorted(items, key=rank)
+    return sorted(items, key=lambda item: item.path not in slow)
 
 
 @pytest.fixture(autouse=True)
