@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -122,16 +122,24 @@ def results(
     hits: list[list[Hit]], query_ids: Sequence[int] | None = None
 ) -> list[dict[str, object]]:
     return [
-        {
-            "query": i,
-            "item_id": None if query_ids is None else int(query_ids[i]),
-            "hits": [
-                {"item_id": h.item_id, "distance": h.distance, "shared_level": h.shared_level}
-                for h in row
-            ],
-        }
+        _result(
+            i,
+            None if query_ids is None else int(query_ids[i]),
+            ((h.item_id, h.distance, h.shared_level) for h in row),
+        )
         for i, row in enumerate(hits)
     ]
+
+
+def _result(
+    query: int, item_id: int | None, hits: Iterable[tuple[int, float, int]]
+) -> dict[str, object]:
+    """One query's entry of SearchOut's results, from (item id, distance, shared level)s."""
+    return {
+        "query": query,
+        "item_id": item_id,
+        "hits": [{"item_id": a, "distance": b, "shared_level": c} for a, b, c in hits],
+    }
 
 
 def parse(model: type[_Model], raw: bytes) -> _Model:
@@ -151,14 +159,10 @@ def code_answer(
     """The SearchOut JSON of ranked code queries, written straight from the arrays: no Hit
     objects and no response-model validation of every hit (half of a request's time in the
     service, docs/benchmarks.md)."""
-    answers = []
-    for i, (r, d) in enumerate(zip(rows, distances, strict=True)):
-        ids, dist, levels = (a.tolist() for a in index.hit_arrays(r, d))
-        hits = [
-            {"item_id": a, "distance": b, "shared_level": c}
-            for a, b, c in zip(ids, dist, levels, strict=True)
-        ]
-        answers.append({"query": i, "item_id": None, "hits": hits})
+    answers = [
+        _result(i, None, zip(*(a.tolist() for a in index.hit_arrays(r, d)), strict=True))
+        for i, (r, d) in enumerate(zip(rows, distances, strict=True))
+    ]
     # orjson (a dependency of the lock already): 10 us for 100 hits where json takes 300 us
     return Response(
         orjson.dumps({"version": version, "results": answers}), media_type="application/json"
