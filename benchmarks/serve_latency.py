@@ -157,7 +157,15 @@ def serve(index_dir: str, backend: str, port: int, ready_file: str) -> None:
         Path(ready_file).write_text("ready")
 
     threading.Thread(target=put_backend, daemon=True).start()
-    uvicorn.run(app, host="127.0.0.1", port=port, workers=1, log_level="warning")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        workers=1,
+        log_level="warning",
+        http="httptools",
+        loop="uvloop",
+    )
 
 
 def free_port() -> int:

@@ -8,12 +8,14 @@ weights, so hits, distances and ties (ascending distance, then ascending databas
 exactly the offline ranking's; the distance handed back is the integer distance divided by the
 weights' integer scale, the weighted Hamming distance of Eq. 4.
 
-Memory: the packed codes (every query scans them) and the item ids, as int32 where they fit
-(every query reads k of them at random), are read into memory. The ancestors and the id lookup
-are memory-mapped from index.npz (written uncompressed, so each is a plain array at an offset of
-the file): an id query touches its hits' ancestor rows and a binary search's few pages of the
-sorted ids. So the service holds 1.5x the packed codes at 64 bits, not the six times that ids,
-ancestors and an id lookup held in memory take (docs/benchmarks.md).
+Memory: the packed codes (every query scans them) are held once, byte-major, by the ranking
+(read from the memory-mapped file into that copy, so there is never a second copy in memory);
+the item ids, as int32 where they fit (every query reads k of them at random), are read into
+memory. The ancestors and the id lookup are memory-mapped from index.npz (written uncompressed,
+so each is a plain array at an offset of the file): an id query touches its hits' ancestor rows
+and a binary search's few pages of the sorted ids. So the service holds 1.5x the packed codes at
+64 bits, not the six times that ids, ancestors and an id lookup held in memory take
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class SearchIndex:
         self.record = dict(record)
         self.segment_sizes, self.weights = _layout(self.record, record_file)
         self.n_bits = int(sum(self.segment_sizes))
-        self.packed, self.item_ids, self.ancestors = _checked_arrays(
+        packed, self.item_ids, self.ancestors = _checked_arrays(
             {"packed": packed, "item_ids": item_ids, "ancestors": ancestors},
             self.n_bits,
             arrays_file,
@@ -110,9 +112,14 @@ class SearchIndex:
         _check_counts(self.record, len(self.item_ids), self.n_bits, record_file)
         self._int_weights = integer_weights(self.weights)
         self._scale = _distance_scale(self.weights, self._int_weights)
-        self._ranker = Ranker(self.packed, self.segment_sizes, self._int_weights)
+        self._ranker = Ranker(packed, self.segment_sizes, self._int_weights)
         self._sorted_ids, self._id_order = _id_lookup(self.item_ids, lookup, arrays_file)
         self.item_ids = _narrowed(self.item_ids)  # int32 where the ids fit
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The packed database codes (N, n_bytes) uint8, a read-only view of the ranking's."""
+        return self._ranker.codes
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> SearchIndex:
@@ -125,7 +132,7 @@ class SearchIndex:
             **arrays, record=record, folder=folder, lookup=None if lookup[0] is None else lookup
         )
         _check_digest(folder, record)
-        index.rank_codes(index.packed[:1], 1)  # compiles the kernel now, not on a first query
+        index.rank_codes(index.packed[:1], 1)  # loads the kernel now, not on a first query
         return index
 
     def search_codes(self, codes: np.ndarray, k: int) -> list[list[Hit]]:
@@ -335,7 +342,8 @@ def _check_record(record: Mapping[str, Any], where: Path) -> None:
 
 
 def _read_arrays(path: Path, with_lookup: bool) -> dict[str, np.ndarray]:
-    """The arrays of index.npz: the packed codes in memory, the others memory-mapped."""
+    """The arrays of index.npz, memory-mapped (the packed codes are then copied by the ranking,
+    the item ids narrowed into memory by SearchIndex)."""
     names = [*_ARRAYS, *(_LOOKUP if with_lookup else ())]
     try:
         with zipfile.ZipFile(path) as archive, path.open("rb") as raw:
@@ -350,7 +358,6 @@ def _read_arrays(path: Path, with_lookup: bool) -> dict[str, np.ndarray]:
         if isinstance(err, IndexFileError):
             raise
         raise IndexFileError(f"{path}: not a readable .npz archive ({err})") from err
-    arrays["packed"] = np.array(arrays["packed"])  # read once, scanned by every query
     return arrays
 
 

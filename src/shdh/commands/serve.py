@@ -101,7 +101,17 @@ def run(args: argparse.Namespace) -> int:
     source = index_source(args.index, args.cache_dir)
     app = create_app(source, encoder=encoder, token=token, limits=limits, images=images)
     _reload_on_sighup(app.state.service)
-    uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="info")
+    # named, not left to uvicorn's "auto": without them it falls back to its pure-Python parser
+    # and asyncio's loop silently, at a quarter fewer queries a second (docs/serving.md)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        workers=1,
+        log_level="info",
+        http="httptools",
+        loop="uvloop",
+    )
     return 0
 
 
