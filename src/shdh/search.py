@@ -113,13 +113,9 @@ class SearchIndex:
         self._int_weights = integer_weights(self.weights)
         self._scale = _distance_scale(self.weights, self._int_weights)
         self._ranker = Ranker(packed, self.segment_sizes, self._int_weights)
+        self.packed = self._ranker.codes  # (N, n_bytes): a read-only view of the ranking's copy
         self._sorted_ids, self._id_order = _id_lookup(self.item_ids, lookup, arrays_file)
         self.item_ids = _narrowed(self.item_ids)  # int32 where the ids fit
-
-    @property
-    def packed(self) -> np.ndarray:
-        """The packed database codes (N, n_bytes) uint8, a read-only view of the ranking's."""
-        return self._ranker.codes
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> SearchIndex:
