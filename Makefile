@@ -102,7 +102,7 @@ dvc-deps: setup
 	$(BIN)/python -m tests.dvc_code_deps dvc.yaml
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks components pipelines
+	$(BIN)/ruff check src tests benchmarks components pipelines tools
 	$(BIN)/ruff format --check src tests benchmarks components pipelines
 
 clean-results:
