@@ -3,8 +3,8 @@
 Why: `make setup` installs the lock with uv (about 30 s against pip's 3.5 to 4 minutes, the
 largest part of a fresh clone's `make test`), but uv does not read pip's configuration, and a
 machine may point pip at local indexes, wheel folders or a constraint file (the development
-machines do: docs/development.md). Reading them from `pip config list` keeps pip's
-configuration the single place to say where packages come from.
+machines do, through pip.conf and PIP_FIND_LINKS). Reading them from `pip config list` keeps
+pip's configuration the single place to say where packages come from.
 
 pip merges the indexes it is given and takes the best match from any of them; uv by default
 takes a package from the first index that has it, so `--index-strategy unsafe-best-match` is
