@@ -26,9 +26,11 @@ TARGETS = ("base", "overlays/dev", "overlays/gpu", "overlays/kubeflow", "overlay
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
 OBJECT_STORE = "shdh-seaweedfs"  # the Deployment and Service of SeaweedFS
 SEARCH = "shdh-search"  # the Deployment and Service of `shdh serve`
-# Stand-ins for the Secrets' S3 keys: the steps' identity and the object store's admin.
+# Stand-ins for the Secrets' S3 keys: the steps' identity, the object store's admin and the
+# search service's read-only identity.
 STEP_S3_KEYS = {"AWS_ACCESS_KEY_ID": "step-access", "AWS_SECRET_ACCESS_KEY": "step-secret"}
 ADMIN_S3_KEYS = {"S3_ADMIN_ACCESS_KEY": "admin-access", "S3_ADMIN_SECRET_KEY": "admin-secret"}
+SEARCH_S3_KEYS = {"S3_SEARCH_ACCESS_KEY": "search-access", "S3_SEARCH_SECRET_KEY": "search-secret"}
 
 Obj = dict[str, Any]
 
@@ -93,8 +95,9 @@ def secret_volumes(objects: list[Obj]) -> list[tuple[str, str, str]]:
 
 def s3_identities(target: str, secrets: dict[str, str]) -> tuple[dict, subprocess.CompletedProcess]:
     """The identities file that the object store's init container writes, from its own script
-    and environment in the rendered manifest, with `secrets` standing in for the Secrets' keys;
-    {} when the script wrote none."""
+    and environment in the rendered manifest, with `secrets` standing in for the Secrets' keys
+    (an optional key missing from them is left unset, as Kubernetes does); {} when the script
+    wrote none."""
     objects = render(target)
     spec = find(objects, "Deployment", OBJECT_STORE)["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
@@ -107,7 +110,9 @@ def s3_identities(target: str, secrets: dict[str, str]) -> tuple[dict, subproces
             if "configMapKeyRef" in ref:
                 env[item["name"]] = config[ref["configMapKeyRef"]["key"]]
             elif "secretKeyRef" in ref:
-                env[item["name"]] = secrets[ref["secretKeyRef"]["key"]]
+                key = ref["secretKeyRef"]["key"]
+                if key in secrets or not ref["secretKeyRef"].get("optional"):
+                    env[item["name"]] = secrets[key]
             else:
                 env[item["name"]] = item["value"]
         env["S3_CONFIG_PATH"] = str(Path(folder) / "s3.json")

@@ -25,6 +25,7 @@ from tests.infra.manifests import (
     OBJECT_STORE,
     REPO,
     SEARCH,
+    SEARCH_S3_KEYS,
     STEP_S3_KEYS,
     TARGETS,
     containers,
@@ -58,6 +59,8 @@ STEP_SECRET = "shdh-credentials"
 # The search service's bearer token, mounted as a file (the service) or read by the pipeline's
 # deploy step.
 TOKEN_SECRET = "shdh-search-token"
+# The search service's read-only S3 keys (SeaweedFS identity `search`).
+SEARCH_SECRET = "shdh-search-credentials"
 SECRET_EXAMPLE = K8S / "secret.example.yaml"
 # The pods that may hold the servers' credentials: the servers and the Job that makes the
 # steps' MLflow user. Nothing the pipeline steps run is among them.
@@ -231,7 +234,7 @@ def test_every_secret_reference_is_a_key_of_the_example(target):
 
 def test_secret_example_is_valid_secrets_of_placeholders_only():
     secrets = secret_examples()
-    assert set(secrets) == {SERVER_SECRET, STEP_SECRET, TOKEN_SECRET}
+    assert set(secrets) == {SERVER_SECRET, STEP_SECRET, TOKEN_SECRET, SEARCH_SECRET}
     for name, secret in secrets.items():
         kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
         assert secret["metadata"] == {"name": name, "namespace": NAMESPACE}
@@ -249,9 +252,11 @@ def test_administrator_credentials_go_to_the_servers_only(target):
     objects = render(target)
     references = secret_references(objects)
     for workload, name, key in references:
-        assert name in (SERVER_SECRET, STEP_SECRET), f"{workload}: {name}"
+        assert name in (SERVER_SECRET, STEP_SECRET, SEARCH_SECRET), f"{workload}: {name}"
         if name == SERVER_SECRET:
             assert workload in SERVER_PODS, f"{workload} reads {SERVER_SECRET}/{key}"
+        if name == SEARCH_SECRET:  # the service, and the object store that sets its keys up
+            assert workload in (f"Deployment/{SEARCH}", f"Deployment/{OBJECT_STORE}"), workload
     # What the compiled pipeline attaches to every step (tests/pipelines/test_compile.py).
     assert SECRET == STEP_SECRET
     assert set(SECRET_KEYS) == set(secret_examples()[STEP_SECRET]["stringData"])
@@ -277,19 +282,21 @@ def test_the_steps_s3_identity_is_scoped_to_the_pipelines_bucket(target):
     """SeaweedFS's identities: the steps' keys may read, write, list and tag the pipeline's
     bucket (checkpoints, DVC remote) and nothing else; MLflow's bucket and bucket administration
     are the admin's. tests/infra/test_s3_identities.py checks the same against a real server."""
-    identities, result = s3_identities(target, {**STEP_S3_KEYS, **ADMIN_S3_KEYS})
+    identities, result = s3_identities(target, {**STEP_S3_KEYS, **ADMIN_S3_KEYS, **SEARCH_S3_KEYS})
     assert result.returncode == 0, result.stderr
     by_key = {
         credential["accessKey"]: identity
         for identity in identities["identities"]
         for credential in identity["credentials"]
     }
-    assert set(by_key) == {"step-access", "admin-access"}
-    step, admin = by_key["step-access"], by_key["admin-access"]
+    assert set(by_key) == {"step-access", "admin-access", "search-access"}
+    step, admin, search = by_key["step-access"], by_key["admin-access"], by_key["search-access"]
     assert step["credentials"] == [{"accessKey": "step-access", "secretKey": "step-secret"}]
     config = find(render(target), "ConfigMap", "shdh-config")["data"]
     bucket = config["S3_PIPELINE_BUCKET"]
     assert sorted(step["actions"]) == sorted(f"{action}:{bucket}" for action in S3_ACTIONS)
+    # the search service reads the index: it may read and list, nothing else
+    assert sorted(search["actions"]) == [f"List:{bucket}", f"Read:{bucket}"]
     assert urlsplit(config["SHDH_CHECKPOINT_URL"]).hostname == bucket
     mlflow = next(c for label, c, _ in containers(render(target)) if label.endswith("/mlflow"))
     (destination,) = [a for a in mlflow["args"] if a.startswith("--artifacts-destination=")]
@@ -297,13 +304,33 @@ def test_the_steps_s3_identity_is_scoped_to_the_pipelines_bucket(target):
     assert "Admin" in admin["actions"]
 
 
-def test_the_object_store_refuses_one_key_for_both_identities():
-    """The admin's and the steps' access keys must differ, or SeaweedFS could give a request
-    either identity's rights."""
-    same = {**STEP_S3_KEYS, "S3_ADMIN_ACCESS_KEY": "step-access", "S3_ADMIN_SECRET_KEY": "x"}
-    identities, result = s3_identities("base", same)
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {**STEP_S3_KEYS, "S3_ADMIN_ACCESS_KEY": "step-access", "S3_ADMIN_SECRET_KEY": "x"},
+        {
+            **STEP_S3_KEYS,
+            **ADMIN_S3_KEYS,
+            "S3_SEARCH_ACCESS_KEY": "step-access",
+            "S3_SEARCH_SECRET_KEY": "x",
+        },
+    ],
+    ids=["admin-as-steps", "search-as-steps"],
+)
+def test_the_object_store_refuses_one_key_for_two_identities(keys):
+    """The access keys of the identities must differ, or SeaweedFS could give a request either
+    identity's rights (the search service's read-only keys the steps' write rights)."""
+    identities, result = s3_identities("base", keys)
     assert result.returncode != 0 and identities == {}
     assert "must differ" in result.stderr
+
+
+def test_without_the_search_services_secret_it_has_no_identity():
+    """The search keys are optional: a stack without the service still starts its object store,
+    with the admin's and the steps' identities only."""
+    identities, result = s3_identities("base", {**STEP_S3_KEYS, **ADMIN_S3_KEYS})
+    assert result.returncode == 0, result.stderr
+    assert [i["name"] for i in identities["identities"]] == ["admin", "pipeline"]
 
 
 def test_secret_example_is_in_no_kustomization():
@@ -535,9 +562,10 @@ def search_command_line(objects) -> tuple[dict, argparse.Namespace]:
 
 @targets
 def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
-    """The index prefix comes from shdh-config, in the bucket the steps' S3 identity may read;
-    the copy goes to an emptyDir (the root filesystem is read-only); the keys are the steps'
-    scoped ones, never the object store's admin's."""
+    """The index prefix comes from shdh-config, in the bucket the service's S3 identity may
+    read; the copy goes to an emptyDir (the root filesystem is read-only); the S3 keys are the
+    service's read-only ones, never the steps' or the object store's admin's; the MLflow user is
+    the steps'."""
     objects = render(target)
     container, args = search_command_line(objects)
     config = find(objects, "ConfigMap", "shdh-config")["data"]
@@ -551,7 +579,13 @@ def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert "emptyDir" in volumes[mounts[args.cache_dir]]
     env = env_of(container)
-    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD"):
+    s3_keys = {
+        "AWS_ACCESS_KEY_ID": "S3_SEARCH_ACCESS_KEY",
+        "AWS_SECRET_ACCESS_KEY": "S3_SEARCH_SECRET_KEY",
+    }
+    for variable, key in s3_keys.items():
+        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": SEARCH_SECRET, "key": key}
+    for variable in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": STEP_SECRET, "key": variable}
     assert env["AWS_ENDPOINT_URL"]["valueFrom"]["configMapKeyRef"]["name"] == "shdh-config"
 

@@ -1,6 +1,7 @@
 """The object store of k8s/ run for real: `weed` with the rendered Deployment's own arguments and
 the identities file its init container writes, on loopback. The steps' keys reach their bucket
-and nothing else; the admin's keys create the buckets, as the MLflow pod does."""
+and nothing else; the search service's keys only read and list it; the admin's keys create the
+buckets, as the MLflow pod does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from tests.infra.manifests import (
     ADMIN_S3_KEYS,
     OBJECT_STORE,
+    SEARCH_S3_KEYS,
     STEP_S3_KEYS,
     find,
     render,
@@ -68,7 +70,7 @@ def object_store(tmp_path_factory) -> Iterator[dict]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     root = tmp_path_factory.mktemp("object-store")
-    identities, result = s3_identities("base", {**STEP_S3_KEYS, **ADMIN_S3_KEYS})
+    identities, result = s3_identities("base", {**STEP_S3_KEYS, **ADMIN_S3_KEYS, **SEARCH_S3_KEYS})
     assert result.returncode == 0, result.stderr
     config = root / "s3.json"
     config.write_text(json.dumps(identities))
@@ -90,6 +92,9 @@ def object_store(tmp_path_factory) -> Iterator[dict]:
     step = client(
         STEP_S3_KEYS["AWS_ACCESS_KEY_ID"], STEP_S3_KEYS["AWS_SECRET_ACCESS_KEY"], endpoint
     )
+    search = client(
+        SEARCH_S3_KEYS["S3_SEARCH_ACCESS_KEY"], SEARCH_S3_KEYS["S3_SEARCH_SECRET_KEY"], endpoint
+    )
     config_map = find(render("base"), "ConfigMap", "shdh-config")["data"]
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -104,7 +109,8 @@ def object_store(tmp_path_factory) -> Iterator[dict]:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from exc
                 time.sleep(0.5)
-        yield {"admin": admin, "step": step, "bucket": config_map["S3_PIPELINE_BUCKET"]}
+        bucket = config_map["S3_PIPELINE_BUCKET"]
+        yield {"admin": admin, "step": step, "search": search, "bucket": bucket}
     finally:
         stop(process)
         remove_sockets(ports.values())
@@ -141,3 +147,20 @@ def test_the_steps_reach_no_other_bucket_and_administer_none(object_store):
     assert refused(lambda: step.delete_bucket(Bucket=bucket))
     # The admin may do what the steps may not.
     object_store["admin"].put_object(Bucket="mlflow", Key="x", Body=b"x")
+
+
+def test_the_search_service_reads_and_lists_the_index_and_changes_nothing(object_store):
+    step, search, bucket = object_store["step"], object_store["search"], object_store["bucket"]
+    step.put_object(Bucket=bucket, Key="search/index/index.json", Body=b"{}")
+    listed = search.list_objects_v2(Bucket=bucket, Prefix="search/index/")["Contents"]
+    assert [item["Key"] for item in listed] == ["search/index/index.json"]
+    assert search.get_object(Bucket=bucket, Key="search/index/index.json")["Body"].read() == b"{}"
+    assert refused(lambda: search.put_object(Bucket=bucket, Key="search/index/x", Body=b"x"))
+    assert refused(lambda: search.delete_object(Bucket=bucket, Key="search/index/index.json"))
+    tags = {"TagSet": [{"Key": "k", "Value": "v"}]}
+    key = "search/index/index.json"
+    assert refused(lambda: search.put_object_tagging(Bucket=bucket, Key=key, Tagging=tags))
+    assert refused(lambda: search.get_object(Bucket="mlflow", Key="probe"))
+    assert refused(lambda: search.create_bucket(Bucket="shdh-search-other"))
+    # what it was refused did not happen
+    assert step.get_object(Bucket=bucket, Key=key)["Body"].read() == b"{}"
