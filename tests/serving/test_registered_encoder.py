@@ -84,7 +84,7 @@ def test_the_registered_encoder_serves_by_alias_and_must_match_the_index(store, 
     with serving(create_app(database["index"], encoder=source, token=TOKEN), ready=False) as url:
 
         def detail() -> str:
-            return requests.get(f"{url}/readyz", timeout=5).json()["detail"]
+            return requests.get(f"{url}/readyz", headers=AUTH, timeout=5).json()["detail"]
 
         wait_until(lambda: "loading" not in detail(), "the load to fail", 120)
         assert "rebuild the index (`shdh index`) first" in detail()

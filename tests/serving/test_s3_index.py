@@ -81,11 +81,11 @@ def test_a_missing_prefix_is_the_reason_the_service_is_not_ready(s3, tmp_path):
     with serving(create_app(index_source(url, tmp_path / "cache"), token=TOKEN), False) as base:
 
         def refused() -> bool:
-            answer = requests.get(f"{base}/readyz", timeout=5)
+            answer = requests.get(f"{base}/readyz", headers=AUTH, timeout=5)
             return answer.status_code == 503 and "no index.npz" in answer.json()["detail"]
 
         wait_until(refused, "/readyz to give the reason")
-        detail = requests.get(f"{base}/readyz", timeout=5).json()["detail"]
+        detail = requests.get(f"{base}/readyz", headers=AUTH, timeout=5).json()["detail"]
         assert f"not ready: index {url}: no {INDEX_ARRAYS} at {url}/{INDEX_ARRAYS}" in detail
 
 

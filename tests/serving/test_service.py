@@ -131,7 +131,7 @@ def test_readiness_waits_for_the_index_and_the_encoder(index_dir, tmp_path):
     app = create_app(index_dir, encoder=PixelEncoderSource(gate), token=TOKEN, limits=LIMITS)
     with serving(app, ready=False) as base:
         assert requests.get(f"{base}/healthz", timeout=5).status_code == 200
-        loading = requests.get(f"{base}/readyz", timeout=5)
+        loading = requests.get(f"{base}/readyz", headers=AUTH, timeout=5)
         assert loading.status_code == 503 and "loading" in loading.json()["detail"]
         assert post(base, "/search/ids", json={"ids": [1000]}).status_code == 503
         gate.set()
@@ -144,10 +144,17 @@ def test_readiness_waits_for_the_index_and_the_encoder(index_dir, tmp_path):
     broken = create_app(tmp_path / "none", encoder=PixelEncoderSource(), token=TOKEN)
     with serving(broken, ready=False) as base:
         for _ in range(200):
-            failed = requests.get(f"{base}/readyz", timeout=5).json()["detail"]
+            failed = requests.get(f"{base}/readyz", headers=AUTH, timeout=5).json()["detail"]
             if "loading" not in failed:
                 break
             threading.Event().wait(0.05)
+        # the reason names the index's folder: only a caller with the token reads it
+        assert str(tmp_path / "none") in failed
+        hidden = requests.get(f"{base}/readyz", timeout=5)
+        assert hidden.status_code == 503
+        assert hidden.json() == {"detail": "not ready: send the bearer token for the reason"}
+        wrong = {"Authorization": "Bearer not-the-token-0123456789"}
+        assert "none" not in requests.get(f"{base}/readyz", headers=wrong, timeout=5).text
         assert "index.json: no such file" in failed
 
 

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from shdh.serving import queries
-from shdh.serving.auth import BearerAuth
+from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
 from shdh.serving.limits import BodyLimit, Limits
@@ -69,7 +69,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service  # shdh serve reloads it on SIGHUP
-    app.include_router(_probes(service))
+    app.include_router(_probes(service, token))
     by_codes = _codes_endpoint(service, limits)
     app.include_router(_search_routes(service, limits, by_codes))
     # The hot path also as a plain Starlette route ahead of FastAPI's: the same handler (it
@@ -88,18 +88,25 @@ def create_app(
     return app
 
 
-def _probes(service: Service) -> APIRouter:
+def _probes(service: Service, token: str | None) -> APIRouter:
     router = APIRouter()
 
     @router.get("/healthz", summary="the process is alive")
     def healthz() -> dict[str, str]:
         return {"status": "alive"}
 
-    @router.get("/readyz", summary="200 once the index (and the encoder, if any) are loaded")
-    def readyz() -> JSONResponse:
+    @router.get(
+        "/readyz",
+        summary="200 once the index (and the encoder, if any) are loaded; why not, with the token",
+    )
+    def readyz(request: Request) -> JSONResponse:
         loaded = service.current
         if loaded is None:
             reason = service.last_error or "loading the index and the encoder"
+            # The probe is open (the kubelet sends no token), but a load error names files, S3
+            # prefixes and registry versions: only a caller with the token reads it.
+            if not carries_token(request.headers.get("authorization", "").encode(), token):
+                reason = "send the bearer token for the reason"
             return JSONResponse({"detail": f"not ready: {reason}"}, status_code=503)
         return JSONResponse({"status": "ready", "version": loaded.describe()})
 
