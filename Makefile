@@ -103,7 +103,7 @@ dvc-deps: setup
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks components pipelines tools
-	$(BIN)/ruff format --check src tests benchmarks components pipelines
+	$(BIN)/ruff format --check src tests benchmarks components pipelines tools
 
 clean-results:
 	rm -rf artifacts results mlflow.db mlflow.db-shm mlflow.db-wal mlflow.db.lock mlruns
