@@ -255,8 +255,9 @@ def test_administrator_credentials_go_to_the_servers_only(target):
         assert name in (SERVER_SECRET, STEP_SECRET, SEARCH_SECRET), f"{workload}: {name}"
         if name == SERVER_SECRET:
             assert workload in SERVER_PODS, f"{workload} reads {SERVER_SECRET}/{key}"
-        if name == SEARCH_SECRET:  # the service, and the object store that sets its keys up
-            assert workload in (f"Deployment/{SEARCH}", f"Deployment/{OBJECT_STORE}"), workload
+        if name == SEARCH_SECRET:  # the service, and the servers' set-up of its accounts
+            setup = (f"Deployment/{OBJECT_STORE}", "Job/mlflow-pipeline-user")
+            assert workload in (f"Deployment/{SEARCH}", *setup), workload
     # What the compiled pipeline attaches to every step (tests/pipelines/test_compile.py).
     assert SECRET == STEP_SECRET
     assert set(SECRET_KEYS) == set(secret_examples()[STEP_SECRET]["stringData"])
@@ -564,8 +565,8 @@ def search_command_line(objects) -> tuple[dict, argparse.Namespace]:
 def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
     """The index prefix comes from shdh-config, in the bucket the service's S3 identity may
     read; the copy goes to an emptyDir (the root filesystem is read-only); the S3 keys are the
-    service's read-only ones, never the steps' or the object store's admin's; the MLflow user is
-    the steps'."""
+    service's read-only ones, never the steps' or the object store's admin's; so is its MLflow
+    user (tests/integration/test_mlflow_server.py checks what it may do)."""
     objects = render(target)
     container, args = search_command_line(objects)
     config = find(objects, "ConfigMap", "shdh-config")["data"]
@@ -585,8 +586,12 @@ def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
     }
     for variable, key in s3_keys.items():
         assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": SEARCH_SECRET, "key": key}
-    for variable in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": STEP_SECRET, "key": variable}
+    mlflow_keys = {
+        "MLFLOW_TRACKING_USERNAME": "MLFLOW_SEARCH_USERNAME",
+        "MLFLOW_TRACKING_PASSWORD": "MLFLOW_SEARCH_PASSWORD",
+    }
+    for variable, key in mlflow_keys.items():
+        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": SEARCH_SECRET, "key": key}
     assert env["AWS_ENDPOINT_URL"]["valueFrom"]["configMapKeyRef"]["name"] == "shdh-config"
 
 

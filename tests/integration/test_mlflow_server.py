@@ -236,7 +236,8 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
 ):
     """The Job run as the cluster runs it, twice (the second time with a new password, as after
     a rotation): the steps' user logs runs into the experiment and tags the registered model,
-    but may not write to another experiment nor create users."""
+    but may not write to another experiment nor create users; the search service's user reads
+    the model's versions and the runs, and changes nothing."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
     from mlflow.server import get_app_client
@@ -244,7 +245,7 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
     url = mlflow_server["url"]
     script, literal = pipeline_user_job()
     experiment, model = "shdh-least-privilege", "shdh-least-privilege-encoder"
-    step_user = "shdh-pipeline"
+    step_user, search_user = "shdh-pipeline", "shdh-search"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
     for name, value in AUTH.items():
         monkeypatch.setenv(name, value)
@@ -259,6 +260,8 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
             "SHDH_REGISTERED_MODEL": model,
             "PIPELINE_USERNAME": step_user,
             "PIPELINE_PASSWORD": password,
+            "SEARCH_USERNAME": search_user,
+            "SEARCH_PASSWORD": f"search-{password}",
         }
         result = subprocess.run(
             [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
@@ -277,7 +280,27 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
         step.create_run(other)
     with pytest.raises(MlflowException, match="Permission denied"):
         get_app_client("basic-auth", tracking_uri=url).create_user("intruder", "x" * 16)
+    # what the register step does as the steps' user: a version, and the alias the service loads
+    version = step.create_model_version(model, f"runs:/{run.info.run_id}/model", run.info.run_id)
+    step.set_registered_model_alias(model, "champion", version.version)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", search_user)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", f"search-{password}")
+    search = MlflowClient(url)
+    assert search.get_model_version_by_alias(model, "champion").run_id == run.info.run_id
+    assert search.get_run(run.info.run_id).data.metrics["ndcg_at_100"] == 0.9
+    for write in (
+        lambda: search.create_run(step.get_experiment_by_name(experiment).experiment_id),
+        lambda: search.set_registered_model_alias(model, "champion", "0"),
+        lambda: search.set_registered_model_tag(model, "shdh.champion_of", "x"),
+        lambda: search.log_metric(run.info.run_id, "ndcg_at_100", 1.0),
+    ):
+        with pytest.raises(MlflowException, match="Permission denied"):
+            write()
+    assert search.get_model_version_by_alias(model, "champion").version == version.version
+
     # The first password no longer logs in.
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", step_user)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "shdh-step-password-0123")
     with pytest.raises(MlflowException):
         MlflowClient(url).get_experiment_by_name(experiment)
