@@ -11,9 +11,9 @@ codes plus the encoder (no encoder here: code queries only).
 The index is synthetic: seeded random codes in the layout SHDH makes at 64 bits on a 4-level
 tree (segments 21/21/22, Eq. 2's weights 1/2, 1/3, 1/6), written by `write_index`. Each
 backend's server is a process of its own (its memory is read from /proc), started as
-`shdh serve` starts it (uvicorn.run, one worker). Every backend answers through the same app
-and request path: a faiss backend is an adapter with SearchIndex's `rank_codes`, `hit_arrays`
-and `search_codes` put in place of the loaded index once the app has loaded it (the one
+`shdh serve` starts it (uvicorn.run with its SERVER_OPTIONS). Every backend answers through the
+same app and request path: a faiss backend is an adapter with SearchIndex's `rank_codes`,
+`hit_arrays` and `search_codes` put in place of the loaded index once the app has loaded it (the one
 reference a reload replaces), so only the search differs. faiss on the bit-repeated codes (each
 segment's bits repeated w_k times for the integer weights 3/2/1: exact weighted distances, at
 2x the bits) must give the project's top-k distances, or the script fails; faiss on the plain
@@ -140,6 +140,7 @@ def serve(index_dir: str, backend: str, port: int, ready_file: str) -> None:
     backend answers."""
     import uvicorn
 
+    from shdh.commands.serve import SERVER_OPTIONS
     from shdh.serving import create_app
 
     app = create_app(index_dir)
@@ -157,15 +158,7 @@ def serve(index_dir: str, backend: str, port: int, ready_file: str) -> None:
         Path(ready_file).write_text("ready")
 
     threading.Thread(target=put_backend, daemon=True).start()
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        workers=1,
-        log_level="warning",
-        http="httptools",
-        loop="uvloop",
-    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", **SERVER_OPTIONS)
 
 
 def free_port() -> int:

@@ -50,9 +50,8 @@ class Ranker:
         # the packed bytes, so the byte order within a word cancels out)
         self._masks = np.ascontiguousarray(layout.plane_masks.view(np.uint8)[:, :n_bytes])
         self._shifts = layout.plane_shifts
-        self._dtype = next(
-            t for t in (np.uint8, np.uint16, np.uint32) if layout.max_distance < np.iinfo(t).max
-        )
+        # the kernel's "no bound yet" is the dtype's largest value: above every distance
+        self._dtype = np.min_scalar_type(layout.max_distance + 1)
         if workers is None:
             workers = 1 if self.n_items < _SPLIT_MIN else min(2, os.cpu_count() or 1)
         self.workers = workers

@@ -24,6 +24,12 @@ LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 log = logging.getLogger("shdh")
 
+# How uvicorn runs the service (benchmarks/serve_latency.py starts it the same way). The parser
+# and loop are named, not left to uvicorn's "auto": without httptools and uvloop it falls back to
+# its pure-Python parser and asyncio's loop silently, at a quarter fewer queries a second
+# (docs/serving.md).
+SERVER_OPTIONS = {"workers": 1, "http": "httptools", "loop": "uvloop"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -101,17 +107,7 @@ def run(args: argparse.Namespace) -> int:
     source = index_source(args.index, args.cache_dir)
     app = create_app(source, encoder=encoder, token=token, limits=limits, images=images)
     _reload_on_sighup(app.state.service)
-    # named, not left to uvicorn's "auto": without them it falls back to its pure-Python parser
-    # and asyncio's loop silently, at a quarter fewer queries a second (docs/serving.md)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        workers=1,
-        log_level="info",
-        http="httptools",
-        loop="uvloop",
-    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", **SERVER_OPTIONS)
     return 0
 
 
