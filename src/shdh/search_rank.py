@@ -7,27 +7,30 @@ What differs from calling rank_with_distances per request: the database is held 
 planes and the distance dtype are prepared once, not per query; distances are kept in the
 narrowest unsigned type; and the database is split over `workers` threads (the kernel releases
 the GIL), each scoring its rows for every query of the batch, their keys then merged: two
-threads on two cores halve a single query's latency, and a batch's.
+threads on two cores halve a single query's latency, and a batch's. By default there is a
+thread per CPU the process may keep busy (the pod's CPU limit, not the node's cores: more
+threads than the CFS quota allows would spend each period throttled), and no thread gets
+fewer than _PART_MIN items.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from shdh import search_kernel
+from shdh.cpu_limit import available_cpus
 from shdh.retrieval import _layout
 
 # Items scored per pass for one query: 1 KiB of uint8 distances stays in L1 beside the codes.
 _TILE = 1024
 # Rows transposed at a time into the byte-major copy: a memory-mapped source is read in pieces.
 _COPY_ROWS = 1 << 20
-# Below this many items a query takes well under a millisecond: handing its halves to two
-# threads would cost more than it saves.
-_SPLIT_MIN = 1 << 17
+# A thread's smallest share of the database: 65,536 items score in about 30 us on one core, the
+# order of handing work to a thread, so a smaller share would cost more than it saves.
+_PART_MIN = 1 << 16
 
 
 class Ranker:
@@ -53,7 +56,7 @@ class Ranker:
         # the kernel's "no bound yet" is the dtype's largest value: above every distance
         self._dtype = np.min_scalar_type(layout.max_distance + 1)
         if workers is None:
-            workers = 1 if self.n_items < _SPLIT_MIN else min(2, os.cpu_count() or 1)
+            workers = max(1, min(available_cpus(), self.n_items // _PART_MIN))
         self.workers = workers
         self._pool = ThreadPoolExecutor(self.workers - 1) if self.workers > 1 else None
 

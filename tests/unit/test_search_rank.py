@@ -42,3 +42,19 @@ def test_ranker_equals_rank_with_distances(sizes, weights, workers, n, k):
         want_rows, want_dist = rank_with_distances(batch, db, sizes, int_weights, top_n=k)
         np.testing.assert_array_equal(rows, want_rows)
         np.testing.assert_array_equal(dist, want_dist)
+
+
+@pytest.mark.parametrize(
+    ("n", "cpus", "want"),
+    [
+        (100_000, 8, 1),  # under two threads' worth of items: one thread
+        (131_072, 8, 2),
+        (1_000_000, 1, 1),  # a pod limited to one CPU gets no second thread
+        (1_000_000, 4, 4),
+        (1_000_000, 64, 15),  # each thread keeps at least 65,536 items
+    ],
+)
+def test_default_threads_follow_the_cpu_limit_and_the_database_size(monkeypatch, n, cpus, want):
+    monkeypatch.setattr("shdh.search_rank.available_cpus", lambda: cpus)
+    db = np.zeros((n, 1), dtype=np.uint8)
+    assert Ranker(db, [8], [1]).workers == want
