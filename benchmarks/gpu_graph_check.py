@@ -1,7 +1,10 @@
 """Does the CUDA-graph training step train as the eager one does? Two short fits from one seed,
 eager and graphed, on Fashion-MNIST-H-sized synthetic data; their per-epoch losses must agree.
+With --fused-sgd the graphed fit also runs SGD as one fused kernel (the gpu profile's
+train.fused_sgd), against eager steps with torch's default SGD.
 
     python benchmarks/gpu_graph_check.py [--device cuda] [--n-train 6400] [--epochs 3]
+        [--fused-sgd]
 
 On a GPU the two are not bit-identical (cuDNN and bf16 reductions are not deterministic from run
 to run, eager or not), so the check is a tolerance: every epoch's mean loss within --tolerance
@@ -45,6 +48,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--width", type=float, default=1.0)
     parser.add_argument("--tolerance", type=float, default=0.02)
+    parser.add_argument("--fused-sgd", action="store_true", help="fused SGD in the graphed fit")
     args = parser.parse_args()
     try:
         device = resolve_device(args.device)
@@ -58,12 +62,13 @@ def main() -> int:
     messages = _Messages()
     logging.getLogger("shdh.cuda_graph_step").addHandler(messages)
     logging.getLogger("shdh.cuda_graph_step").setLevel(logging.INFO)
-    graphed = fit_losses(replace(config, cuda_graph=True), images, anc)
+    graphed = fit_losses(replace(config, cuda_graph=True, fused_sgd=args.fused_sgd), images, anc)
     captured = any("captured" in m for m in messages.seen)
     failed = [m for m in messages.seen if "failed" in m]
     for message in messages.seen:
         print(f"log: {message}")
-    print("| epoch | eager loss | CUDA-graph loss | relative difference |")
+    sgd = "fused SGD" if args.fused_sgd else "default SGD"
+    print(f"| epoch | eager loss | CUDA-graph loss ({sgd}) | relative difference |")
     print("|---:|---:|---:|---:|")
     worst = 0.0
     for epoch, (a, b) in enumerate(zip(eager, graphed, strict=True), start=1):

@@ -9,8 +9,9 @@
 # has its own deadline and the archive is written whatever finished: the fits get what is left
 # of SESSION_SECONDS (default 540, for a 600-second call) after the checks, less 25 s to pack.
 # Phases:
-# 1. the CUDA-graph check (benchmarks/gpu_graph_check.py): eager and graphed fits must agree,
-#    else every fit trains with eager steps (--no-cuda-graph);
+# 1. the CUDA-graph check (benchmarks/gpu_graph_check.py): eager fits and graphed ones with
+#    fused SGD (the gpu profile's) must agree, else every fit trains with eager steps and torch's
+#    default SGD (--no-cuda-graph --no-fused-sgd);
 # 2. the loop benchmark with a profiler trace (benchmarks/gpu_epoch.py --trace);
 # 3. the deep fits from the bundle, under the bundle's convergence rule (profiles/gpu.yaml): one
 #    process per (method, seed), nine side by side, each doing 64 bits first, then 32 and 48. At
@@ -50,21 +51,22 @@ phase "machine"
 
 phase "CUDA graph check: eager and graphed fits from one seed"
 graph_flag=()
-(cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" "${check[@]}") \
+(cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" --fused-sgd \
+  "${check[@]}") \
   >"$run/graph-check.txt" 2>&1
 rc=$?
 echo "rc $rc" >>"$run/graph-check.txt"
 tail -n 8 "$run/graph-check.txt" | tee -a "$run/session.log"
 if [ "$rc" != 0 ]; then
-  graph_flag=(--no-cuda-graph)
+  graph_flag=(--no-cuda-graph --no-fused-sgd)
   phase "the graphed steps did not agree or failed: eager steps for the fits"
 fi
 
-phase "benchmark: network-only and whole step, eager and graphed loops, profiler trace"
+phase "benchmark: network-only and whole step, graphed variants, the loops, profiler trace"
 (cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
   --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
 echo "rc $?" >>"$run/gpu_epoch.txt"
-tail -n 22 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+tail -n 40 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
 
 if [ "${FITS:-1}" = 0 ]; then
   phase "pack (no fits)"

@@ -334,6 +334,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-cuda-graph", action="store_true", help="eager steps, whatever train.cuda_graph says"
     )
+    parser.add_argument(
+        "--no-fused-sgd", action="store_true", help="torch's default SGD, whatever train.fused_sgd"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -344,6 +347,8 @@ def run_train(args: argparse.Namespace) -> int:
         overrides["compile"] = True
     if args.no_cuda_graph:
         overrides["cuda_graph"] = False
+    if args.no_fused_sgd:
+        overrides["fused_sgd"] = False
     for path in train_bundle(
         bundle,
         args.out,

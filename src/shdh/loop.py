@@ -41,6 +41,9 @@ class LoopSettings:
     num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
     compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
     cuda_graph: bool = False  # replay each training step as one CUDA graph (GPU; opt-in)
+    # SGD as one fused kernel over every parameter (GPU; opt-in): the per-tensor-list kernels of
+    # the default read and write the weights, gradients and momenta several times.
+    fused_sgd: bool = False
     # Seconds between checkpoints (0: after every epoch; the last epoch always gets one). A GPU
     # epoch of the paper's network takes about a second and its checkpoint 270 MB, so writing
     # every epoch would cost a fifth of the time; an interrupted fit redoes at most this much.
@@ -53,12 +56,11 @@ class LoopSettings:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        if self.head_init not in HEAD_INITS:
-            raise ValueError(
-                f"{name}.head_init must be one of {HEAD_INITS}, got {self.head_init!r}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"{name}.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for key, choices in (("head_init", HEAD_INITS), ("schedule", SCHEDULES)):
+            if getattr(self, key) not in choices:
+                raise ValueError(
+                    f"{name}.{key} must be one of {choices}, got {getattr(self, key)!r}"
+                )
         for key, ok in self._in_range().items():
             if not ok:
                 raise ValueError(f"{name}.{key} is out of range: {getattr(self, key)!r}")
@@ -114,7 +116,14 @@ def settings_of(cls: type[T], value: T | Mapping[str, Any] | None, argument: str
 LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))
 # The loop settings that change how fast a fit runs, never what it computes: a checkpoint resumes
 # under other values of them, and records that compare fits leave them out.
-RUNTIME_FIELDS = ("device", "num_threads", "compile", "cuda_graph", "checkpoint_seconds")
+RUNTIME_FIELDS = (
+    "device",
+    "num_threads",
+    "compile",
+    "cuda_graph",
+    "fused_sgd",
+    "checkpoint_seconds",
+)
 DEFAULT_LOOP = LoopSettings()  # the hashers' default (frozen, so one instance serves all)
 
 

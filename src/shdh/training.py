@@ -47,6 +47,7 @@ _RESUMABLE_FIELDS = ("epochs", *RUNTIME_FIELDS)
 # "never" trains afresh; "always" continues the checkpoint and fails, naming it, when it is
 # missing or from other settings or data; "auto" continues a matching one, else starts afresh.
 RESUME_MODES = ("never", "auto", "always")
+_SGD_KERNELS = ("fused", "foreach")  # an SGD param group's implementation, not its arithmetic
 
 LossFn = Callable[
     [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
@@ -506,7 +507,12 @@ class _State:
     def load(self, ckpt: dict[str, Any], memory_bank: bool, device: torch.device) -> None:
         """Continue from a checkpoint: weights, optimiser, schedule, history and RNG state."""
         self.model.load_state_dict(ckpt["model"])
+        # torch restores a group's kernel choice with its hyperparameters; the kernels are this
+        # run's to choose (a GPU fit's fused SGD would otherwise follow its checkpoint to a CPU)
+        kernels = [{k: g[k] for k in _SGD_KERNELS if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group, chosen in zip(self.optimizer.param_groups, kernels, strict=True):
+            group.update(chosen)
         self.scheduler.load_state_dict(ckpt["scheduler"])
         self.history, self.epoch = list(ckpt["history"]), int(ckpt["epoch"])
         self.probe_codes = ckpt["probe_codes"]
@@ -516,6 +522,20 @@ class _State:
         torch.set_rng_state(ckpt["rng_cpu"])
         if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
+
+
+def make_optimizer(
+    config: TrainConfig, model: torch.nn.Module, device: torch.device
+) -> torch.optim.SGD:
+    """The paper's SGD with momentum and weight decay; one fused kernel where config.fused_sgd
+    asks for it on a GPU (fused=None keeps torch's choice: the CPU's fits stay bit for bit)."""
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        fused=True if config.fused_sgd and device.type == "cuda" else None,
+    )
 
 
 def _restore(
@@ -531,12 +551,7 @@ def _restore(
     model = model.to(device)
     if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        weight_decay=config.weight_decay,
-    )
+    optimizer = make_optimizer(config, model, device)
     scheduler = convergence.make_scheduler(config, optimizer)
     n_bank = n_train if config.memory_bank else 0
     state = _State(

@@ -236,8 +236,8 @@ def test_the_oracle_trains_once_per_seed_from_a_bundle(tmp_path, fashion_raw):
 
 def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fashion_raw):
     """The gpu profile's rule travels in the bundle: a fit from it holds out items, scores them
-    every epoch and ends at the plateau (its record has the curve); --no-cuda-graph is recorded
-    in the run's manifest as the setting it overrides."""
+    every epoch and ends at the plateau (its record has the curve); --no-cuda-graph and
+    --no-fused-sgd are recorded in the run's manifest as the settings they override."""
     _, bundle = _bundle_run(
         tmp_path,
         fashion_raw,
@@ -250,9 +250,11 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
         min_delta=0.5,
         max_decays=0,
         cuda_graph=True,
+        fused_sgd=True,
     )
     out = tmp_path / "gpu"
     argv = ["bundle", "train", str(bundle), "--out", str(out), "--no-progress", "--no-cuda-graph"]
+    argv.append("--no-fused-sgd")
     assert cli_main(argv) == 0
     history = json.loads((out / "fits" / "shdh-16.json").read_text())["history"]
     # epoch 1 sets the best score; epoch 2 gains less than 0.5, so the lr decays once more than
@@ -261,3 +263,4 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
     assert all(0 < e["val_ndcg_at_100"] <= 1 for e in history)
     manifest = json.loads((out / "bundle.json").read_text())
     assert manifest["train"]["cuda_graph"] is False and manifest["train"]["val_size"] == 30
+    assert manifest["train"]["fused_sgd"] is False

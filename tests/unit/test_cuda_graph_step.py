@@ -11,10 +11,13 @@ from shdh import cuda_graph_step
 from shdh.cuda_graph_step import GraphedStep
 
 
-def _model_and_step():
+def _model_and_step(device: torch.device | None = None, fused: bool | None = None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    model.to(device)  # before the optimiser: fused SGD checks its parameters' device
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3, fused=fused
+    )
 
     def step(x: torch.Tensor, y: torch.Tensor):
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -65,12 +68,13 @@ def test_a_failed_capture_falls_back_to_eager_steps_that_train_alike(monkeypatch
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_graphed_and_eager_steps_train_alike_on_a_card():
+@pytest.mark.parametrize("fused", [None, True])
+def test_graphed_and_eager_steps_train_alike_on_a_card(fused):
     """Replays compute what eager steps compute: the same losses and weights (to bf16-free
-    float rounding), the learning rate's change captured anew, the graph replayed."""
+    float rounding), the learning rate's change captured anew, the graph replayed; with torch's
+    default SGD kernels and with fused SGD (train.fused_sgd) in the graph."""
     device = torch.device("cuda")
-    model, optimizer, step = _model_and_step()
-    model.to(device)
+    model, optimizer, step = _model_and_step(device, fused)
     reference = copy.deepcopy(model)
     ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
     graphed = GraphedStep(step, optimizer, device)

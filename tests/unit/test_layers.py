@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "shdh.atomic": CORE,
     "shdh.code_fingerprint": CORE,
     "shdh.cpu_pin": CORE,
+    "shdh.cpu_limit": CORE,
     "shdh.errors": CORE,
     "shdh.devices": CORE,
     "shdh.hierarchy": CORE,
@@ -58,7 +59,6 @@ LAYERS: dict[str, int] = {
     "shdh.comparison_view": STEPS,
     "shdh.registry": STEPS,
     "shdh.checkpoint_store": STEPS,
-    "shdh.cpu_limit": STEPS,
     "shdh.inputs": STEPS,
     "shdh.progress": STEPS,
     # the run plan and the settings

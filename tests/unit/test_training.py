@@ -1,4 +1,5 @@
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -367,3 +368,25 @@ def test_resolve_device() -> None:
         # Before any work, with the build's CUDA version and the driver (tests/unit/test_devices)
         with pytest.raises(ValueError, match=r"CUDA is not usable here \(torch .*NVIDIA driver"):
             resolve_device("cuda")
+
+
+def test_a_fused_gpu_checkpoint_resumes_on_the_cpus_own_sgd(tmp_path: Path, monkeypatch) -> None:
+    """train.fused_sgd is a runtime choice: a checkpoint written by a fused GPU fit resumes on
+    the CPU with the CPU's kernels, to the model an uninterrupted CPU fit gives."""
+    data = _toy(16)
+    straight = _train(tmp_path / "a", data, config={"epochs": 3})
+    _train(tmp_path / "b", data, config={"epochs": 2})
+    path = tmp_path / "b" / "checkpoint.pt"
+    ckpt = torch.load(path, weights_only=True)
+    for group in ckpt["optimizer"]["param_groups"]:
+        group["fused"], group["foreach"] = True, False  # as a fused CUDA fit saves it
+    torch.save(ckpt, path)
+
+    def no_fused_sgd(*args, **kwargs):
+        raise AssertionError("the CPU fit ran fused SGD")
+
+    sgd_module = sys.modules[torch.optim.SGD.__module__]  # torch.optim hides its module name
+    monkeypatch.setattr(sgd_module, "_fused_sgd", no_fused_sgd)
+    resumed = _train(tmp_path / "b", data, config={"epochs": 3, "fused_sgd": True}, resume="always")
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

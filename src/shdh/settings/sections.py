@@ -127,6 +127,7 @@ LoopSettings = with_checks(
         "num_threads": (optional(integer(1)), "torch CPU threads"),
         "compile": (BOOL, "torch.compile the network for training (GPU)"),
         "cuda_graph": (BOOL, "replay each training step as a CUDA graph (GPU)"),
+        "fused_sgd": (BOOL, "SGD as one fused kernel (GPU)"),
         "checkpoint_seconds": (number(0), "seconds between checkpoints; 0: every epoch"),
         "val_size": (integer(0), "training items held out to score every epoch"),
         "schedule": (choice(*loop.SCHEDULES), "step (fixed decay) or plateau"),
