@@ -196,11 +196,16 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     mlflow_server, smoke_run, monkeypatch, capsys
 ):
     """`shdh register` through the server's API and artifact proxy, with the credentials; the
-    model loaded by its alias encodes the database images to the codes evaluate wrote."""
+    model loaded by its alias encodes the database images to the codes evaluate wrote. The
+    search service's encoder source loads it the same way as a user with no grant (the server's
+    default permission, READ: how the Job mlflow-pipeline-user makes the service's user), its
+    artifacts through the proxy, and encodes the same codes."""
     import numpy as np
+    from mlflow.server import get_app_client
 
     from shdh.cli import main
     from shdh.codes import load_codes
+    from shdh.serving.encoders import RegisteredModel
     from shdh.steps.prepare import load_prepared
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
@@ -218,8 +223,18 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     model = registry.load_by_alias("shdh-smoke", "best")
     ds, split = load_prepared(smoke_run["work"] / "artifacts" / "prepared")
     codes = load_codes(smoke_run["results"] / "codes" / "shdh-16.npz")
-    predicted = model.predict(np.asarray(ds.images[split.db_idx[:50]]))
-    np.testing.assert_array_equal(np.asarray(predicted), codes.db_codes[:50])
+    images = np.asarray(ds.images[split.db_idx[:50]])
+    np.testing.assert_array_equal(np.asarray(model.predict(images)), codes.db_codes[:50])
+
+    reader, reader_password = "shdh-search-reader", "shdh-search-reader-0123"
+    get_app_client("basic-auth", tracking_uri=mlflow_server["url"]).create_user(
+        reader, reader_password
+    )
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", reader)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", reader_password)
+    encoder = RegisteredModel("shdh-smoke", "best").load()
+    assert encoder.n_bits == 16 and encoder.run_id == model.metadata.run_id
+    np.testing.assert_array_equal(encoder.encode(images), codes.db_codes[:50])
 
 
 def pipeline_user_job() -> tuple[str, dict[str, str]]:
