@@ -6,6 +6,11 @@ throttled, so a step that sizes its thread pool by itself reads the limit from t
 kubelet wrote it into: cgroup v2 `cpu.max` ("QUOTA PERIOD", or "max PERIOD" without a limit),
 else cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` (-1 without a limit). Outside a
 container, or where the files are missing or unreadable, the CPUs this process may run on count.
+
+The maths libraries size their own pools the same wrong way (OpenMP, hence torch, and OpenBLAS,
+MKL and numba count the cores the process may run on, which a CPU limit does not narrow), so
+`limit_threads` gives each of them the limit through its variable before it loads; the front
+doors call it with the CPU pin (shdh.cpu_pin.pin_cpu).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,29 @@ def available_cpus(root: str | Path | None = None) -> int:
     if quota is None:
         return max(1, cores)
     return max(1, min(cores, math.floor(quota)))
+
+
+# The variables the maths libraries size their thread pools by, read when each loads.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+
+
+def limit_threads(
+    environ: MutableMapping[str, str] = os.environ, root: str | Path | None = None
+) -> int | None:
+    """Under a CPU limit, set each of THREAD_VARIABLES that is not already set to
+    available_cpus() and return that count; without a limit change nothing (None). A value set
+    by the user or the pod spec wins."""
+    if cpu_quota(root) is None:
+        return None
+    threads = available_cpus(root)
+    for name in THREAD_VARIABLES:
+        environ.setdefault(name, str(threads))
+    return threads
 
 
 def _read(path: Path) -> str:

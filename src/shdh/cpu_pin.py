@@ -33,6 +33,8 @@ import sys
 from collections.abc import MutableMapping
 from importlib import metadata
 
+from shdh.cpu_limit import limit_threads
+
 log = logging.getLogger(__name__)
 
 SETTING = "SHDH_CPU_PIN"
@@ -92,13 +94,17 @@ def pin_cpu(environ: MutableMapping[str, str] = os.environ, *, reexec: bool = Fa
     """Apply the mode SHDH_CPU_PIN asks for to the environment; returns it.
 
     `avx2` sets AVX2_PIN (and SHDH_CPU_PIN itself, so child processes inherit the mode);
-    `off` leaves the variables as they are. Called after a library that reads them has loaded,
-    the pin would come too late for it: with reexec (for a `__main__` that had to import them
-    first) the process starts again, as it was started, with the pinned environment; without,
-    it logs a warning that this run's numbers may not be reproducible elsewhere.
+    `off` leaves the variables as they are. Either way, under a container's CPU limit the
+    libraries' thread counts are set to it (shdh.cpu_limit.limit_threads).
+
+    Called after a library that reads them has loaded, the pin would come too late for it:
+    with reexec (for a `__main__` that had to import them first) the process starts again, as it
+    was started, with the pinned environment; without, it logs a warning that this run's numbers
+    may not be reproducible elsewhere.
     """
     mode = requested_mode(environ)
     environ[SETTING] = mode
+    limit_threads(environ)  # a pin or not, no library should start more threads than it may run
     if mode == "off":
         return mode
     changed = sorted(k for k, v in AVX2_PIN.items() if environ.get(k) != v)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
-from shdh.cpu_limit import available_cpus, cpu_quota
+from shdh.cpu_limit import THREAD_VARIABLES, available_cpus, cpu_quota, limit_threads
+from shdh.cpu_pin import SETTING, pin_cpu
 from shdh.steps.score import eval_workers
+from tests.conftest import REPO
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -69,3 +73,46 @@ def test_evaluate_workers_null_follows_the_pod_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(shdh.cpu_limit, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
     assert eval_workers(None) == 1
     assert eval_workers(3) == 3  # an explicit count wins
+
+
+def test_under_a_limit_every_library_gets_its_thread_count_unless_already_set(tmp_path):
+    root = cgroup_v2(tmp_path, "100000 100000")
+    environ = {"OMP_NUM_THREADS": "3"}  # set by the user or the pod spec: kept
+    assert limit_threads(environ, root) == 1
+    assert environ == {name: "1" for name in THREAD_VARIABLES} | {"OMP_NUM_THREADS": "3"}
+
+
+def test_without_a_limit_no_thread_count_is_set(tmp_path):
+    environ: dict[str, str] = {}
+    assert limit_threads(environ, tmp_path) is None and environ == {}
+
+
+@pytest.mark.parametrize("mode", ["avx2", "off"])
+def test_the_pin_sets_the_thread_counts_in_either_mode(tmp_path, monkeypatch, mode):
+    monkeypatch.setattr("shdh.cpu_limit.CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
+    environ = {SETTING: mode}
+    pin_cpu(environ)
+    assert all(environ[name] == "1" for name in THREAD_VARIABLES)
+
+
+def test_torch_and_numba_start_as_many_threads_as_the_limit_allows(tmp_path):
+    """A front door's pin under a 1-CPU limit, in a fresh process: torch and numba size their
+    pools by it, not by the cores."""
+    root = cgroup_v2(tmp_path, "100000 100000")
+    code = (
+        "import sys; from pathlib import Path; import shdh.cpu_limit as c; "
+        "c.CGROUP_ROOT = Path(sys.argv[1]); from shdh.cpu_pin import pin_cpu; pin_cpu(); "
+        "import numba, torch; print(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]

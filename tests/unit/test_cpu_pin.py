@@ -39,6 +39,13 @@ AVX512_CAPS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_cpu_limit(tmp_path_factory, monkeypatch) -> None:
+    """No cgroup CPU limit, whatever the machine running the tests has: the pin then sets only
+    its own variables (the thread counts under a limit: tests/unit/test_cpu_limit.py)."""
+    monkeypatch.setattr("shdh.cpu_limit.CGROUP_ROOT", tmp_path_factory.mktemp("no-cgroup"))
+
+
 def unpinned_env(**extra: str) -> dict[str, str]:
     """This process's environment less the pin (the suite runs pinned), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if k not in AVX2_PIN and k != SETTING}
