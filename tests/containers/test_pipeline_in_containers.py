@@ -95,3 +95,23 @@ def test_the_root_filesystem_is_read_only_as_in_the_pods(runtime_image, path):
         timeout=120,
     )
     assert done.returncode != 0 and "Read-only file system" in done.stderr
+
+
+def test_a_cpu_limit_sizes_the_maths_libraries_thread_pools(runtime_image):
+    """A container limited to one CPU (the CFS quota a pod's limit sets; cgroup v1 or v2, as the
+    host has it): after the pin every step runs first, torch, numba and OpenBLAS start one
+    thread, where they would start one per core the container may run on."""
+    code = (
+        "from shdh.cpu_pin import pin_cpu; pin_cpu(); import os, numba, torch; "
+        "print(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, "
+        "os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--cpus", "1", "--read-only", "--user", "10001:10001"]
+        + ["--network", "none", runtime_image, "python", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "1"]
