@@ -9,6 +9,8 @@
 # has its own deadline and the archive is written whatever finished: the fits get what is left
 # of SESSION_SECONDS (default 540, for a 600-second call) after the checks, less 25 s to pack.
 # Phases:
+# 0. the tests that need a CUDA device (the CUDA-graph step, default and fused SGD; the resident
+#    and pinned training data paths), with the machine's pytest: they import only the core;
 # 1. the CUDA-graph check (benchmarks/gpu_graph_check.py): eager fits and graphed ones with
 #    fused SGD (the gpu profile's) must agree, else every fit trains with eager steps and torch's
 #    default SGD (--no-cuda-graph --no-fused-sgd);
@@ -48,6 +50,13 @@ phase() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$run/session.log"; }
 phase "machine"
 { nvidia-smi -L 2>&1 || true; "$py" -c 'import torch, numpy; print("torch", torch.__version__,
 "cuda", torch.version.cuda, "numpy", numpy.__version__)'; nproc; } | tee -a "$run/session.log"
+
+phase "the CUDA-only tests"
+timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs tests/unit/test_cuda_graph_step.py \
+  tests/unit/test_training_data_path.py >"$run/cuda-tests.txt" 2>&1
+echo "rc $?" >>"$run/cuda-tests.txt"
+grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed)|^rc " "$run/cuda-tests.txt" | tail -n 12 \
+  | tee -a "$run/session.log"
 
 phase "CUDA graph check: eager and graphed fits from one seed"
 graph_flag=()
