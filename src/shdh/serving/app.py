@@ -27,6 +27,7 @@ from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
 from shdh.serving.limits import BodyLimit, Limits
+from shdh.serving.metrics import CONTENT_TYPE, MetricsMiddleware, RequestMetrics, service_lines
 from shdh.serving.page import PAGE
 from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
 from shdh.serving.state import Loaded, Service
@@ -69,7 +70,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service  # shdh serve reloads it on SIGHUP
+    metrics = RequestMetrics()
     app.include_router(_probes(service, token))
+    app.include_router(_metrics_route(service, metrics))
     by_codes = _codes_endpoint(service, limits)
     app.include_router(_search_routes(service, limits, by_codes))
     # The hot path also as a plain Starlette route ahead of FastAPI's: the same handler (it
@@ -84,8 +87,20 @@ def create_app(
     app.exception_handler(Exception)(_internal_error)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     if token is not None:
-        app.add_middleware(BearerAuth, token=token)  # added last: runs first
+        app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last: runs first, sees 401s
     return app
+
+
+def _metrics_route(service: Service, metrics: RequestMetrics) -> APIRouter:
+    router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
+
+    @router.get("/metrics", response_class=Response, summary="counters for Prometheus")
+    def prometheus() -> Response:
+        text = "\n".join([*metrics.lines(), *service_lines(service)]) + "\n"
+        return Response(text, media_type=CONTENT_TYPE)
+
+    return router
 
 
 def _probes(service: Service, token: str | None) -> APIRouter:

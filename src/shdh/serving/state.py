@@ -74,6 +74,7 @@ class Service:
         self.encoder_source = encoder
         self.current: Loaded | None = None
         self.last_error: str | None = None
+        self.loads_failed = 0  # for /metrics: a failed reload leaves the old version serving
         self._reloading = threading.Lock()
         self._generation = 0
 
@@ -90,6 +91,7 @@ class Service:
                     check_match(index, encoder, where, self.encoder_source.describe())
             except Exception as exc:
                 self.last_error = str(exc)
+                self.loads_failed += 1
                 log.error("loading the index or the encoder failed: %s", exc)
                 raise
             self._generation += 1
@@ -98,6 +100,11 @@ class Service:
             self.last_error = None
             log.info("serving generation %d: %s", loaded.generation, loaded.describe())
             return loaded
+
+    @property
+    def loads_ok(self) -> int:
+        """Loads that switched the served version (each one's generation)."""
+        return self._generation
 
     def load_in_background(self) -> threading.Thread:
         """The first load, off the event loop, so /healthz answers while a large index loads."""
