@@ -44,11 +44,14 @@ def cpu_quota(root: str | Path | None = None) -> float | None:
 def available_cpus(root: str | Path | None = None) -> int:
     """Worker threads to start: the CPU limit rounded down (at least 1), never more than the
     CPUs this process may run on."""
+    return _threads_under(cpu_quota(root))
+
+
+def _threads_under(quota: float | None) -> int:
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         cores = os.cpu_count() or 1
-    quota = cpu_quota(root)
     if quota is None:
         return max(1, cores)
     return max(1, min(cores, math.floor(quota)))
@@ -69,9 +72,10 @@ def limit_threads(
     """Under a CPU limit, set each of THREAD_VARIABLES that is not already set to
     available_cpus() and return that count; without a limit change nothing (None). A value set
     by the user or the pod spec wins."""
-    if cpu_quota(root) is None:
+    quota = cpu_quota(root)
+    if quota is None:
         return None
-    threads = available_cpus(root)
+    threads = _threads_under(quota)
     for name in THREAD_VARIABLES:
         environ.setdefault(name, str(threads))
     return threads

@@ -8,7 +8,7 @@ import requests
 
 from shdh.search import SearchIndex
 from shdh.serving import Limits, create_app
-from shdh.serving.metrics import BUCKETS, RequestMetrics, route_label
+from shdh.serving.metrics import BUCKETS, RequestMetrics, RouteLabels
 from tests.serving.server import AUTH, TOKEN, PixelEncoderSource, make_index, serving
 
 pytestmark = pytest.mark.integration
@@ -95,4 +95,5 @@ def test_a_request_is_counted_in_the_first_bucket_that_holds_its_time():
     assert got[f'shdh_search_request_seconds_bucket{{{labels},le="5.0"}}'] == 1
     assert got[f'shdh_search_request_seconds_bucket{{{labels},le="+Inf"}}'] == 2
     assert got[f"shdh_search_request_seconds_sum{{{labels}}}"] == pytest.approx(60.003)
+    route_label = RouteLabels(["/", "/items/{item_id}/image"])
     assert route_label("/items/17/image") == "/items/{item_id}/image"

@@ -27,7 +27,13 @@ from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
 from shdh.serving.limits import BodyLimit, Limits
-from shdh.serving.metrics import CONTENT_TYPE, MetricsMiddleware, RequestMetrics, service_lines
+from shdh.serving.metrics import (
+    CONTENT_TYPE,
+    MetricsMiddleware,
+    RequestMetrics,
+    RouteLabels,
+    service_lines,
+)
 from shdh.serving.page import PAGE
 from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
 from shdh.serving.state import Loaded, Service
@@ -71,16 +77,20 @@ def create_app(
     )
     app.state.service = service  # shdh serve reloads it on SIGHUP
     metrics = RequestMetrics()
-    app.include_router(_probes(service, token))
-    app.include_router(_metrics_route(service, metrics))
     by_codes = _codes_endpoint(service, limits)
-    app.include_router(_search_routes(service, limits, by_codes))
+    routers = [
+        _probes(service, token),
+        _metrics_route(service, metrics),
+        _search_routes(service, limits, by_codes),
+        _item_routes(images),
+    ]
+    for router in routers:
+        app.include_router(router)
     # The hot path also as a plain Starlette route ahead of FastAPI's: the same handler (it
     # parses its own body and writes its own Response) without FastAPI's per-request
     # dependency solving; FastAPI's route stays for the OpenAPI docs. The token and the body
     # limit are middleware and the exception handlers the app's, so both answer the same.
     app.router.routes.insert(0, Route("/search/codes", by_codes, methods=["POST"]))
-    app.include_router(_item_routes(images))
     app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(QueryError)(_refused)
     app.exception_handler(UploadError)(_refused)
@@ -88,7 +98,8 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     if token is not None:
         app.add_middleware(BearerAuth, token=token)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last: runs first, sees 401s
+    labels = RouteLabels(route.path for router in routers for route in router.routes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, labels=labels)  # runs first: sees 401s
     return app
 
 

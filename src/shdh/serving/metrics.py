@@ -7,40 +7,45 @@ many loads succeeded and failed (a reload that fails leaves the old index servin
 counter shows it). Written by hand rather than with prometheus_client, which is not in the lock:
 the exposition format is a few lines of text.
 
-Route labels are the service's own paths, and "other" for any path it does not serve, so that a
-scanner's requests cannot create a label per path. The middleware runs first (outside the
-token check), so refused requests are counted with their 401; /metrics itself needs the token,
-as every route but the probes does (Prometheus sends it with `authorization: credentials_file`).
+Route labels are the templates of the app's own routes, and "other" for any path it does not
+serve, so that a scanner's requests cannot create a label per path. The middleware runs first
+(outside the token check), so refused requests are counted with their 401; /metrics itself needs
+the token, as every route but the probes does (Prometheus sends it with `authorization:
+credentials_file`).
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
-ROUTES = frozenset(
-    {
-        "/search/codes",
-        "/search/ids",
-        "/search/image",
-        "/search/images",
-        "/admin/reload",
-        "/healthz",
-        "/readyz",
-        "/metrics",
-        "/",
-    }
-)
+from starlette.routing import compile_path
+
 # Seconds; the service answers a code query in milliseconds and an image batch in tenths.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def route_label(path: str) -> str:
-    if path in ROUTES:
-        return path
-    return "/items/{item_id}/image" if path.startswith("/items/") else "other"
+class RouteLabels:
+    """A request path's route label: the template of the app's route it matches (a route added
+    later is labelled without a list kept here), else "other"."""
+
+    def __init__(self, templates: Iterable[str]) -> None:
+        self._exact = set()
+        self._patterns = []
+        for template in dict.fromkeys(templates):
+            if "{" in template:
+                self._patterns.append((compile_path(template)[0], template))
+            else:
+                self._exact.add(template)
+
+    def __call__(self, path: str) -> str:
+        if path in self._exact:
+            return path
+        return next((t for regex, t in self._patterns if regex.match(path)), "other")
 
 
 class RequestMetrics:
@@ -54,11 +59,8 @@ class RequestMetrics:
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, str(status))
         with self._lock:
-            series = self._series.setdefault(key, [[0] * len(BUCKETS), 0, 0.0])
-            for i, bound in enumerate(BUCKETS):
-                if seconds <= bound:
-                    series[0][i] += 1
-                    break
+            series = self._series.setdefault(key, [[0] * (len(BUCKETS) + 1), 0, 0.0])
+            series[0][bisect.bisect_left(BUCKETS, seconds)] += 1  # the last slot: only +Inf
             series[1] += 1
             series[2] += seconds
 
@@ -75,7 +77,7 @@ class RequestMetrics:
             labels = f'route="{route}",method="{method}",status="{status}"'
             out.append(f"shdh_search_requests_total{{{labels}}} {count}")
             cumulative = 0
-            for bound, n in zip(BUCKETS, buckets, strict=True):
+            for bound, n in zip(BUCKETS, buckets, strict=False):
                 cumulative += n
                 out.append(
                     f'shdh_search_request_seconds_bucket{{{labels},le="{bound}"}} {cumulative}'
@@ -112,9 +114,10 @@ class MetricsMiddleware:
     """ASGI middleware: times every HTTP request until its response is sent, labelled by route,
     method and the status sent (500 when the app raised before answering)."""
 
-    def __init__(self, app: Any, metrics: RequestMetrics) -> None:
+    def __init__(self, app: Any, metrics: RequestMetrics, labels: RouteLabels) -> None:
         self.app = app
         self.metrics = metrics
+        self.labels = labels
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -131,4 +134,4 @@ class MetricsMiddleware:
             await self.app(scope, receive, sending)
         finally:
             seconds = time.perf_counter() - start
-            self.metrics.observe(route_label(scope["path"]), scope["method"], status[0], seconds)
+            self.metrics.observe(self.labels(scope["path"]), scope["method"], status[0], seconds)
