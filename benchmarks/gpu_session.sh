@@ -19,15 +19,19 @@
 #    process per (method, seed), nine side by side, each doing 64 bits first, then 32 and 48. At
 #    batch 128 one fit uses a small part of the card; where the machine allows it, CUDA MPS lets
 #    the processes' kernels run at the same time instead of taking turns. A fit cut off by the
-#    deadline leaves no codes file; rerun the script (or `python -m shdh.bundle train` with
-#    --methods, --bits, --seeds) with the work folders kept and it resumes from the checkpoints.
+#    deadline leaves no codes file, and its checkpoints stay in RUN_DIR: rerun the script with the
+#    same RUN_DIR (CHECKS=0 skips phases 0-2) on the same machine, and the finished fits are
+#    kept while the others resume from their checkpoints (two calls on a warm machine).
 # 4. pack: every fit's codes and record in one folder (gpu-session/gpu-run/, for `shdh evaluate
 #    --codes-from`), in OUT/gpu-run-BITS.tar.gz, and the logs, the benchmark output and the
 #    trace in OUT/gpu-session.tar.gz.
 #
 # DEVICE=cpu QUICK=1 checks the script on a machine without a GPU (tiny benchmark and check; the
 # fits are cut off by the deadline). MPS=0 leaves MPS off; FITS=0 runs the check and the benchmark
-# only (BUNDLE is then not read).
+# only (BUNDLE is then not read); CHECKS=0 skips phases 0-2 (a rerun on a card of the same kind,
+# whose check passed) and trains with the bundle's settings. STREAMS=fit runs one process per
+# DPSH and SHDH fit (21 side by side) instead of one per method and seed (9): when the oracle's
+# three processes end, a third of the way through, nine streams leave the card with six.
 set -u
 usage="usage: gpu_session.sh BUNDLE OUT_DIR [SESSION_SECONDS]"
 bundle=${1:?$usage}
@@ -36,8 +40,9 @@ session_seconds=${3:-540}
 device=${DEVICE:-cuda}
 py=$(command -v python3 || command -v python)
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-run=$(mktemp -d)/gpu-session
+run=${RUN_DIR:-$(mktemp -d)}/gpu-session
 mkdir -p "$run" "$out"
+rm -rf "$run/gpu-run" "$run/session.log"
 quick=()
 check=()
 if [ "${QUICK:-0}" = 1 ]; then
@@ -47,35 +52,38 @@ fi
 
 phase() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$run/session.log"; }
 
+streams=${STREAMS:-seed}
 phase "machine"
 { nvidia-smi -L 2>&1 || true; "$py" -c 'import torch, numpy; print("torch", torch.__version__,
 "cuda", torch.version.cuda, "numpy", numpy.__version__)'; nproc; } | tee -a "$run/session.log"
 
-phase "the CUDA-only tests"
-timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs tests/unit/test_cuda_graph_step.py \
-  tests/unit/test_training_data_path.py >"$run/cuda-tests.txt" 2>&1
-echo "rc $?" >>"$run/cuda-tests.txt"
-grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed)|^rc " "$run/cuda-tests.txt" | tail -n 12 \
-  | tee -a "$run/session.log"
-
-phase "CUDA graph check: eager and graphed fits from one seed"
 graph_flag=()
-(cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" --fused-sgd \
-  "${check[@]}") \
-  >"$run/graph-check.txt" 2>&1
-rc=$?
-echo "rc $rc" >>"$run/graph-check.txt"
-tail -n 8 "$run/graph-check.txt" | tee -a "$run/session.log"
-if [ "$rc" != 0 ]; then
-  graph_flag=(--no-cuda-graph --no-fused-sgd)
-  phase "the graphed steps did not agree or failed: eager steps for the fits"
-fi
+if [ "${CHECKS:-1}" = 1 ]; then
+  phase "the CUDA-only tests"
+  timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs tests/unit/test_cuda_graph_step.py \
+    tests/unit/test_training_data_path.py >"$run/cuda-tests.txt" 2>&1
+  echo "rc $?" >>"$run/cuda-tests.txt"
+  grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed)|^rc " "$run/cuda-tests.txt" | tail -n 12 \
+    | tee -a "$run/session.log"
 
-phase "benchmark: network-only and whole step, graphed variants, the loops, profiler trace"
-(cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
-  --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
-echo "rc $?" >>"$run/gpu_epoch.txt"
-tail -n 40 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+  phase "CUDA graph check: eager and graphed fits from one seed"
+  (cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" --fused-sgd \
+    "${check[@]}") \
+    >"$run/graph-check.txt" 2>&1
+  rc=$?
+  echo "rc $rc" >>"$run/graph-check.txt"
+  tail -n 8 "$run/graph-check.txt" | tee -a "$run/session.log"
+  if [ "$rc" != 0 ]; then
+    graph_flag=(--no-cuda-graph --no-fused-sgd)
+    phase "the graphed steps did not agree or failed: eager steps for the fits"
+  fi
+
+  phase "benchmark: network-only and whole step, graphed variants, the loops, profiler trace"
+  (cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
+    --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
+  echo "rc $?" >>"$run/gpu_epoch.txt"
+  tail -n 40 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+fi
 
 if [ "${FITS:-1}" = 0 ]; then
   phase "pack (no fits)"
@@ -99,18 +107,37 @@ fi
 phase "MPS: $([ $mps = 1 ] && echo on || echo off)"
 
 fit_seconds=$((session_seconds - SECONDS - 25))
-phase "fits: (method, seed) side by side, 64 bits first (deadline ${fit_seconds}s)"
+phase "fits: one process per $([ "$streams" = fit ] && echo fit || echo "method and seed, 64 bits \
+first") (deadline ${fit_seconds}s)"
 pids=()
-for method in shdh dpsh oracle; do
-  for seed in 0 1 2; do
-    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 timeout "$fit_seconds" "$py" -m shdh.bundle train \
-      "$bundle" --out "$run/fits-$method-s$seed" --work-dir "$run/work-$method-s$seed" \
-      --methods "$method" --bits 64 32 48 --seeds "$seed" --device "$device" --no-progress \
-      "${graph_flag[@]}" >"$run/fits-$method-s$seed.log" 2>&1 &
-    pids+=($!)
+# fit NAME METHOD SEED BITS...: one process, its codes in fits-NAME, its log in fits-NAME.log.
+fit() {
+  local name=$1 method=$2 seed=$3
+  shift 3
+  OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 timeout "$fit_seconds" "$py" -m shdh.bundle train \
+    "$bundle" --out "$run/fits-$name" --work-dir "$run/work-$name" --methods "$method" \
+    --bits "$@" --seeds "$seed" --device "$device" --no-progress "${graph_flag[@]}" \
+    >"$run/fits-$name.log" 2>&1 &
+  pids+=($!)
+}
+for seed in 0 1 2; do
+  # The oracle's other lengths continue its 64-bit training, so they stay in its process.
+  fit "oracle-s$seed" oracle "$seed" 64 32 48
+  for method in shdh dpsh; do
+    if [ "$streams" = fit ]; then
+      for bits in 64 32 48; do fit "$method-s$seed-b$bits" "$method" "$seed" "$bits"; done
+    else
+      fit "$method-s$seed" "$method" "$seed" 64 32 48
+    fi
   done
 done
-for pid in "${pids[@]}"; do wait "$pid"; echo "stream $pid rc $?" >>"$run/session.log"; done
+cut_off=0
+for pid in "${pids[@]}"; do
+  wait "$pid"
+  rc=$?
+  echo "stream $pid rc $rc" >>"$run/session.log"
+  [ "$rc" = 0 ] || cut_off=1
+done
 [ $mps = 1 ] && { echo quit | nvidia-cuda-mps-control; }
 
 phase "pack"
@@ -129,7 +156,12 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     print(f"{path.stem}: {len(h)} epochs, {r['fit_seconds']:.0f} s, val NDCG@100 "
           f"{' '.join(f'{v:.3f}' for v in val if v is not None)}")
 PY
-rm -rf "$run"/work-* "$run"/fits-*/ "$run"/mps-pipe
+rm -rf "$run"/mps-pipe
+if [ $cut_off = 0 ]; then
+  rm -rf "$run"/work-* "$run"/fits-*/
+else
+  phase "some fits did not finish: their checkpoints stay in $run for a rerun with RUN_DIR"
+fi
 # One archive per code length (a call brings back files of at most 16 MiB; 27 fits' codes come
 # to about 14 MB), unpacked side by side into gpu-session/gpu-run; and the rest.
 for bits in 64 32 48; do
@@ -137,5 +169,6 @@ for bits in 64 32 48; do
     $(cd "$(dirname "$run")" && ls gpu-session/gpu-run/codes/*-"$bits"*.npz \
       gpu-session/gpu-run/fits/*-"$bits"*.json 2>/dev/null))
 done
-tar czf "$out/gpu-session.tar.gz" -C "$(dirname "$run")" --exclude gpu-session/gpu-run gpu-session
+tar czf "$out/gpu-session.tar.gz" -C "$(dirname "$run")" --exclude gpu-session/gpu-run \
+  --exclude 'gpu-session/work-*' --exclude 'gpu-session/fits-*/*' gpu-session
 ls -la "$out"
