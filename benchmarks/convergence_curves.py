@@ -8,7 +8,8 @@ The records are those `python -m shdh.bundle train` writes and `shdh evaluate --
 keeps (results/gpu/fits/METHOD-BITS-seedS.json); each holds the fit's per-epoch history. Prints
 markdown for docs/results-gpu.md: per method, the mean over seeds at every epoch that all seeds
 reached, then one row per fit (epochs, the epoch the lr decayed, stopped by the rule or at the
-cap, last validation score). Not a test.
+cap, and at the cap whether the score was still gaining by the rule, last validation score).
+Not a test.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+
+from shdh import convergence
+from shdh.loop import TrainConfig
 
 METRIC = "val_ndcg_at_100"
 METHODS = ("shdh", "dpsh", "oracle")
@@ -74,6 +78,19 @@ def decay_epoch(record: dict) -> int | None:
     return next((i + 1 for i in range(1, len(lrs)) if lrs[i] < lrs[i - 1]), None)
 
 
+def _at_the_cap(record: dict) -> str:
+    """How a fit the epoch cap ended stood by the rule (its record's own patience and delta)."""
+    params = record["params"]["loop"]
+    rule = TrainConfig(
+        val_size=params["val_size"],
+        schedule="plateau",
+        patience=params["patience"],
+        min_delta=params["min_delta"],
+    )
+    gaining = convergence.still_improving(record["history"], rule)
+    return "the epoch cap, still gaining" if gaining else "the epoch cap, stalled"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fits", type=Path, default=Path("results/gpu/fits"))
@@ -94,7 +111,7 @@ def main() -> None:
     for method in methods:
         for r in fits[method]:
             h = r["history"]
-            ended = "the rule" if h[-1].get("stopped") else "the epoch cap"
+            ended = "the rule" if h[-1].get("stopped") else _at_the_cap(r)
             decayed = decay_epoch(r)
             print(
                 f"| {method}-{args.bits}-seed{r['own_seed']} | {len(h)} | "

@@ -11,7 +11,8 @@ applies one rule to every deep method alike instead:
    epochs, the learning rate is multiplied by `lr_decay` (torch's ReduceLROnPlateau, so its
    state is checkpointed and a resumed fit decides exactly as an uninterrupted one).
 3. The plateau after `max_decays` decays ends the fit, with the weights of its last epoch;
-   `epochs` caps it.
+   `epochs` caps it. A fit the cap ends while its score is still gaining (`still_improving`)
+   has not converged by this rule, and says so.
 
 The "step" schedule is the paper's fixed decay and leaves the training items and every number of
 a CPU fit as they were before this module existed.
@@ -103,3 +104,17 @@ def decays(config: TrainConfig, lr: float) -> int:
     if lr >= config.lr or config.lr_decay == 1:
         return 0
     return round(math.log(lr / config.lr) / math.log(config.lr_decay))
+
+
+def still_improving(history: list[dict], config: TrainConfig) -> bool:
+    """Whether a plateau fit's validation score gained min_delta over its earlier best within
+    its last patience + 1 epochs, so that the rule had not seen a stall when the history ended.
+
+    Read from the history alone, so a fit record tells it as well as the loop: a fit that the
+    epoch cap ended in this state is cut short, not converged (the run-to-run spread of DPSH on
+    a GPU showed one such fit, still rising at the cap)."""
+    scores = [e[VAL_METRIC] for e in history if VAL_METRIC in e]
+    recent, earlier = scores[-(config.patience + 1) :], scores[: -(config.patience + 1)]
+    if not recent:
+        return False
+    return not earlier or max(recent) >= max(earlier) + config.min_delta

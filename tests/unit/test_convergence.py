@@ -122,6 +122,32 @@ def test_every_deep_method_validates_each_epoch_and_stops_at_the_plateau(method:
         assert entry["val_seconds"] > 0
 
 
+def test_still_improving_reads_the_last_patience_plus_one_epochs() -> None:
+    config = TrainConfig(val_size=5, schedule="plateau", patience=1, min_delta=0.01)
+
+    def history(*scores: float) -> list[dict]:
+        return [{convergence.VAL_METRIC: s} for s in scores]
+
+    assert convergence.still_improving(history(0.5, 0.6, 0.6, 0.62), config)  # +0.02 in the last 2
+    assert not convergence.still_improving(history(0.5, 0.6, 0.605, 0.6), config)  # +0.005 only
+    assert not convergence.still_improving(history(0.5, 0.7, 0.6, 0.65), config)  # below the best
+    assert convergence.still_improving(history(0.5, 0.6), config)  # nothing earlier to stall on
+    assert not convergence.still_improving([{"loss": 1.0}], config)  # no validation score
+
+
+def test_a_fit_the_cap_ends_while_still_gaining_warns_and_one_the_rule_ends_does_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="shdh.training"):
+        _fit("shdh")  # ended by the rule at epoch 3 of 10
+    assert "has not converged" not in caplog.text
+    with caplog.at_level("WARNING", logger="shdh.training"):
+        history = _fit("shdh", epochs=2, patience=5, min_delta=0.0).history_
+    assert len(history) == 2 and not history[-1][convergence.STOP_KEY]
+    assert "ended at the epoch cap (train.epochs = 2)" in caplog.text
+    assert "has not converged by the rule" in caplog.text
+
+
 def test_validation_matches_the_evaluation_of_the_held_out_items(tmp_path: Path) -> None:
     """The score is the tables' NDCG@100 of the held-out items against the database sample."""
     from shdh.metrics import evaluate
