@@ -20,7 +20,6 @@ import statistics
 from pathlib import Path
 
 from shdh import convergence
-from shdh.loop import TrainConfig
 
 METRIC = "val_ndcg_at_100"
 METHODS = ("shdh", "dpsh", "oracle")
@@ -78,19 +77,6 @@ def decay_epoch(record: dict) -> int | None:
     return next((i + 1 for i in range(1, len(lrs)) if lrs[i] < lrs[i - 1]), None)
 
 
-def _at_the_cap(record: dict) -> str:
-    """How a fit the epoch cap ended stood by the rule (its record's own patience and delta)."""
-    params = record["params"]["loop"]
-    rule = TrainConfig(
-        val_size=params["val_size"],
-        schedule="plateau",
-        patience=params["patience"],
-        min_delta=params["min_delta"],
-    )
-    gaining = convergence.still_improving(record["history"], rule)
-    return "the epoch cap, still gaining" if gaining else "the epoch cap, stalled"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fits", type=Path, default=Path("results/gpu/fits"))
@@ -111,7 +97,8 @@ def main() -> None:
     for method in methods:
         for r in fits[method]:
             h = r["history"]
-            ended = "the rule" if h[-1].get("stopped") else _at_the_cap(r)
+            loop = r["params"]["loop"]
+            ended = convergence.ended_by(h, loop["patience"], loop["min_delta"])
             decayed = decay_epoch(r)
             print(
                 f"| {method}-{args.bits}-seed{r['own_seed']} | {len(h)} | "

@@ -106,7 +106,32 @@ def decays(config: TrainConfig, lr: float) -> int:
     return round(math.log(lr / config.lr) / math.log(config.lr_decay))
 
 
-def still_improving(history: list[dict], config: TrainConfig) -> bool:
+# How a plateau fit ended: the history's last entry, read by the loop's warning, the fit's MLflow
+# tag (ENDED_BY_TAG) and the convergence table of docs/results-gpu.md.
+ENDED_BY_TAG = "ended_by"
+BY_THE_RULE = "the rule"
+AT_THE_CAP_GAINING = "the epoch cap, still gaining"
+AT_THE_CAP_STALLED = "the epoch cap, stalled"
+
+
+def ended_by(history: list[dict], patience: int, min_delta: float) -> str | None:
+    """BY_THE_RULE, AT_THE_CAP_GAINING or AT_THE_CAP_STALLED for a plateau fit's history (the
+    rule's patience and min_delta); None for a fit of another schedule, which has no stop."""
+    if not history or STOP_KEY not in history[-1]:
+        return None
+    if history[-1][STOP_KEY]:
+        return BY_THE_RULE
+    gaining = still_improving(history, patience, min_delta)
+    return AT_THE_CAP_GAINING if gaining else AT_THE_CAP_STALLED
+
+
+def ended_by_tag(history: list[dict], patience: int, min_delta: float) -> dict[str, str]:
+    """{ENDED_BY_TAG: ended_by(...)} for a fit's MLflow run; nothing for another schedule."""
+    how = ended_by(history, patience, min_delta)
+    return {} if how is None else {ENDED_BY_TAG: how}
+
+
+def still_improving(history: list[dict], patience: int, min_delta: float) -> bool:
     """Whether a plateau fit's validation score gained min_delta over its earlier best within
     its last patience + 1 epochs, so that the rule had not seen a stall when the history ended.
 
@@ -114,7 +139,7 @@ def still_improving(history: list[dict], config: TrainConfig) -> bool:
     epoch cap ended in this state is cut short, not converged (the run-to-run spread of DPSH on
     a GPU showed one such fit, still rising at the cap)."""
     scores = [e[VAL_METRIC] for e in history if VAL_METRIC in e]
-    recent, earlier = scores[-(config.patience + 1) :], scores[: -(config.patience + 1)]
+    recent, earlier = scores[-(patience + 1) :], scores[: -(patience + 1)]
     if not recent:
         return False
-    return not earlier or max(recent) >= max(earlier) + config.min_delta
+    return not earlier or max(recent) >= max(earlier) + min_delta

@@ -141,6 +141,12 @@ def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
     mlflow.log_metrics({metric_key(k): float(v) for k, v in metrics.items()}, step=step)
 
 
+def set_tags(tags: dict[str, str]) -> None:
+    import mlflow
+
+    mlflow.set_tags(tags)
+
+
 def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     import mlflow
 

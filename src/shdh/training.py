@@ -851,15 +851,16 @@ class _Run:
                 if self.on_epoch is not None:
                     self.on_epoch(state.history[-1])
         checkpoints.wait()
-        _warn_if_cut_short(config, state.history, stopped)
+        _warn_if_cut_short(config, state.history)
         state.model.eval()
         return TrainResult(model=state.model, history=state.history, checkpoint_path=self.ckpt_path)
 
 
-def _warn_if_cut_short(config: TrainConfig, history: list[dict], stopped: bool) -> None:
+def _warn_if_cut_short(config: TrainConfig, history: list[dict]) -> None:
     """A plateau fit that the epoch cap ended while its score still gained has not converged by
     the rule; its numbers are not the converged method's, and the log must say so."""
-    if config.schedule != "plateau" or stopped or not convergence.still_improving(history, config):
+    how = convergence.ended_by(history, config.patience, config.min_delta)
+    if how != convergence.AT_THE_CAP_GAINING:
         return
     log.warning(
         "the fit ended at the epoch cap (train.epochs = %d) while its validation score was still "

@@ -238,7 +238,7 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
     """The gpu profile's rule travels in the bundle: a fit from it holds out items, scores them
     every epoch and ends at the plateau (its record has the curve); --no-cuda-graph and
     --no-fused-sgd are recorded in the run's manifest as the settings they override."""
-    _, bundle = _bundle_run(
+    params, bundle = _bundle_run(
         tmp_path,
         fashion_raw,
         methods=["shdh"],
@@ -264,3 +264,13 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
     manifest = json.loads((out / "bundle.json").read_text())
     assert manifest["train"]["cuda_graph"] is False and manifest["train"]["val_size"] == 30
     assert manifest["train"]["fused_sgd"] is False
+    # Scored here, the imported fit's MLflow run says how it ended, beside the card it ran on.
+    assert evaluate_main(["--params", str(params), "--codes-from", str(out)]) == 0
+    import mlflow
+
+    (run,) = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string="tags.method = 'shdh' and tags.trained_on != ''",
+        output_format="list",
+    )
+    assert run.data.tags["ended_by"] == "the rule"

@@ -130,6 +130,7 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     assert (run.data.params["alpha"], run.data.params["reduction"]) == ("1.0", "sum")
     assert not [k for k in run.data.params if k.startswith("objective")]
     assert run.data.tags["method"] == "shdh" and run.data.tags["profile"] == "smoke"
+    assert "ended_by" not in run.data.tags  # a step-schedule fit has no stop to report
     assert {"ndcg_at_100", "fit_seconds", "encode_seconds"} <= set(run.data.metrics)
     losses = client.get_metric_history(ref["run_id"], "loss")
     assert [m.step for m in losses] == [1, 2]
@@ -144,6 +145,19 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     )
     assert {c.data.tags["method"] for c in children} == {"shdh", "itq", "random"}
     assert "shdh.pipeline_run_id" in client.get_run(parent_id).data.tags
+
+
+def test_a_fit_the_epoch_cap_cut_short_is_tagged_so_in_its_run(tmp_path, fashion_raw):
+    import mlflow
+
+    plateau = {"val_size": 30, "schedule": "plateau", "patience": 5, "min_delta": 0.0}
+    params = smoke_params(tmp_path, fashion_raw, train={"methods": ["shdh"], **plateau})
+    run_steps(params, ["prepare"], ["tree"], ["smatrix"])
+    run_steps(params, ["train", "--bits", "16", "--no-progress"])
+    ref = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "mlflow_run.json").read_text())
+    # 2 epochs, each a new best against a patience of 5: the cap ended it, still gaining
+    tags = mlflow.MlflowClient().get_run(ref["run_id"]).data.tags
+    assert tags["ended_by"] == "the epoch cap, still gaining"
 
 
 def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):

@@ -123,16 +123,30 @@ def test_every_deep_method_validates_each_epoch_and_stops_at_the_plateau(method:
 
 
 def test_still_improving_reads_the_last_patience_plus_one_epochs() -> None:
-    config = TrainConfig(val_size=5, schedule="plateau", patience=1, min_delta=0.01)
-
     def history(*scores: float) -> list[dict]:
         return [{convergence.VAL_METRIC: s} for s in scores]
 
-    assert convergence.still_improving(history(0.5, 0.6, 0.6, 0.62), config)  # +0.02 in the last 2
-    assert not convergence.still_improving(history(0.5, 0.6, 0.605, 0.6), config)  # +0.005 only
-    assert not convergence.still_improving(history(0.5, 0.7, 0.6, 0.65), config)  # below the best
-    assert convergence.still_improving(history(0.5, 0.6), config)  # nothing earlier to stall on
-    assert not convergence.still_improving([{"loss": 1.0}], config)  # no validation score
+    def gaining(*scores: float) -> bool:
+        return convergence.still_improving(history(*scores), patience=1, min_delta=0.01)
+
+    assert gaining(0.5, 0.6, 0.6, 0.62)  # +0.02 within the last 2 epochs
+    assert not gaining(0.5, 0.6, 0.605, 0.6)  # +0.005 only
+    assert not gaining(0.5, 0.7, 0.6, 0.65)  # below the earlier best
+    assert gaining(0.5, 0.6)  # nothing earlier to stall on
+    assert not convergence.still_improving([{"loss": 1.0}], 1, 0.01)  # no validation score
+
+
+def test_ended_by_tells_the_rule_from_the_cap_and_ignores_other_schedules() -> None:
+    def ended(stopped: bool, *scores: float) -> str | None:
+        entries = [{convergence.VAL_METRIC: s, convergence.STOP_KEY: False} for s in scores]
+        entries[-1][convergence.STOP_KEY] = stopped
+        return convergence.ended_by(entries, patience=1, min_delta=0.01)
+
+    assert ended(True, 0.5, 0.6, 0.6) == convergence.BY_THE_RULE
+    assert ended(False, 0.5, 0.6, 0.6, 0.62) == convergence.AT_THE_CAP_GAINING
+    assert ended(False, 0.5, 0.6, 0.6, 0.6) == convergence.AT_THE_CAP_STALLED
+    assert convergence.ended_by([{"loss": 1.0}], 1, 0.01) is None  # a step-schedule fit
+    assert convergence.ended_by([], 1, 0.01) is None
 
 
 def test_a_fit_the_cap_ends_while_still_gaining_warns_and_one_the_rule_ends_does_not(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shdh import tracking
+from shdh import convergence, tracking
 from shdh.atomic import atomic_write_text
 from shdh.devices import resolve_device
 from shdh.encoder_model import log_encoder
@@ -96,9 +96,14 @@ def logged_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def _log_training(fitted: Fitted, X: np.ndarray) -> None:
     """The training's own record on the active run and beside the model: the checkpoint, the
-    encoder as an MLflow model (images -> packed codes, servable and registrable) and the
-    per-epoch history."""
+    encoder as an MLflow model (images -> packed codes, servable and registrable), the
+    per-epoch history and, for a plateau fit, how it ended (a tag, so that the runs table shows
+    which fits the epoch cap cut short)."""
     fit = fitted.fit
+    loop = fitted.hasher.loop
+    tracking.set_tags(
+        convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta)
+    )
     tracking.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
     log_encoder(fit.hasher_dir, X[:ENCODER_EXAMPLE_ITEMS])
     history = json.dumps(fitted.hasher.history_, indent=2) + "\n"

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shdh import tracking
+from shdh import convergence, tracking
 from shdh.atomic import atomic_write_text
 from shdh.codes import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
 from shdh.figures import (
@@ -150,10 +150,12 @@ def _score_imported(
     """Score codes trained elsewhere; keep their fit record (the card, the settings)."""
     if codes.n_bits != plan.bits:
         raise ValueError(f"{plan.name}: the imported codes hold {codes.n_bits} bits")
-    context = {
-        **context,
-        "tags": {**(context["tags"] or {}), "trained_on": str(record.get("device", ""))},
-    }
+    loop = record.get("params", {}).get("loop", {})
+    ended = convergence.ended_by_tag(
+        record.get("history", []), loop.get("patience", 0), loop.get("min_delta", 0.0)
+    )
+    trained_on = {"trained_on": str(record.get("device", "")), **ended}
+    context = {**context, "tags": {**(context["tags"] or {}), **trained_on}}
     extra = {"encode_seconds": record.get("encode_seconds", 0.0)}
     result = _score(
         codes, plan.method, plan.bits, plan.name, plan.seed, None, extra=extra, **context
