@@ -106,7 +106,7 @@ def decays(config: TrainConfig, lr: float) -> int:
     return round(math.log(lr / config.lr) / math.log(config.lr_decay))
 
 
-# How a plateau fit ended: the history's last entry, read by the loop's warning, the fit's MLflow
+# How a plateau fit ended, read from its history alike by the loop's warning, the fit's MLflow
 # tag (ENDED_BY_TAG) and the convergence table of docs/results-gpu.md.
 ENDED_BY_TAG = "ended_by"
 BY_THE_RULE = "the rule"
