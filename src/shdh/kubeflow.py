@@ -311,7 +311,7 @@ def evaluate_fits(
     Kubeflow UI. Here rather than in the component, whose signature is made per plan."""
     import tempfile
 
-    from shdh.parent_run import summarize
+    from shdh.parent_summary import summarize
     from shdh.plan import fit_plan
     from shdh.steps.score import score
     from shdh.tracking import end_parent, failure_ends

@@ -4,7 +4,12 @@ result that older code made: dvc.yaml's code entries are generated from the impo
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -253,3 +258,70 @@ def test_a_command_with_no_module_is_named(toy):
     dvc_yaml.write_text("stages:\n  fit:\n    cmd: toy fti --fast\n")
     with pytest.raises(ValueError, match=r"stages\.fit\.cmd: `toy fti` names no command module"):
         dvc_code_deps.stage_code_deps(dvc_yaml, **TOY_LAYOUT)
+
+
+# What DVC itself says. In a copy of the checkout whose every stage is committed as up to date
+# (placeholder files stand in for the data and the outputs: only the code's hashes matter),
+# an edit of a reporting module makes evaluate the one stage with a changed dependency; the
+# stages after it (register, index) depend on its outputs, so DVC reruns them only when those
+# change. `inputs` is always changed by design.
+ALWAYS_CHANGED = {"inputs"}
+
+PLACEHOLDERS = """
+from pathlib import Path
+from dvc.repo import Repo
+
+for stage in Repo(".").index.stages:
+    for item in [*stage.outs, *stage.deps]:
+        path = Path(item.fs_path)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix:
+                path.write_text("placeholder\\n")
+            else:
+                path.mkdir()
+                (path / "placeholder").write_text("placeholder\\n")
+"""
+
+
+def _dvc(copy: Path, *args: str) -> str:
+    dvc = Path(sys.executable).with_name("dvc")
+    done = subprocess.run([dvc, *args], cwd=copy, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def committed_copy(tmp_path_factory) -> Path:
+    """The checkout's files (tracked, and untracked ones git does not ignore) in a new git
+    repository, every DVC stage committed as up to date."""
+    copy = tmp_path_factory.mktemp("checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (REPO / rel).is_file():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, copy / rel)
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    subprocess.run([sys.executable, "-c", PLACEHOLDERS], cwd=copy, check=True)
+    _dvc(copy, "commit", "--force", "--quiet")
+    assert set(json.loads(_dvc(copy, "status", "--json"))) == ALWAYS_CHANGED
+    return copy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["src/shdh/figures.py", "src/shdh/report.py"])
+def test_dvc_reruns_nothing_before_evaluate_for_a_reporting_edit(committed_copy, module):
+    path = committed_copy / module
+    text = path.read_text()
+    path.write_text(text + "\n# an edit of the figures' or the report's code\n")
+    try:
+        status = json.loads(_dvc(committed_copy, "status", "--json"))
+    finally:
+        path.write_text(text)
+    assert set(status) - ALWAYS_CHANGED == {"evaluate"}
+    assert status["evaluate"] == [{"changed deps": {module: "modified"}}]

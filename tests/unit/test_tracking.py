@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh import parent_run, tracking
+from shdh import parent_run, parent_summary, tracking
 from shdh.figures import save_curves
 from shdh.metrics import Curves
 
@@ -153,7 +153,7 @@ def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(
     # Fig. 5 of a separate sweep: not this run's, so not on its parent
     (results / "plots" / "alpha.png").write_bytes(b"png")
     (tmp_path / "results.md").write_text("# Results\n")
-    view = parent_run.summarize(parent, results, tmp_path / "results.md")
+    view = parent_summary.summarize(parent, results, tmp_path / "results.md")
     tracking.end_parent(parent)
     done = client.get_run(parent)
     assert done.info.status == "FINISHED"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shdh import parent_run, tracking
+from shdh import parent_summary, tracking
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
 from shdh.plan import planned_fits
 from shdh.report import check_outputs
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             codes_from=args.codes_from,
             **context,
         )
-        view = parent_run.summarize(parent, ev["results_dir"], ev.get("report"))
+        view = parent_summary.summarize(parent, ev["results_dir"], ev.get("report"))
     tracking.end_parent(parent)  # the last tracked stage: the pipeline run is complete
     print((Path(ev["results_dir"]) / "table.md").read_text())
     print(f"the methods compared in the MLflow UI: {view}")
