@@ -5,7 +5,7 @@ PYTHON ?= python3
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test setup data browser lint clean-results
+.PHONY: run test setup data browser emulator lint clean-results
 
 ## run: set everything up, then run the DVC pipeline on the default profile and print the table
 run: data
@@ -24,7 +24,7 @@ run: data
 ## torch, mlflow and the rest from source again, 5 to 10 s of CPU each.
 TEST_WORKERS ?= 2
 BYTECODE_CACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
-test: data browser
+test: data browser emulator
 	$(BYTECODE_CACHE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	@if docker info >/dev/null 2>&1; then \
 	  echo "container tests left out: run \`make test-containers\` (Docker answers here)"; \
@@ -69,6 +69,16 @@ browser:
 	  apt-get install -y -q chromium chromium-driver >/dev/null \
 	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
 	  || echo "apt could not install chromium chromium-driver; the MLflow UI test will fail"; \
+	fi
+
+## emulator: Debian's qemu-user, which runs the CPU-vendor test's probe as an emulated Intel and
+## AMD CPU (tests/unit/test_cpu_vendors.py), via apt
+emulator:
+	@if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
+	    && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q qemu-user >/dev/null \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q qemu-user >/dev/null) \
+	  || echo "apt could not install qemu-user; the emulated-CPU tests will fail"; \
 	fi
 
 ## setup: the virtualenv with the pinned dependencies (requirements.lock) and the package

@@ -1,18 +1,29 @@
-"""The same bits on every x86-64 CPU with AVX2: the maths libraries held to one code path.
+"""The same bits on every x86-64 CPU with AVX2, Intel's or AMD's: the maths libraries held to one
+code path.
 
-PyTorch, numpy, OpenBLAS, MKL, oneDNN and numba each pick their kernels by the CPU's instruction
-set when they load. An AVX-512 kernel sums in another order than an AVX2 one, or evaluates exp
-and log with other approximations, so the same CPU fit gave other weights, codes and metrics on
-an AVX-512 machine than on an AVX2 one (up to 0.04 NDCG for the deep rows, the 4th decimal for
-the shallow ones), while reruns on one machine were bit-identical. Each library reads a setting
-that caps or names its code path; this module sets them all to AVX2 (Haswell), which every
-machine of this kind has, before any of those libraries is imported.
+PyTorch, numpy, OpenBLAS, MKL, oneDNN and numba each pick their kernels by the CPU when they
+load: by its instruction set, and MKL also by its vendor. An AVX-512 kernel sums in another
+order than an AVX2 one, or evaluates exp and log with other approximations, so the same CPU fit
+gave other weights, codes and metrics on an AVX-512 machine than on an AVX2 one (up to 0.04
+NDCG for the deep rows, the 4th decimal for the shallow ones), while reruns on one machine were
+bit-identical. Each library reads a setting that caps or names its code path; this module sets
+them all to AVX2 (Haswell), which every machine of this kind has, before any of those libraries
+is imported.
 
-Measured on an AVX2 machine: the torch ATen capability and the oneDNN ISA both decide the deep
-fits' bits (capping either below AVX2 changes them); MKL's reproducibility branch is honoured
-(its COMPATIBLE branch changes them, its AVX2 branch does not). The rest are held for the paths
-they would take on AVX-512: numpy's AVX-512 loops (exp, log, sorting), OpenBLAS's SkylakeX
-kernels, numba's host-tuned code.
+The instruction set alone is not enough. Held to AVX2 (MKL_CBWR=AVX2,STRICT), MKL still chose
+other kernels on Intel than on AMD for small matrix products (a 64x256 by 256x48 linear layer)
+and for the exp and log behind softplus and log1p(exp), so the deep fits parted by vendor: an
+Intel Xeon gave other SHDH-32 and SHDH-64 rows than an AMD EPYC. MKL's COMPATIBLE branch
+computes alike on both. tests/unit/test_cpu_vendors.py holds the evidence: the digests of each
+CPU operation a deep fit is made of and of small pinned fits, equal on an AMD EPYC and an Intel
+Xeon, each with AVX-512, and on an Intel Haswell and an AMD EPYC-Rome (AVX2 only) emulated
+instruction by instruction by QEMU.
+
+Measured besides: the torch ATen capability and the oneDNN ISA both decide the deep fits' bits
+(capping either below AVX2 changes them), and oneDNN's convolutions, batch norm, pooling, the
+element-wise functions torch computes itself, sums and the SGD step agree across the vendors
+under the pin. The rest are held for the paths they would take on AVX-512: numpy's AVX-512 loops
+(exp, log, sorting), OpenBLAS's SkylakeX kernels, numba's host-tuned code.
 
 `SHDH_CPU_PIN=off` lifts the pin for speed (each library then takes its fastest path, and the
 numbers belong to that CPU); the default, `avx2`, pins. Runs record the mode they ran in
@@ -69,7 +80,9 @@ AVX2_PIN: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch's own vectorised kernels (sums, exp, tanh, ...)
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # torch's convolutions and linear layers
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # torch's BLAS and LAPACK
-    "MKL_CBWR": "AVX2,STRICT",  # MKL's conditional numerical reproducibility branch
+    # MKL's branch that computes alike on Intel and AMD: on its AVX2 branch MKL took other
+    # small-matrix and exp/log kernels on each vendor's CPUs (the deep fits parted).
+    "MKL_CBWR": "COMPATIBLE",
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's and scipy's BLAS and LAPACK
     "NPY_DISABLE_CPU_FEATURES": _numpy_avx512_features(),  # numpy's SIMD loops
     "NUMBA_CPU_NAME": "haswell",  # the retrieval kernel

@@ -1,5 +1,6 @@
 """The CPU pin (shdh.cpu_pin): every front door sets it before numpy and torch load, every
-library reads it, and pinned fits give an AVX2 machine's bits on any x86-64 CPU."""
+library reads it, and pinned fits give the same bits on any x86-64 CPU, Intel's or AMD's, with
+AVX2 or AVX-512 (the operations they are made of: tests/unit/test_cpu_vendors.py)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,29 @@ from shdh import cpu_pin
 from shdh.cpu_pin import AVX2_PIN, SETTING, host_isa, pin_cpu, pin_mode
 from tests.conftest import REPO
 
-# What tests/unit/pinned_fits.py gave on an AVX2 machine (AMD EPYC, 2 cores) under the pin.
-AVX2_DIGESTS = {
-    "cosdish": "2031da4f3e5472aa",
-    "dpsh": "ed729040fb46c0a9",
-    "gist": "7d5507365f51616a",
-    "itq": "f8a5136cb97ed0ee",
-    "kmh": "4843aceae6e8e34f",
-    "ksh": "4da1060fb25d2cfe",
-    "lfh": "bfd56e852eac1cef",
-    "shdh": "dbc14d4284239db6",
+# What tests/unit/pinned_fits.py gave under the pin on each vendor's CPU: equal, as they must be.
+PINNED_FITS = {
+    "AMD EPYC (family 25, AVX-512, 2 cores), 2026-11-28": {
+        "cosdish": "2031da4f3e5472aa",
+        "dpsh": "f110830889fa7f57",
+        "gist": "7d5507365f51616a",
+        "itq": "f8a5136cb97ed0ee",
+        "kmh": "4843aceae6e8e34f",
+        "ksh": "4da1060fb25d2cfe",
+        "lfh": "bfd56e852eac1cef",
+        "shdh": "dbc14d4284239db6",
+    },
+    # ../shared/cpu-probe/intel-xeon-avx512/compat.json: the probe's --fits under this pin
+    "Intel Xeon @ 2.50GHz (AVX-512, 2 cores), 2026-11-28": {
+        "cosdish": "2031da4f3e5472aa",
+        "dpsh": "f110830889fa7f57",
+        "gist": "7d5507365f51616a",
+        "itq": "f8a5136cb97ed0ee",
+        "kmh": "4843aceae6e8e34f",
+        "ksh": "4da1060fb25d2cfe",
+        "lfh": "bfd56e852eac1cef",
+        "shdh": "dbc14d4284239db6",
+    },
 }
 # The caps an AVX-512 machine's libraries would take unpinned, given explicitly.
 AVX512_CAPS = {
@@ -210,9 +224,16 @@ def _pinned_fits(env: dict[str, str]) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
+def assert_as_recorded(seen: dict[str, str], recorded: dict[str, dict[str, str]]) -> None:
+    """`seen` equals every machine's recording; a difference names the machine and the entries."""
+    for machine, digests in recorded.items():
+        differ = sorted(k for k in digests.keys() | seen.keys() if seen.get(k) != digests.get(k))
+        assert not differ, f"this CPU computes {differ} otherwise than the {machine}"
+
+
 @pytest.mark.slow
-def test_pinned_fits_give_the_avx2_machines_bits() -> None:
-    assert _pinned_fits(unpinned_env()) == AVX2_DIGESTS
+def test_pinned_fits_give_both_vendors_bits() -> None:
+    assert_as_recorded(_pinned_fits(unpinned_env()), PINNED_FITS)
 
 
 @pytest.mark.slow
@@ -225,4 +246,5 @@ def test_the_pin_holds_an_avx512_cpu_to_avx2_bits() -> None:
     avx2_caps = {k: v for k, v in AVX2_PIN.items() if k != "NUMBA_CPU_FEATURES"}
     under_avx2 = _pinned_fits(unpinned_env(**avx2_caps))
     under_avx512 = _pinned_fits(unpinned_env(**AVX512_CAPS))
-    assert under_avx2 == under_avx512 == AVX2_DIGESTS
+    assert under_avx2 == under_avx512
+    assert_as_recorded(under_avx512, PINNED_FITS)
