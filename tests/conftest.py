@@ -11,10 +11,19 @@ from shdh.cpu_pin import pin_cpu
 # profile's metrics) are those of the AVX2 code path on every CPU (shdh.cpu_pin).
 pin_cpu()
 
+import contextlib  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# The suite writes nothing into the checkout: checked from the session's start to its end.
+from tests.checkout_guard import (  # noqa: E402, F401
+    pytest_configure,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +53,17 @@ def slow_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
         if item.get_closest_marker("slow") or item.get_closest_marker("integration")
     }
     return sorted(items, key=lambda item: item.path not in slow)
+
+
+@contextlib.contextmanager
+def as_dvc_stage(stage: str) -> Iterator[None]:
+    """Run a step command as DVC runs a stage's: with DVC_STAGE set, so that its runs nest under
+    the pipeline run of its settings (a step run by hand gets a parent run of its own)."""
+    from shdh.commands.common import DVC_STAGE_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DVC_STAGE_ENV, stage)
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -223,6 +223,7 @@ def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | No
 
 
 PIPELINE_TAG = "shdh.pipeline_run_id"
+PIPELINE_ID_ENV = "SHDH_PIPELINE_RUN_ID"  # a pipeline run's id given explicitly
 ROLE_TAG = "shdh.role"
 # The logged encoder's model URI, on the run that trained it (shdh.encoder_model sets it), so
 # the best model of a pipeline run can be found and registered (shdh.registry).
@@ -235,7 +236,7 @@ def pipeline_run_id(params_text: str, data_hash: str = "") -> str:
     under the same parent run and a run with other settings gets its own."""
     import hashlib
 
-    explicit = os.environ.get("SHDH_PIPELINE_RUN_ID")
+    explicit = os.environ.get(PIPELINE_ID_ENV)
     if explicit:
         return explicit
     return hashlib.sha1(f"{params_text}\n{data_hash}".encode()).hexdigest()[:16]

@@ -11,7 +11,7 @@ import yaml
 
 from shdh.cli import build_parser, main
 from shdh.config import deep_merge, load_params
-from tests.conftest import REPO
+from tests.conftest import REPO, as_dvc_stage
 
 
 def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
@@ -30,6 +30,7 @@ def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
             "tree": {"out_dir": str(tmp_path / "tree")},
             "smatrix": {"out": str(tmp_path / "smatrix.npz")},
             "features": {"out": str(tmp_path / "gist.npy")},
+            "index": {"out_dir": str(tmp_path / "index")},
             "train": {"models_dir": str(tmp_path / "models"), "epochs": 2},
             "baselines": {"models_dir": str(tmp_path / "baselines")},
             "evaluate": {
@@ -46,8 +47,10 @@ def smoke_params(tmp_path: Path, raw_dir: Path, **overrides) -> Path:
 
 
 def run_steps(params: Path, *steps: list[str]) -> None:
+    """Each step as a stage of one pipeline run, as `dvc repro` runs it."""
     for step in steps:
-        assert main([*step, "--params", str(params)]) == 0, step
+        with as_dvc_stage(step[0]):
+            assert main([*step, "--params", str(params)]) == 0, step
 
 
 def test_every_subcommand_has_help(capsys):
@@ -145,6 +148,31 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
     )
     assert {c.data.tags["method"] for c in children} == {"shdh", "itq", "random"}
     assert "shdh.pipeline_run_id" in client.get_run(parent_id).data.tags
+    assert client.get_run(parent_id).info.status == "FINISHED"  # evaluate closed it
+
+    # The same fit run again by hand, outside the pipeline: a parent of its own, closed when
+    # the command ends; the pipeline's parent stays finished and its children unchanged.
+    assert (
+        main(
+            ["train", "--bits", "16", "--no-progress", "--resume", "never"]
+            + ["--params", str(params)]
+        )
+        == 0
+    )
+    again = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "mlflow_run.json").read_text())
+    hand_parent = client.get_run(again["parent_run_id"])
+    assert again["run_id"] != ref["run_id"] and hand_parent.info.run_id != parent_id
+    assert hand_parent.info.status == "FINISHED"
+    assert hand_parent.info.run_name.startswith("by-hand-")
+    assert hand_parent.data.tags["shdh.by_hand"] == "true"
+    assert (
+        client.get_run(again["run_id"]).data.tags["mlflow.parentRunId"] == hand_parent.info.run_id
+    )
+    assert client.get_run(parent_id).info.status == "FINISHED"
+    after = client.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
+    )
+    assert sorted(c.info.run_id for c in after) == sorted(c.info.run_id for c in children)
 
 
 def test_a_fit_the_epoch_cap_cut_short_is_tagged_so_in_its_run(tmp_path, fashion_raw):

@@ -20,7 +20,7 @@ import yaml
 from shdh.cli import main
 from shdh.config import deep_merge
 from shdh.kubeflow import resolve_params
-from tests.conftest import REPO
+from tests.conftest import REPO, as_dvc_stage
 
 _REF = re.compile(r"\$\{([^}]+)\}")
 
@@ -62,6 +62,7 @@ def dvc_params_file(params: dict[str, Any], workdir: Path) -> Path:
             "results_dir": str(workdir / "results"),
             "report": str(workdir / "docs" / "results.md"),
         },
+        "index": {"out_dir": str(workdir / "artifacts" / "index")},
     }
     path = workdir / "params.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -99,10 +100,20 @@ def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> 
 
 
 def run_dvc_stages(params_file: Path, params: dict[str, Any]) -> list[str]:
-    """`shdh fetch` (what data.dvc stands for), then every dvc.yaml command, in this process."""
+    """`shdh fetch` (what data.dvc stands for), then every dvc.yaml command, in this process,
+    each as DVC runs a stage's. The paths a command names itself (`--out artifacts/...`), which
+    DVC resolves in the repository, go under the params file's folder with every other output."""
     commands = ["shdh fetch", *dvc_commands(params)]
+    workdir = params_file.parent
     for command in commands:
-        argv = shlex.split(command)
+        argv = [_inside(arg, workdir) for arg in shlex.split(command)]
         assert argv[0] == "shdh", command
-        assert main([*argv[1:], "--params", str(params_file)]) == 0, command
+        with as_dvc_stage(argv[1]):
+            assert main([*argv[1:], "--params", str(params_file)]) == 0, command
     return commands
+
+
+def _inside(arg: str, workdir: Path) -> str:
+    """A command's argument, with a repository path of the pipeline's outputs moved into
+    workdir."""
+    return str(workdir / arg) if arg.split("/", 1)[0] in ("artifacts", "results") else arg

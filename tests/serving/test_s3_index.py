@@ -86,7 +86,7 @@ def test_a_missing_prefix_is_the_reason_the_service_is_not_ready(s3, tmp_path):
 
         wait_until(refused, "/readyz to give the reason")
         detail = requests.get(f"{base}/readyz", headers=AUTH, timeout=5).json()["detail"]
-        assert f"not ready: index {url}: no {INDEX_ARRAYS} at {url}/{INDEX_ARRAYS}" in detail
+        assert f"failed: index {url}: no {INDEX_ARRAYS} at {url}/{INDEX_ARRAYS}" in detail
 
 
 def test_a_failed_copy_keeps_the_previous_one_whole(s3, tmp_path):

@@ -145,11 +145,15 @@ def test_readiness_waits_for_the_index_and_the_encoder(index_dir, tmp_path):
     with serving(broken, ready=False) as base:
         for _ in range(200):
             failed = requests.get(f"{base}/readyz", headers=AUTH, timeout=5).json()["detail"]
-            if "loading" not in failed:
+            if "failed" in failed:
                 break
             threading.Event().wait(0.05)
         # the reason names the index's folder: only a caller with the token reads it
+        assert failed.startswith("not ready: loading the index and the encoder failed: ")
         assert str(tmp_path / "none") in failed
+        # a query is told the same, not that something is still loading
+        query = post(base, "/search/ids", json={"ids": [1000]})
+        assert query.status_code == 503 and query.json()["detail"] == failed
         hidden = requests.get(f"{base}/readyz", timeout=5)
         assert hidden.status_code == 503
         assert hidden.json() == {"detail": "not ready: send the bearer token for the reason"}

@@ -14,7 +14,13 @@ from __future__ import annotations
 import argparse
 
 from shdh.atomic import check_writable
-from shdh.commands.common import add_params_argument, fit_planned, params_section, script_main
+from shdh.commands.common import (
+    add_params_argument,
+    end_hand_run,
+    fit_planned,
+    params_section,
+    script_main,
+)
 from shdh.hashers.shallow import SHALLOW
 from shdh.plan_shallow import section_fits, shallow_method_bits, shallow_models_root
 from shdh.steps.fit_shallow import fit
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             smatrix_path=params["smatrix"]["out"],
             features_path=params["features"]["out"],
         )
+    end_hand_run(context)
     return 0
 
 

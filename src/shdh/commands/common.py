@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ def data_hash(dvc_file: str | Path = "data.dvc") -> str:
 
 
 DVC_SOURCE = "dvc.yaml"  # the source name of DVC's runs in the UI
+HAND_SOURCE = "shdh"  # the source name of a step run by hand
+DVC_STAGE_ENV = "DVC_STAGE"  # DVC names the stage in it for every command it runs
 
 
 def dvc_pipeline_id(params_file: str | Path, data_md5: str | None = None) -> str:
@@ -69,14 +72,39 @@ def dvc_pipeline_id(params_file: str | Path, data_md5: str | None = None) -> str
     return tracking.pipeline_run_id(Path(params_file).read_text(), data_md5 or data_hash())
 
 
+def by_hand() -> bool:
+    """A step run by hand: not by DVC, and under no pipeline run id given explicitly (Kubeflow
+    gives one; so may a user, to gather hand-run steps under one parent)."""
+    from shdh.tracking import PIPELINE_ID_ENV
+
+    return not (os.environ.get(DVC_STAGE_ENV) or os.environ.get(PIPELINE_ID_ENV))
+
+
 def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
     """Tags and the parent MLflow run shared by every step of one pipeline run; the first
-    tracked stage opens the parent with the settings as its params."""
+    tracked stage opens the parent with the settings as its params.
+
+    A step run by hand is no stage of the pipeline run whose settings it shares: its id would
+    find that run's parent, finished by its evaluate, reopen it RUNNING for good and add the
+    hand-made fits to its comparison view. It gets a parent of its own instead, which the command
+    closes when it ends (end_hand_run)."""
     from shdh import parent_run, tracking
 
+    if by_hand():
+        tags = {**run_tags(params), **tracking.source_tags(HAND_SOURCE, "LOCAL")}
+        return parent_run.hand_run_context(tags, params)
     tags = {**run_tags(params), **tracking.source_tags(DVC_SOURCE, "LOCAL")}
     run_id = dvc_pipeline_id(args.params, tags["dvc_data_md5"])
     return parent_run.pipeline_context(run_id, tags, params)
+
+
+def end_hand_run(context: dict[str, Any] | None) -> None:
+    """Close the parent of a step run by hand once its work is done (a pipeline's parent stays
+    open for the pipeline's later stages; its evaluate closes it)."""
+    from shdh import parent_run, tracking
+
+    if context is not None and parent_run.is_hand_run(context):
+        tracking.end_parent(context["parent_run_id"])
 
 
 def fit_planned(

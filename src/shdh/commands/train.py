@@ -13,7 +13,13 @@ from __future__ import annotations
 import argparse
 
 from shdh.atomic import check_writable
-from shdh.commands.common import add_params_argument, fit_planned, params_section, script_main
+from shdh.commands.common import (
+    add_params_argument,
+    end_hand_run,
+    fit_planned,
+    params_section,
+    script_main,
+)
 from shdh.hashers import DEEP
 from shdh.plan import method_bits, models_root, section_fits
 from shdh.steps.fit_deep import fit
@@ -62,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     context = None
     for method in args.method:
         context = _fit_method(args, method, context)
+    end_hand_run(context)
     return 0
 
 

@@ -128,7 +128,7 @@ def _probes(service: Service, token: str | None) -> APIRouter:
     def readyz(request: Request) -> JSONResponse:
         loaded = service.current
         if loaded is None:
-            reason = service.last_error or "loading the index and the encoder"
+            reason = service.not_ready_reason()
             # The probe is open (the kubelet sends no token), but a load error names files, S3
             # prefixes and registry versions: only a caller with the token reads it.
             if not carries_token(request.headers.get("authorization", "").encode(), token):
@@ -260,7 +260,7 @@ def _image_answer(
 def _ready(service: Service) -> Loaded:
     loaded = service.current
     if loaded is None:
-        raise QueryError(503, "not ready: the index and the encoder are loading")
+        raise QueryError(503, f"not ready: {service.not_ready_reason()}")
     return loaded
 
 

@@ -101,6 +101,16 @@ class Service:
             log.info("serving generation %d: %s", loaded.generation, loaded.describe())
             return loaded
 
+    def not_ready_reason(self) -> str:
+        """Why nothing is served yet: still loading, or the load failed and why (a failed load
+        is not retried by itself: the service waits for a fix and a reload)."""
+        if self.last_error is None:
+            return "the index and the encoder are loading"
+        return (
+            f"loading the index and the encoder failed: {self.last_error}; fix it, then reload "
+            "(POST /admin/reload or SIGHUP)"
+        )
+
     @property
     def loads_ok(self) -> int:
         """Loads that switched the served version (each one's generation)."""
