@@ -19,28 +19,20 @@ from shdh.cpu_pin import AVX2_PIN, SETTING, host_isa, pin_cpu, pin_mode
 from tests.conftest import REPO
 
 # What tests/unit/pinned_fits.py gave under the pin on each vendor's CPU: equal, as they must be.
+_FITS = {
+    "cosdish": "2031da4f3e5472aa",
+    "dpsh": "f110830889fa7f57",
+    "gist": "7d5507365f51616a",
+    "itq": "f8a5136cb97ed0ee",
+    "kmh": "4843aceae6e8e34f",
+    "ksh": "4da1060fb25d2cfe",
+    "lfh": "bfd56e852eac1cef",
+    "shdh": "dbc14d4284239db6",
+}
 PINNED_FITS = {
-    "AMD EPYC (family 25, AVX-512, 2 cores), 2026-11-28": {
-        "cosdish": "2031da4f3e5472aa",
-        "dpsh": "f110830889fa7f57",
-        "gist": "7d5507365f51616a",
-        "itq": "f8a5136cb97ed0ee",
-        "kmh": "4843aceae6e8e34f",
-        "ksh": "4da1060fb25d2cfe",
-        "lfh": "bfd56e852eac1cef",
-        "shdh": "dbc14d4284239db6",
-    },
-    # ../shared/cpu-probe/intel-xeon-avx512/compat.json: the probe's --fits under this pin
-    "Intel Xeon @ 2.50GHz (AVX-512, 2 cores), 2026-11-28": {
-        "cosdish": "2031da4f3e5472aa",
-        "dpsh": "f110830889fa7f57",
-        "gist": "7d5507365f51616a",
-        "itq": "f8a5136cb97ed0ee",
-        "kmh": "4843aceae6e8e34f",
-        "ksh": "4da1060fb25d2cfe",
-        "lfh": "bfd56e852eac1cef",
-        "shdh": "dbc14d4284239db6",
-    },
+    "AMD EPYC (family 25, AVX-512, 2 cores), 2026-11-28": dict(_FITS),
+    # the CPU probe's --fits under this pin on that machine (../shared/cpu-probe)
+    "Intel Xeon @ 2.50GHz (AVX-512, 2 cores), 2026-11-28": dict(_FITS),
 }
 # The caps an AVX-512 machine's libraries would take unpinned, given explicitly.
 AVX512_CAPS = {
@@ -211,17 +203,24 @@ def _is_component(function: ast.FunctionDef) -> bool:
     )
 
 
-def _pinned_fits(env: dict[str, str]) -> dict[str, str]:
+def run_digests(module: str, env: dict[str, str], *prefix: str) -> dict[str, str]:
+    """The digests a module of tests/unit prints as JSON, run in a fresh process that its own
+    front door pins (as every front door does); `prefix` runs it under another program (an
+    emulator)."""
     out = subprocess.run(
-        [sys.executable, "-m", "tests.unit.pinned_fits"],
+        [*prefix, sys.executable, "-m", module],
         env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
+
+
+def _pinned_fits(env: dict[str, str]) -> dict[str, str]:
+    return run_digests("tests.unit.pinned_fits", env)
 
 
 def assert_as_recorded(seen: dict[str, str], recorded: dict[str, dict[str, str]]) -> None:

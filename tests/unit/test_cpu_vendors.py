@@ -14,15 +14,11 @@ where the real CPUs part.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
-from tests.unit.test_cpu_pin import assert_as_recorded, unpinned_env
+from tests.unit.test_cpu_pin import assert_as_recorded, run_digests, unpinned_env
 
 # tests/unit/pinned_ops.py under the pin, on each vendor's CPU: equal, as they must be.
 _OPS = {
@@ -48,7 +44,7 @@ _OPS = {
 }
 PINNED_OPS = {
     "AMD EPYC (family 25, AVX-512, 2 cores), 2026-11-28": dict(_OPS),
-    # ../shared/cpu-probe/intel-xeon-avx512/compat.json: the probe under this pin
+    # the CPU probe under this pin on that machine (../shared/cpu-probe)
     "Intel Xeon @ 2.50GHz (AVX-512, 2 cores), 2026-11-28": dict(_OPS),
 }
 # QEMU's CPU models: one of each vendor, AVX2 only (QEMU does not emulate AVX-512).
@@ -57,18 +53,7 @@ QEMU = "qemu-x86_64"
 
 
 def pinned_ops(*prefix: str) -> dict[str, str]:
-    """The operations' digests in a fresh process, pinned by its own front door as the suite's
-    fits are; `prefix` runs that process under another program (the emulator)."""
-    out = subprocess.run(
-        [*prefix, sys.executable, "-m", "tests.unit.pinned_ops"],
-        env=unpinned_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return run_digests("tests.unit.pinned_ops", unpinned_env(), *prefix)
 
 
 def test_this_cpu_computes_each_operation_as_both_vendors_did() -> None:
