@@ -32,6 +32,7 @@ from tests.mlflow_server import serve
 from tests.pipelines.front_doors import (
     dvc_commands,
     dvc_params_file,
+    run_dvc_command,
     run_dvc_stages,
     smoke_settings,
 )
@@ -73,15 +74,13 @@ def track_two_pipeline_runs(url: str, work: Path) -> dict[str, Any]:
         scores = json.loads((work / "results" / "metrics.json").read_text())
         changed = deep_merge(yaml.safe_load(first.read_text()), {"train": {"epochs": 2}})
         second.write_text(yaml.safe_dump(changed, sort_keys=False))
-        from shdh.cli import main
-
         rerun = [
             c
             for c in dvc_commands(changed)
             if c.startswith(("shdh train --method", "shdh evaluate", "shdh register"))
         ]
         for command in rerun:
-            assert main([*command.split()[1:], "--params", str(second)]) == 0, command
+            run_dvc_command(command, second)
     return {"first": first, "second": second, "scores": scores, "params": params}
 
 

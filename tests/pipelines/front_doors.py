@@ -100,17 +100,21 @@ def dvc_commands(params: dict[str, Any], dvc_file: Path = REPO / "dvc.yaml") -> 
 
 
 def run_dvc_stages(params_file: Path, params: dict[str, Any]) -> list[str]:
-    """`shdh fetch` (what data.dvc stands for), then every dvc.yaml command, in this process,
-    each as DVC runs a stage's. The paths a command names itself (`--out artifacts/...`), which
-    DVC resolves in the repository, go under the params file's folder with every other output."""
+    """`shdh fetch` (what data.dvc stands for), then every dvc.yaml command, in this process."""
     commands = ["shdh fetch", *dvc_commands(params)]
-    workdir = params_file.parent
     for command in commands:
-        argv = [_inside(arg, workdir) for arg in shlex.split(command)]
-        assert argv[0] == "shdh", command
-        with as_dvc_stage(argv[1]):
-            assert main([*argv[1:], "--params", str(params_file)]) == 0, command
+        run_dvc_command(command, params_file)
     return commands
+
+
+def run_dvc_command(command: str, params_file: Path) -> None:
+    """One of dvc.yaml's commands with the params file, in this process, as DVC runs a stage's.
+    The paths a command names itself (`--out artifacts/...`), which DVC resolves in the
+    repository, go under the params file's folder with every other output."""
+    argv = [_inside(arg, params_file.parent) for arg in shlex.split(command)]
+    assert argv[0] == "shdh", command
+    with as_dvc_stage(argv[1]):
+        assert main([*argv[1:], "--params", str(params_file)]) == 0, command
 
 
 def _inside(arg: str, workdir: Path) -> str:

@@ -5,8 +5,6 @@ result that older code made: dvc.yaml's code entries are generated from the impo
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 
 from tests import dvc_code_deps
 from tests.conftest import REPO
+from tests.e2e.clone import clone_repo, sh
 
 PACKAGES = dvc_code_deps.import_graph.PACKAGES
 
@@ -284,43 +283,27 @@ for stage in Repo(".").index.stages:
 """
 
 
-def _dvc(copy: Path, *args: str) -> str:
-    dvc = Path(sys.executable).with_name("dvc")
-    done = subprocess.run([dvc, *args], cwd=copy, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
-def committed_copy(tmp_path_factory) -> Path:
-    """The checkout's files (tracked, and untracked ones git does not ignore) in a new git
-    repository, every DVC stage committed as up to date."""
-    copy = tmp_path_factory.mktemp("checkout")
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        if (REPO / rel).is_file():
-            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, copy / rel)
-    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
-    subprocess.run([sys.executable, "-c", PLACEHOLDERS], cwd=copy, check=True)
-    _dvc(copy, "commit", "--force", "--quiet")
-    assert set(json.loads(_dvc(copy, "status", "--json"))) == ALWAYS_CHANGED
-    return copy
+def committed_copy(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A copy of the checkout as git would clone it, every DVC stage committed as up to date;
+    with the environment to run dvc there."""
+    copy = tmp_path_factory.mktemp("checkout") / "shdh"
+    env = clone_repo(copy)
+    sh([sys.executable, "-c", PLACEHOLDERS], copy, env)
+    sh(["dvc", "commit", "--force", "--quiet"], copy, env)
+    assert set(json.loads(sh(["dvc", "status", "--json"], copy, env))) == ALWAYS_CHANGED
+    return copy, env
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module", ["src/shdh/figures.py", "src/shdh/report.py"])
 def test_dvc_reruns_nothing_before_evaluate_for_a_reporting_edit(committed_copy, module):
-    path = committed_copy / module
+    copy, env = committed_copy
+    path = copy / module
     text = path.read_text()
     path.write_text(text + "\n# an edit of the figures' or the report's code\n")
     try:
-        status = json.loads(_dvc(committed_copy, "status", "--json"))
+        status = json.loads(sh(["dvc", "status", "--json"], copy, env))
     finally:
         path.write_text(text)
     assert set(status) - ALWAYS_CHANGED == {"evaluate"}

@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "shdh.encoder_model": STEPS,
     "shdh.mlflow_store": STEPS,
     "shdh.parent_run": STEPS,
+    "shdh.parent_summary": STEPS,
     "shdh.comparison_view": STEPS,
     "shdh.registry": STEPS,
     "shdh.checkpoint_store": STEPS,
