@@ -6,7 +6,7 @@
 #   --target gpu      ghcr.io/shdh/shdh:VERSION-cuda  the train step on NVIDIA GPUs: the same
 #                     package with the CUDA build of PyTorch of the lock and its nvidia-* libraries
 #
-# Build it with `make images` (pipelines/images.py), here and in CI. The build needs no network
+# Build it with `make images` (tools/images.py), here and in CI. The build needs no network
 # and no registry: every Python package comes from a wheelhouse made on the host beforehand
 # (WHEELHOUSE: the package's wheel and the wheels of its own dependencies at the versions of
 # requirements.lock), installed with `pip install --no-index --constraint requirements.lock`,

@@ -35,7 +35,7 @@ test: data browser emulator
 	fi
 
 ## images: the runtime and the GPU image from the one Dockerfile, with no registry and no network
-## inside the build (pipelines/images.py): Docker from Debian's packages and dockerd started
+## inside the build (tools/images.py): Docker from Debian's packages and dockerd started
 ## where needed, a Debian base made with debootstrap (reused while its recipe is unchanged), a
 ## wheelhouse from requirements.lock, then `docker build` of each target, tagged
 ## localhost/shdh:VERSION and localhost/shdh:VERSION-cuda; images whose inputs did not change
@@ -43,7 +43,7 @@ test: data browser emulator
 IMAGE_TARGETS ?= runtime gpu
 .PHONY: images
 images: setup
-	$(BIN)/python -m pipelines.images build $(addprefix --target ,$(IMAGE_TARGETS))
+	$(BIN)/python -m tools.images build $(addprefix --target ,$(IMAGE_TARGETS))
 
 ## test-containers: the smoke profile's whole DAG in the runtime image (kfp.local's DockerRunner,
 ## UID 10001, read-only root) against a real MLflow server (basic auth) and SeaweedFS on loopback,

@@ -27,6 +27,7 @@ import numpy as np
 from shdh.atomic import atomic_path
 from shdh.metrics import evaluate
 from shdh.retrieval import integer_weights
+from shdh.similarity import check_ancestors
 
 # A folder of codes files, as the score step writes them and a bundle's trainer returns them:
 # CODES_DIR/NAME.npz, each beside its fit record FITS_DIR/NAME.json (shdh.bundle).
@@ -216,15 +217,12 @@ def _segments(check: _Contract, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
 def _ancestors(check: _Contract, side: str, n_rows: int) -> np.ndarray:
     """(N, K) ancestor ids, or (N, K, M) ancestor sets padded with -1, one row per code."""
     key = f"{side}_ancestors"
-    anc = np.asarray(check.a[key])
-    if not (anc.ndim == 3 and np.issubdtype(anc.dtype, np.integer)):
-        anc = check.integer(key, 2, " (N, K) or a 3-D one (N, K, M) of ancestor sets")
-    elif anc.shape[2] < 1:
-        raise check.fail(f"key {key!r} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
-    if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
-        raise check.fail(f"key {key!r} holds ids outside -1..2^31-1")
-    if anc.shape[0] != n_rows:
-        raise check.fail(f"key {key!r} has {anc.shape[0]} rows but '{side}_codes' has {n_rows}")
+    try:
+        anc = check_ancestors(
+            check.a[key], f"key {key!r}", rows=n_rows, rows_of=f"'{side}_codes' has"
+        )
+    except ValueError as exc:
+        raise check.fail(str(exc)) from None
     if anc.shape[1] < 2:
         raise check.fail(f"key {key!r} has {anc.shape[1]} level(s); K >= 2 (root included)")
     return anc.astype(np.int32)

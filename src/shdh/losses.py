@@ -45,6 +45,7 @@ from shdh.methods import (
     DPSHLossSettings,
     SHDHLossSettings,
 )
+from shdh.similarity import check_ancestor_shape
 
 Bank = tuple[torch.Tensor, torch.Tensor] | None  # detached past outputs and their ancestors
 
@@ -211,19 +212,6 @@ def _sets_intersect(sets_a: torch.Tensor, sets_b: torch.Tensor) -> torch.Tensor:
     return hot_a @ hot_b.T > 0
 
 
-def _check_ancestors(anc: torch.Tensor, n_items: int, n_levels: int | None, where: str) -> None:
-    """anc must be (n_items, K) ids or (n_items, K, M) ancestor sets with M >= 1."""
-    ok = anc.ndim in (2, 3) and anc.shape[0] == n_items and (anc.ndim == 2 or anc.shape[2] >= 1)
-    if ok and n_levels is not None:
-        ok = anc.shape[1] == n_levels
-    if not ok:
-        K = "K" if n_levels is None else f"K={n_levels}"
-        raise ValueError(
-            f"{where} must be (B={n_items}, {K}) or (B, {K}, M) ancestor sets, "
-            f"got {tuple(anc.shape)}"
-        )
-
-
 def shdh_loss(
     z: torch.Tensor,
     anc: torch.Tensor,
@@ -287,7 +275,9 @@ def _check_shdh_inputs(
     if z.ndim != 2 or z.shape[1] != sum(sizes):
         raise ValueError(f"shdh_loss: z must be (B, {sum(sizes)}), got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
-    _check_ancestors(anc, z.shape[0], n_levels, "shdh_loss: anc")
+    check_ancestor_shape(
+        anc.shape, "shdh_loss: anc", rows=z.shape[0], rows_of="z has", n_levels=n_levels
+    )
     if len(levels) != len(sizes):
         raise ValueError(f"shdh_loss: {len(sizes)} segment_sizes but {len(levels)} segment_levels")
     if any(not 1 <= k <= n_levels for k in levels) or len(set(levels)) != len(levels):
@@ -510,7 +500,7 @@ def dpsh_loss(
     if z.ndim != 2 or z.shape[0] < 1:
         raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
     anc = torch.as_tensor(anc, device=z.device)
-    _check_ancestors(anc, z.shape[0], None, "dpsh_loss: anc")
+    check_ancestor_shape(anc.shape, "dpsh_loss: anc", rows=z.shape[0], rows_of="z has")
     dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
     u = z.to(dtype)  # (B, L)
     n_batch = u.shape[0]

@@ -18,20 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shdh.hierarchy import layer_weights
 from shdh.retrieval import integer_weights, iter_rank
-from shdh.similarity import iter_level_matches, same_layout
+from shdh.similarity import check_pair, iter_level_matches
 
 # --- relevance and gain -----------------------------------------------------------------------
-
-
-def layer_weights(n_levels: int) -> np.ndarray:
-    """Eq. 2: u_1 = 0 (root), u_k = 2(K+1-k) / (K(K-1)) for k = 2..K; they sum to 1."""
-    if n_levels < 2:
-        raise ValueError(f"a label tree needs K >= 2 levels (root + one), got K = {n_levels}")
-    k = np.arange(1, n_levels + 1)
-    u = 2.0 * (n_levels + 1 - k) / (n_levels * (n_levels - 1))
-    u[0] = 0.0
-    return u
 
 
 def _shared_levels(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
@@ -360,29 +351,11 @@ def _recall_by_radius(
 def _check_ancestors(
     query_anc: np.ndarray, db_anc: np.ndarray, query_codes: np.ndarray, db_codes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Both ancestor arrays checked and in one layout (similarity.same_layout): (N, K) matrices,
-    or (N, K, M) sets when either side holds several nodes per level."""
-    checked = []
-    for name, anc, codes_name, codes in [
-        ("query_anc", query_anc, "query codes", query_codes),
-        ("db_anc", db_anc, "db codes", db_codes),
-    ]:
-        anc = np.asarray(anc)
-        if anc.ndim not in (2, 3) or not np.issubdtype(anc.dtype, np.integer):
-            raise ValueError(
-                f"{name} must be a 2-D integer (N, K) array or 3-D (N, K, M) ancestor sets, "
-                f"got {anc.dtype} {anc.shape}"
-            )
-        if anc.ndim == 3 and anc.shape[2] == 0:
-            raise ValueError(f"{name} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
-        if anc.size and anc.min() < -1:
-            raise ValueError(f"{name} holds {anc.min()}; node ids are >= 0 and -1 means no node")
-        n_codes = np.shape(codes)[0]
-        if anc.shape[0] != n_codes:
-            raise ValueError(f"{name} has {anc.shape[0]} rows but the {codes_name} have {n_codes}")
-        checked.append(anc)
-    if checked[0].shape[1] != checked[1].shape[1]:
-        raise ValueError(
-            f"query_anc has K = {checked[0].shape[1]} levels but db_anc has {checked[1].shape[1]}"
-        )
-    return same_layout(checked[0], checked[1])
+    """Both ancestor arrays checked (similarity.check_pair), a row per code, in one layout."""
+    return check_pair(
+        query_anc,
+        db_anc,
+        names=("query_anc", "db_anc"),
+        rows=(np.shape(query_codes)[0], np.shape(db_codes)[0]),
+        rows_of=("the query codes have", "the db codes have"),
+    )

@@ -27,9 +27,9 @@ from shdh import mlflow_store
 from shdh.tracking import (
     PIPELINE_TAG,
     ROLE_TAG,
-    _param_value,
     flatten,
     metric_key,
+    param_value,
 )
 
 EXPERIMENT_NAME_ENV = "DVC_EXP_NAME"  # the name DVC gives a queued or temporary experiment
@@ -92,7 +92,7 @@ def log_settings(client: Any, run_id: str, settings: dict[str, Any]) -> None:
     """The settings as params, flattened to section.key (MLflow refuses '+': ksh+h -> ksh_h)."""
     from mlflow.entities import Param
 
-    params = [Param(metric_key(k), _param_value(v)) for k, v in sorted(flatten(settings).items())]
+    params = [Param(metric_key(k), param_value(v)) for k, v in sorted(flatten(settings).items())]
     client.log_batch(run_id, params=params)
 
 

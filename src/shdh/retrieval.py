@@ -73,8 +73,8 @@ def pack_codes(codes: np.ndarray) -> np.ndarray:
 
 def unpack_codes(packed: np.ndarray, n_bits: int) -> np.ndarray:
     """Inverse of `pack_codes`: int8 {-1, +1} codes (N, n_bits)."""
-    packed = _check_packed("packed", packed)
-    _check_n_bits(packed, n_bits, "packed")
+    packed = check_packed("packed", packed)
+    check_n_bits(packed, n_bits, "packed")
     bits = np.unpackbits(packed, axis=1, count=n_bits)
     return bits.astype(np.int8) * 2 - 1
 
@@ -135,7 +135,7 @@ def weighted_hamming(
 def hamming(q_packed: np.ndarray, db_packed: np.ndarray) -> np.ndarray:
     """Plain Hamming distances (Q, N) int32: one segment of weight 1 over every packed bit
     (padding bits are 0 in both, so they never count)."""
-    width = _check_packed("q_packed", q_packed).shape[1]
+    width = check_packed("q_packed", q_packed).shape[1]
     return weighted_hamming(q_packed, db_packed, [8 * width], [1])
 
 
@@ -223,11 +223,11 @@ def rank(
     )[0]
 
 
-# --- internals ---------------------------------------------------------------------------------
+# --- the checks and the distance layout, shared with the search index (shdh.search*) -----------
 
 
 @dataclass(frozen=True)
-class _Layout:
+class DistanceLayout:
     """How to compute D from uint64 words: plane p adds popcount(xor & plane_masks[p, w])
     << plane_shifts[p] for each word w; dtype is the smallest unsigned type that holds
     max_distance."""
@@ -238,7 +238,8 @@ class _Layout:
     plane_shifts: np.ndarray  # (P,) int64
 
 
-def _check_packed(name: str, packed: np.ndarray) -> np.ndarray:
+def check_packed(name: str, packed: np.ndarray) -> np.ndarray:
+    """`packed` as an array, or an error naming `name`: ranking reads codes only in this form."""
     packed = np.asarray(packed)
     if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] == 0:
         raise ValueError(
@@ -248,7 +249,9 @@ def _check_packed(name: str, packed: np.ndarray) -> np.ndarray:
     return packed
 
 
-def _check_n_bits(packed: np.ndarray, n_bits: int, name: str) -> None:
+def check_n_bits(packed: np.ndarray, n_bits: int, name: str) -> None:
+    """Packed codes of exactly n_bits, their padding bits zero (a set padding bit would add to
+    every distance)."""
     if isinstance(n_bits, bool) or not isinstance(n_bits, int | np.integer) or n_bits < 1:
         raise ValueError(f"n_bits must be a positive int, got {n_bits!r}")
     if packed.shape[1] != -(-n_bits // 8):
@@ -269,7 +272,11 @@ def _check_sizes(segment_sizes: Sequence[int]) -> np.ndarray:
     return sizes.astype(np.int64)
 
 
-def _layout(segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: int) -> _Layout:
+def distance_layout(
+    segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: int
+) -> DistanceLayout:
+    """The bit planes of the weighted Hamming distance (Eq. 4) for codes of n_bytes bytes, the
+    segments' integer weights checked: computed once per database, used for every query."""
     sizes = _check_sizes(segment_sizes)
     weights = np.asarray(int_weights)
     if weights.shape != sizes.shape:
@@ -298,7 +305,7 @@ def _layout(segment_sizes: Sequence[int], int_weights: Sequence[int], n_bytes: i
         planes[shift] = np.bitwise_or.reduce(masks[in_plane], axis=0)  # (W,), 0 if no segment
     max_distance = int((sizes * weights).sum())
     dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if max_distance <= np.iinfo(t).max)
-    return _Layout(max_distance, dtype, planes, shifts)
+    return DistanceLayout(max_distance, dtype, planes, shifts)
 
 
 def _words(packed: np.ndarray) -> np.ndarray:
@@ -315,17 +322,17 @@ def _prepare(
     db_packed: np.ndarray,
     segment_sizes: Sequence[int],
     int_weights: Sequence[int],
-) -> tuple[np.ndarray, np.ndarray, _Layout]:
-    q = _check_packed("q_packed", q_packed)
-    db = _check_packed("db_packed", db_packed)
+) -> tuple[np.ndarray, np.ndarray, DistanceLayout]:
+    q = check_packed("q_packed", q_packed)
+    db = check_packed("db_packed", db_packed)
     if q.shape[1] != db.shape[1]:
         raise ValueError(
             f"q_packed has {q.shape[1]} bytes per code but db_packed has {db.shape[1]}"
         )
-    layout = _layout(segment_sizes, int_weights, q.shape[1])
+    layout = distance_layout(segment_sizes, int_weights, q.shape[1])
     n_bits = int(np.sum(segment_sizes))
-    _check_n_bits(q, n_bits, "q_packed")
-    _check_n_bits(db, n_bits, "db_packed")
+    check_n_bits(q, n_bits, "q_packed")
+    check_n_bits(db, n_bits, "db_packed")
     # Database word-major (W, N) so each word's column is contiguous for the XOR.
     return _words(q), np.ascontiguousarray(_words(db).T), layout
 
@@ -349,7 +356,7 @@ def _chunk_size(chunk: int | None, n_db: int) -> int:
     return int(chunk)
 
 
-def _distances(q: np.ndarray, db_t: np.ndarray, layout: _Layout) -> np.ndarray:
+def _distances(q: np.ndarray, db_t: np.ndarray, layout: DistanceLayout) -> np.ndarray:
     """Eq. 4 for a query chunk: q (Qc, W) words, db_t (W, N) words -> (Qc, N) layout.dtype."""
     out = np.empty((q.shape[0], db_t.shape[1]), dtype=layout.dtype)
     _kernels().all_distances(q, db_t, layout.plane_masks, layout.plane_shifts, out)
@@ -365,7 +372,7 @@ def _kernels():
 
 
 def _iter_chunks(
-    q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, step: int, workers: int
+    q: np.ndarray, db_t: np.ndarray, layout: DistanceLayout, n: int, step: int, workers: int
 ) -> Iterator[RankedChunk]:
     """The stored-distance ranking, chunk by chunk: every distance, then the exact top n."""
 
@@ -378,7 +385,7 @@ def _iter_chunks(
 
 
 def _rank_fused(
-    q: np.ndarray, db_t: np.ndarray, layout: _Layout, n: int, chunk: int | None, workers: int
+    q: np.ndarray, db_t: np.ndarray, layout: DistanceLayout, n: int, chunk: int | None, workers: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top n per query by the compiled kernel, query chunks spread over worker threads (the
     kernel releases the GIL); each chunk writes its own rows of one key array."""

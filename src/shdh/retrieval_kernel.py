@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-_NO_KEY = np.iinfo(np.int64).max  # an empty heap slot: larger than every real key
+NO_KEY = np.iinfo(np.int64).max  # an empty heap slot: larger than every real key
 
 
 @intrinsic
@@ -53,8 +53,8 @@ def top_n_keys(q, db_t, plane_masks, plane_shifts, tile, keys):
     1 <= n <= N."""
     n_q = q.shape[0]
     n_db = db_t.shape[1]
-    keys[:, :] = _NO_KEY
-    bound = np.full(n_q, _NO_KEY, dtype=np.int64)  # each query's current n-th distance
+    keys[:, :] = NO_KEY
+    bound = np.full(n_q, NO_KEY, dtype=np.int64)  # each query's current n-th distance
     dist = np.empty(tile, dtype=np.uint64)
     for start in range(0, n_db, tile):
         width = min(n_db, start + tile) - start
@@ -71,9 +71,9 @@ def top_n_of_rows(dist, tile, keys):
     (Qc, N), ascending: the heap scan of top_n_keys over distances already computed (evaluation
     stores them for the radius curves); n = keys.shape[1], 1 <= n <= N."""
     n_q, n_db = dist.shape
-    keys[:, :] = _NO_KEY
+    keys[:, :] = NO_KEY
     for i in range(n_q):
-        tau = _NO_KEY
+        tau = NO_KEY
         for start in range(0, n_db, tile):
             tau = _offer(keys[i], dist[i], start, min(n_db, start + tile), 0, tau, n_db)
         keys[i].sort()
@@ -118,12 +118,12 @@ def _offer(heap, dist, lo, hi, offset, tau, n_db):
     for j in range(lo, hi):
         d = np.int64(dist[j])
         if d < tau:
-            tau = _replace_largest(heap, d * n_db + (offset + j), n_db)
+            tau = replace_largest(heap, d * n_db + (offset + j), n_db)
     return tau
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _replace_largest(heap, key, n_db):
+def replace_largest(heap, key, n_db):
     """Put key in place of the max-heap's root, sift it down, and return the new largest
     distance (or the empty-slot bound while the heap is not yet full)."""
     n = heap.shape[0]
@@ -139,7 +139,7 @@ def _replace_largest(heap, key, n_db):
         heap[pos] = heap[child]
         pos = child
     heap[pos] = key
-    return heap[0] if heap[0] == _NO_KEY else heap[0] // n_db
+    return heap[0] if heap[0] == NO_KEY else heap[0] // n_db
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from shdh.atomic import atomic_dir
-from shdh.retrieval import _check_n_bits, _check_packed, integer_weights, pack_codes
+from shdh.retrieval import check_n_bits, check_packed, integer_weights, pack_codes
 from shdh.search_rank import Ranker
 
 INDEX_ARRAYS = "index.npz"
@@ -152,7 +152,7 @@ class SearchIndex:
     def rank_codes(self, q_packed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, integer distances), both (Q, min(k, N)) int64, of packed queries: the order
         of `shdh.retrieval.rank_with_distances` (ascending distance, then row)."""
-        _check_n_bits(_check_packed("query codes", q_packed), self.n_bits, "query codes")
+        check_n_bits(check_packed("query codes", q_packed), self.n_bits, "query codes")
         return self._ranker.rank(np.asarray(q_packed), _checked_k(k))
 
     def hit_arrays(

@@ -29,7 +29,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from shdh.retrieval_kernel import _NO_KEY, _replace_largest
+from shdh.retrieval_kernel import NO_KEY, replace_largest
 
 
 @intrinsic
@@ -57,7 +57,7 @@ def _add_plane(typingctx, acc, q_byte, db_byte, mask, shift):
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_k_range(q, db_t, plane_masks, plane_shifts, lo, hi, dist, keys):
     """Fill keys (Qc, k) int64 with each query's k best keys D * N + row among rows [lo, hi),
-    ascending (_NO_KEY where hi - lo < k).
+    ascending (NO_KEY where hi - lo < k).
 
     q (Qc, B) and db_t (B, N) uint8, the database byte-major; plane_masks (P, B) uint8 and
     plane_shifts (P,) int64 the weight planes by byte; dist (tile,) a scratch buffer whose
@@ -68,7 +68,7 @@ def top_k_range(q, db_t, plane_masks, plane_shifts, lo, hi, dist, keys):
     n_planes = plane_masks.shape[0]
     tile = dist.shape[0]
     limit = np.iinfo(dist.dtype).max  # > every distance: "no bound yet"
-    keys[:, :] = _NO_KEY
+    keys[:, :] = NO_KEY
     bound = np.full(n_q, limit, dtype=np.int64)  # each query's current k-th distance
     for start in range(lo, hi, tile):
         width = min(hi, start + tile) - start
@@ -103,7 +103,7 @@ def _offer(heap, dist, width, start, bound, limit, n_db):
         return bound
     for j in range(width):
         if dist[j] < tau:
-            largest = _replace_largest(heap, np.int64(dist[j]) * n_db + start + j, n_db)
+            largest = replace_largest(heap, np.int64(dist[j]) * n_db + start + j, n_db)
             tau = dist.dtype.type(min(largest, limit))
     return np.int64(tau)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from shdh import search_kernel
 from shdh.cpu_limit import available_cpus
-from shdh.retrieval import _layout
+from shdh.retrieval import distance_layout
 
 # Items scored per pass for one query: 1 KiB of uint8 distances stays in L1 beside the codes.
 _TILE = 1024
@@ -44,7 +44,7 @@ class Ranker:
         int_weights: Sequence[int],
         workers: int | None = None,
     ) -> None:
-        layout = _layout(segment_sizes, int_weights, packed.shape[1])
+        layout = distance_layout(segment_sizes, int_weights, packed.shape[1])
         self.n_items, n_bytes = packed.shape
         self._db_t = np.empty((n_bytes, self.n_items), dtype=np.uint8)
         for start in range(0, self.n_items, _COPY_ROWS):

@@ -35,20 +35,74 @@ class DenseTooLargeError(ValueError):
     """A dense N x N similarity matrix was requested for too many items."""
 
 
-def _check_ancestors(anc: np.ndarray, name: str) -> np.ndarray:
-    anc = np.asarray(anc)
-    if anc.ndim not in (2, 3):
+_MAX_ID = np.iinfo(np.int32).max  # ancestors are stored as int32
+
+
+def check_ancestor_shape(
+    shape: tuple[int, ...],
+    name: str,
+    *,
+    rows: int | None = None,
+    rows_of: str = "there are items:",
+    n_levels: int | None = None,
+) -> None:
+    """The shape of Eq. 1's input, the one check every caller makes: (N, K) node ids, one per
+    level, or (N, K, M) ancestor sets with M >= 1; N = rows (`rows_of` says whose rows, as in
+    "{name} has 3 rows but {rows_of} 4") and K = n_levels where given. The training loss checks
+    only this: reading a GPU tensor's values would wait on the card."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) not in (2, 3):
         raise ValueError(
-            f"{name} must be an (N, K) ancestor matrix or (N, K, M) ancestor sets, "
-            f"got shape {anc.shape}"
+            f"{name} must be an integer (N, K) ancestor matrix or (N, K, M) ancestor sets, "
+            f"got shape {shape}"
         )
+    if len(shape) == 3 and shape[2] < 1:
+        raise ValueError(f"{name} has shape {shape}: (N, K, M) ancestor sets need M >= 1")
+    if rows is not None and shape[0] != rows:
+        raise ValueError(f"{name} has {shape[0]} rows but {rows_of} {rows}")
+    if n_levels is not None and shape[1] != n_levels:
+        raise ValueError(f"{name} has K = {shape[1]} levels, not the tree's {n_levels}")
+
+
+def check_ancestors(
+    anc: np.ndarray, name: str, *, rows: int | None = None, rows_of: str = "there are items:"
+) -> np.ndarray:
+    """`anc` as an array: check_ancestor_shape's shape, integer node ids >= 0 or -1 (no node)
+    that fit the int32 they are stored as; an error names `name`."""
+    anc = np.asarray(anc)
+    check_ancestor_shape(anc.shape, name, rows=rows, rows_of=rows_of)
     if not np.issubdtype(anc.dtype, np.integer):
-        raise ValueError(f"{name} must hold integer node ids, got dtype {anc.dtype}")
-    if anc.ndim == 3 and anc.shape[2] == 0:
-        raise ValueError(f"{name} has shape {anc.shape}: (N, K, M) ancestor sets need M >= 1")
-    if anc.size and anc.min() < -1:
-        raise ValueError(f"{name} holds {anc.min()}: node ids must be >= 0, or -1 for no node")
+        raise ValueError(
+            f"{name} must be an integer (N, K) ancestor matrix or (N, K, M) ancestor sets, "
+            f"got {anc.dtype} {anc.shape}"
+        )
+    if anc.size and (anc.min() < -1 or anc.max() > _MAX_ID):
+        raise ValueError(
+            f"{name} holds ids outside -1..2^31-1 ({anc.min()} to {anc.max()}; node ids are "
+            ">= 0, -1 means no node)"
+        )
     return anc
+
+
+def check_pair(
+    anc_a: np.ndarray,
+    anc_b: np.ndarray,
+    names: tuple[str, str] = ("anc_a", "anc_b"),
+    rows: tuple[int | None, int | None] = (None, None),
+    rows_of: tuple[str, str] = ("there are items:", "there are items:"),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two ancestor arrays checked (check_ancestors, each with its own name, rows and rows_of),
+    of one tree's K levels, in one layout (same_layout)."""
+    checked = [
+        check_ancestors(*args[:2], rows=args[2], rows_of=args[3])
+        for args in zip((anc_a, anc_b), names, rows, rows_of, strict=True)
+    ]
+    if checked[0].shape[1] != checked[1].shape[1]:
+        raise ValueError(
+            f"{names[0]} has K = {checked[0].shape[1]} levels but {names[1]} has "
+            f"{checked[1].shape[1]}: both must come from the same tree"
+        )
+    return same_layout(*checked)
 
 
 def same_layout(anc_a: np.ndarray, anc_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,17 +113,6 @@ def same_layout(anc_a: np.ndarray, anc_b: np.ndarray) -> tuple[np.ndarray, np.nd
     if anc_a.ndim != anc_b.ndim:
         anc_a, anc_b = (a[:, :, None] if a.ndim == 2 else a for a in (anc_a, anc_b))
     return anc_a, anc_b
-
-
-def _check_pair(anc_a: np.ndarray, anc_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    anc_a = _check_ancestors(anc_a, "anc_a")
-    anc_b = _check_ancestors(anc_b, "anc_b")
-    if anc_a.shape[1] != anc_b.shape[1]:
-        raise ValueError(
-            f"anc_a has K={anc_a.shape[1]} levels but anc_b has K={anc_b.shape[1]}: "
-            "both must come from the same tree"
-        )
-    return same_layout(anc_a, anc_b)
 
 
 def _check_weights(weights: np.ndarray, K: int, name: str = "weights") -> np.ndarray:
@@ -135,7 +178,7 @@ def finest_match(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
     in the matrix case (and M = 1 sets give the matrix result). Rows without any node match
     nothing.
     """
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     fin_a, fin_b = _finest(anc_a), _finest(anc_b)
     if anc_a.ndim == 3:
         return sets_intersect(fin_a, fin_b)
@@ -152,14 +195,14 @@ def _finest(anc: np.ndarray) -> np.ndarray:
 def iter_level_matches(anc_a: np.ndarray, anc_b: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(k, s^k block) for the 0-based non-root levels k = 1..K-1 in turn, (A, B) bool each: for
     callers that fold several quantities over the levels without an (A, B, K) array."""
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     for k in range(1, anc_a.shape[1]):
         yield k, _level_match(anc_a, anc_b, k)
 
 
 def level_similarity(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
     """Eq. 1: s^k_ij = 1 iff i and j share a level-k ancestor (k >= 2). (A, B, K) bool."""
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     K = anc_a.shape[1]
     out = np.zeros((anc_a.shape[0], anc_b.shape[0], K), dtype=bool)
     for k in range(1, K):
@@ -169,7 +212,7 @@ def level_similarity(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
 
 def shared_levels(anc_a: np.ndarray, anc_b: np.ndarray) -> np.ndarray:
     """r_ij = sum_{k>=2} s^k_ij: the graded relevance the metrics use (ACG, DCG, NDCG). int8."""
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     r = np.zeros((anc_a.shape[0], anc_b.shape[0]), dtype=np.int8)
     for k in range(1, anc_a.shape[1]):
         np.add(r, _level_match(anc_a, anc_b, k).view(np.int8), out=r)  # same-dtype add: fast
@@ -198,7 +241,7 @@ def _integer_sum(anc_a: np.ndarray, anc_b: np.ndarray, w: np.ndarray) -> np.ndar
 
 def integer_gain(anc_a: np.ndarray, anc_b: np.ndarray, int_weights: np.ndarray) -> np.ndarray:
     """sum_k w_k s^k_ij with integer weights (K+1-k): exact, for ties and counting sorts. int32."""
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     w = _check_weights(int_weights, anc_a.shape[1], "int_weights")
     if not np.issubdtype(w.dtype, np.integer):
         raise ValueError(f"int_weights must be integers, got dtype {w.dtype}")
@@ -211,7 +254,7 @@ def gain(anc_a: np.ndarray, anc_b: np.ndarray, weights: np.ndarray) -> np.ndarra
     Eq. 2 weights are integers over K(K-1)/2; then g is summed exactly in int8 and divided once
     (correctly rounded). Other weights are summed level by level in float32.
     """
-    anc_a, anc_b = _check_pair(anc_a, anc_b)
+    anc_a, anc_b = check_pair(anc_a, anc_b)
     K = anc_a.shape[1]
     w = _check_weights(weights, K).astype(np.float64)
     scale = max(K * (K - 1) // 2, 1)
@@ -256,7 +299,7 @@ def dense_similarity(
     anc: np.ndarray, weights: np.ndarray, *, max_items: int = DENSE_LIMIT
 ) -> np.ndarray:
     """The full N x N Eq. 3 matrix of anc (N, K) or (N, K, M), only for small sets (tests)."""
-    anc = _check_ancestors(anc, "anc")
+    anc = check_ancestors(anc, "anc")
     n = anc.shape[0]
     if n > max_items:
         gb = n * n * 4 / 1e9
@@ -418,10 +461,8 @@ def build_smatrix(
     training pool keeps query items out of what supervised methods learn from. sample_size is
     capped at the pool size; 0 means no sample.
     """
-    anc = _check_ancestors(ancestors, "ancestors")
+    anc = check_ancestors(ancestors, "ancestors")
     n, K = anc.shape[:2]
-    if anc.size and (anc.min() < -1 or anc.max() > np.iinfo(np.int32).max):
-        raise ValueError("ancestors must hold node ids >= 0, or -1 for no node")
     w = _check_weights(weights, K).astype(np.float64)
     if isinstance(sample_size, bool) or not isinstance(sample_size, int | np.integer):
         raise ValueError(f"sample_size must be an integer, got {sample_size!r}")

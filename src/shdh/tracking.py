@@ -121,7 +121,7 @@ def run(
         if merged:
             mlflow.set_tags(merged)
         if params:
-            mlflow.log_params({metric_key(k): _param_value(v) for k, v in params.items()})
+            mlflow.log_params({metric_key(k): param_value(v) for k, v in params.items()})
         parent = active.data.tags.get(PARENT_TAG) or parent_run_id
         if parent is None:
             yield active
@@ -130,7 +130,7 @@ def run(
             yield active
 
 
-def _param_value(value: Any) -> str:
+def param_value(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return text[:6000]  # MLflow's limit on a param value
 

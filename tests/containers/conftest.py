@@ -1,5 +1,5 @@
 """The container tests: a real Docker engine, the project's runtime image built here
-(pipelines/images.py), a real MLflow server with basic authentication and a real S3 server
+(tools/images.py), a real MLflow server with basic authentication and a real S3 server
 (SeaweedFS) on loopback.
 
 They run under `make test-containers` (SHDH_TEST_CONTAINERS=1), which builds the image first;
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tools import images
 
-from pipelines import images
 from shdh.config import deep_merge
 from tests.conftest import REPO
 from tests.integration.conftest import s3_server  # noqa: F401 (the session's S3 server)

@@ -1,4 +1,4 @@
-"""How `make images` makes its inputs (pipelines/images.py), checked without a container engine:
+"""How `make images` makes its inputs (tools/images.py), checked without a container engine:
 the Debian mirror comes from apt's own sources, the base's tag changes with its recipe only,
 and the wheelhouse lists the package's own dependencies at the lock's versions and no test
 tool. tests/containers builds the images for real."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import tomllib
 
 from packaging.requirements import Requirement
+from tools import images
 
-from pipelines import images
 from tests.conftest import REPO
 
 

@@ -94,7 +94,7 @@ def test_images_are_built_and_pushed_only_after_the_tests_pass():
     jobs = workflow()["jobs"]
     assert set(jobs["build"]["needs"]) == {"lint", "test"}
     assert steps_running(jobs["test"], ".ci/run")
-    (wheelhouse,) = steps_running(jobs["build"], "pipelines.images wheelhouse")
+    (wheelhouse,) = steps_running(jobs["build"], "tools.images wheelhouse")
     steps = jobs["build"]["steps"]
     built = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("docker/build"))
     assert next(i for i, s in enumerate(steps) if s.get("run") == wheelhouse) < built

@@ -105,7 +105,7 @@ def test_save_without_npz_suffix_keeps_the_name(tmp_path: Path) -> None:
             {"query_ancestors": ANCESTORS[np.zeros(5, int), :2]},
             "key 'query_ancestors' has K = 2 levels but 'db_ancestors' has 3",
         ),
-        ({"db_ancestors": np.zeros((30, 3))}, "key 'db_ancestors' must be a 2-D integer array"),
+        ({"db_ancestors": np.zeros((30, 3))}, "key 'db_ancestors' must be an integer (N, K)"),
         ({"db_ancestors": np.full((30, 3), -2)}, "key 'db_ancestors' holds ids outside"),
         ({"db_ids": np.arange(60).reshape(30, 2)}, "key 'db_ids' must be a 1-D"),
     ],

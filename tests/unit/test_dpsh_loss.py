@@ -175,7 +175,7 @@ def test_bad_arguments(kwargs: dict, message: str) -> None:
 def test_bad_shapes() -> None:
     with pytest.raises(ValueError, match="z must be"):
         dpsh_loss(torch.zeros(3), torch.tensor(ANC[:3]))
-    with pytest.raises(ValueError, match="anc must be"):
+    with pytest.raises(ValueError, match="anc has 2 rows but z has 3"):
         dpsh_loss(torch.zeros(3, 2), torch.tensor(ANC[:2]))
     with pytest.raises(ValueError, match="no node"):
         dpsh_loss(torch.zeros(2, 2), torch.tensor([[0, 1, 3, 7], [-1, -1, -1, -1]]))

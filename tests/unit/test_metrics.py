@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from shdh import metrics
+from shdh.hierarchy import layer_weights
 from shdh.metrics import (
     acg,
     database_ideal,
     dcg,
     evaluate,
-    layer_weights,
     list_ideal,
     ndcg,
     weighted_recall_at,
@@ -29,7 +29,7 @@ def test_layer_weights_eq2() -> None:
     np.testing.assert_allclose(layer_weights(3), [0, 2 / 3, 1 / 3])
     np.testing.assert_allclose(layer_weights(4), [0, 1 / 2, 1 / 3, 1 / 6])
     assert math.isclose(layer_weights(7).sum(), 1.0)
-    with pytest.raises(ValueError, match="K >= 2"):
+    with pytest.raises(ValueError, match="K must be >= 2"):
         layer_weights(1)
 
 

@@ -29,7 +29,7 @@ import torch
 from shdh import training
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
-from shdh.hashers.deep_state import _STATE_FIELDS, SavedNetwork
+from shdh.hashers.deep_state import STATE_FIELDS, SavedNetwork
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, LoopSettings, settings_of
 from shdh.losses import (
@@ -108,7 +108,7 @@ class _DeepTraining:
         resume: str = "never",
         progress: Callable[[int, str], Any] | None = None,
         on_epoch: Callable[[dict[str, float]], None] | None = None,
-    ) -> _DeepHasher:
+    ) -> DeepHasher:
         """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
         ancestor sets for multi-label items, and pairs.weights.
 
@@ -148,7 +148,7 @@ class _DeepTraining:
             self._before_training()
             result = self._train(config, images, pairs, (net_sizes, net_levels), loss_fn)
         except BaseException:
-            for name in _STATE_FIELDS:  # a failed fit leaves no state
+            for name in STATE_FIELDS:  # a failed fit leaves no state
                 vars(self).pop(name, None)
             raise
         self.model_ = result.model.eval()
@@ -191,7 +191,7 @@ class _TrainingRun:
             )
 
 
-class _DeepHasher(
+class DeepHasher(
     _DeepArguments,
     _DeepTraining,
     _TrainingRun,
@@ -263,7 +263,7 @@ class LevelSegments:
         return [float(self.layer_weights_[k - 1]) for k in self.segment_levels_]
 
 
-class SHDH(LevelSegments, _DeepHasher):
+class SHDH(LevelSegments, DeepHasher):
     """Supervised Hierarchical Deep Hashing: segmented code, J = E1 + E2 (paper Eq. 5-7)."""
 
     supervision: ClassVar[str | None] = "hierarchical"
@@ -285,7 +285,7 @@ class SHDH(LevelSegments, _DeepHasher):
         return segment_sizes(self.n_bits, K, self.layout), segment_levels(K, self.layout)
 
 
-class DPSH(_DeepHasher):
+class DPSH(DeepHasher):
     """Deep Pairwise-Supervised Hashing (Li, Wang & Kang 2016): one segment, plain Hamming.
 
     Same backbone, loop, optimiser and defaults as SHDH; s_ij = same finest label.

@@ -36,7 +36,7 @@ _RUNTIME_PARAMS = ("epochs", *RUNTIME_FIELDS, "work_dir")
 
 
 class TrainingFolder:
-    """The work_dir side of a deep hasher (shdh.hashers.deep._DeepHasher): its checkpoint's
+    """The work_dir side of a deep hasher (shdh.hashers.deep.DeepHasher): its checkpoint's
     record, the resume decision and the reuse of a sibling fit's training."""
 
     @contextlib.contextmanager

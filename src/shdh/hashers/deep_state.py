@@ -15,15 +15,15 @@ from shdh.hashers.base import Hasher
 from shdh.nets.hashing import build_model
 
 NET_PREFIX = "net."  # state.npz keys of the network weights
-_STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
+STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
 
 
 class SavedNetwork:
-    """save/load of a deep hasher (shdh.hashers.deep._DeepHasher): Hasher's files, with the
+    """save/load of a deep hasher (shdh.hashers.deep.DeepHasher): Hasher's files, with the
     network's weights among the arrays."""
 
     def _state_fields(self) -> tuple[str, ...]:
-        return _STATE_FIELDS
+        return STATE_FIELDS
 
     def state(self) -> dict[str, np.ndarray]:
         self._check_fitted()

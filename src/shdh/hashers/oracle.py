@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shdh import training
-from shdh.hashers.deep import _STATE_FIELDS, LevelSegments, _DeepHasher
+from shdh.hashers.deep import STATE_FIELDS, DeepHasher, LevelSegments
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, LoopSettings
 from shdh.losses import DEFAULT_ORACLE_OBJECTIVE, Loss, OracleObjective
@@ -45,7 +45,7 @@ def class_codes(paths: np.ndarray, sizes: Sequence[int], levels: Sequence[int], 
     return np.concatenate(parts, axis=1)
 
 
-class Oracle(LevelSegments, _DeepHasher):
+class Oracle(LevelSegments, DeepHasher):
     """Cross-entropy classifier on the shared backbone; codes from the predicted class path."""
 
     supervision: ClassVar[str | None] = "hierarchical"
@@ -118,4 +118,4 @@ class Oracle(LevelSegments, _DeepHasher):
         return z.argmax(dim=1).cpu().numpy()
 
     def _state_fields(self) -> tuple[str, ...]:
-        return (*_STATE_FIELDS, "classes_", "class_paths_", "class_codes_")
+        return (*STATE_FIELDS, "classes_", "class_paths_", "class_codes_")

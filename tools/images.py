@@ -1,8 +1,8 @@
 """Build the project's images here, with no registry: `make images` (docs/cluster.md, section 1).
 
-    python -m pipelines.images engine            # Docker from Debian's packages, dockerd started
-    python -m pipelines.images wheelhouse        # only the wheels (CI's image workflow)
-    python -m pipelines.images build [--target runtime|gpu ...]
+    python -m tools.images engine            # Docker from Debian's packages, dockerd started
+    python -m tools.images wheelhouse        # only the wheels (CI's image workflow)
+    python -m tools.images build [--target runtime|gpu ...]
 
 Nothing can be pulled on the machines this project is developed and tested on, so the one
 Dockerfile takes its bases as build arguments (RUNTIME_BASE, GPU_BASE) whose defaults are the
@@ -432,7 +432,7 @@ def build(targets: tuple[str, ...] = TARGETS, log=print) -> list[Built]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.images", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.images", description=__doc__)
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("engine", help="install and start Docker where needed")
     actions.add_parser("wheelhouse", help="the wheels of requirements.lock the images install")
