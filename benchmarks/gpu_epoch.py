@@ -49,11 +49,15 @@ import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh import hierarchy, training
+from shdh.checkpoint import build_model_for
 from shdh.cuda_graph_step import GraphedStep
 from shdh.data import fashion_mnist
 from shdh.devices import resolve_device
+from shdh.inference import torch_threads
+from shdh.loop import TrainConfig
 from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import to_input
+from shdh.training_state import make_optimizer
 
 SIDE = 28  # Fashion-MNIST images; the network pads them to 32
 
@@ -88,7 +92,7 @@ def layout(bits: int) -> dict:
 
 
 def bare_step(
-    config: training.TrainConfig,
+    config: TrainConfig,
     images: np.ndarray,
     anc: np.ndarray,
     steps: int,
@@ -106,11 +110,11 @@ def bare_step(
     clip = loss if clip is None else clip
     device = resolve_device(config.device)
     lay = layout(config.n_bits)
-    model = training._build(config, 1, lay["segment_sizes"]).to(device).train()
+    model = build_model_for(config, 1, lay["segment_sizes"]).to(device).train()
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
     step_model = torch.compile(model) if config.compile else model
-    optimizer = training.make_optimizer(config, model, device)
+    optimizer = make_optimizer(config, model, device)
     loss_fn = SHDHObjective().for_layout(**lay)
     x = to_input(images[: config.batch_size], config.image_size, device)  # (B, 1, 32, 32)
     if device.type == "cuda":
@@ -171,7 +175,7 @@ GRAPHED_VARIANTS = {
 
 
 def graphed_steps(
-    config: training.TrainConfig, images: np.ndarray, anc: np.ndarray, steps: int, warmup: int
+    config: TrainConfig, images: np.ndarray, anc: np.ndarray, steps: int, warmup: int
 ) -> dict[tuple[str, bool], float]:
     """Images/s of each GRAPHED_VARIANTS step as one CUDA graph, by (variant, fused SGD); an SGD
     kernel whose capture fails is left out (said, with the reason)."""
@@ -209,7 +213,7 @@ def report_graphed(speeds: dict[tuple[str, bool], float], batch: int) -> None:
         )
 
 
-def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[dict]:
+def the_loop(config: TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[dict]:
     """The project's loop on all the images; each epoch's entry with its wall time added."""
     marks = [time.perf_counter()]
 
@@ -232,9 +236,7 @@ def the_loop(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) 
     return result.history
 
 
-def profile_steps(
-    config: training.TrainConfig, images: np.ndarray, anc: np.ndarray, out: Path
-) -> None:
+def profile_steps(config: TrainConfig, images: np.ndarray, anc: np.ndarray, out: Path) -> None:
     """torch.profiler over 30 eager whole steps (after the warm-up): the operators by CUDA and
     by CPU time, and the timeline."""
     from torch.profiler import ProfilerActivity, profile
@@ -307,7 +309,7 @@ def main() -> None:
         raise SystemExit(f"gpu_epoch.py: {err}") from err
 
     images, anc = fashion_mnist_sized(args.n_train)
-    config = training.TrainConfig(
+    config = TrainConfig(
         n_bits=args.bits,
         width=args.width,
         image_size=32,
@@ -323,7 +325,7 @@ def main() -> None:
     )
     print(f"machine: {machine_line()}")
     print(commit_line())
-    with training.torch_threads(args.threads):
+    with torch_threads(args.threads):
         print(device_line(device))
     precision = "bf16 autocast" if device.type == "cuda" and config.bf16 else "fp32"
     print(
@@ -335,7 +337,7 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats(device)
     cuda = device.type == "cuda"
     warmup = max(10, args.steps // 10)
-    with training.torch_threads(args.threads):
+    with torch_threads(args.threads):
         net_only = bare_step(config, images, anc, args.steps, warmup, loss=False)
         whole = bare_step(config, images, anc, args.steps, warmup)
         graphed = graphed_steps(config, images, anc, args.steps, warmup) if cuda else {}

@@ -22,11 +22,11 @@ from dataclasses import replace
 import numpy as np
 from gpu_epoch import fashion_mnist_sized, the_loop  # benchmarks/gpu_epoch.py
 
-from shdh import training
 from shdh.devices import resolve_device
+from shdh.loop import TrainConfig
 
 
-def fit_losses(config: training.TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[float]:
+def fit_losses(config: TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[float]:
     return [entry["loss"] for entry in the_loop(config, images, anc)]
 
 
@@ -55,7 +55,7 @@ def main() -> int:
     except ValueError as err:
         raise SystemExit(f"gpu_graph_check.py: {err}") from err
     images, anc = fashion_mnist_sized(args.n_train)
-    config = training.TrainConfig(
+    config = TrainConfig(
         n_bits=64, width=args.width, lr=0.005, epochs=args.epochs, device=args.device, seed=0
     )
     eager = fit_losses(config, images, anc)

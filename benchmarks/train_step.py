@@ -23,7 +23,7 @@ Data waiting: shdh.training's loop has no data loader; each step builds its batc
 (`to_input(images[train_idx[pos]])` from the memory-mapped uint8 images, then the ancestor
 rows). So the script runs the real `shdh.training.train` for one epoch on --n-train synthetic
 28x28 images memory-mapped from a .npy file, as the pipeline loads them, with two probes: the
-image array times its batch-sized fancy indexing, and `shdh.training.to_input` is wrapped to
+image array times its batch-sized fancy indexing, and the training step's `to_input` is wrapped to
 time the batch conversion (calls larger than a batch are the probe-set forwards outside the
 epoch clock, and are not counted). Share = that time / the epoch seconds the loop records.
 Not a test.
@@ -44,8 +44,9 @@ import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
-from shdh import hierarchy, training
+from shdh import hierarchy, training, training_step
 from shdh.data import fashion_mnist
+from shdh.loop import TrainConfig
 from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
@@ -65,9 +66,9 @@ def synthetic_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.nd
     return images, classes, tree.ancestors(leaves[classes])
 
 
-def config(args: argparse.Namespace, **changes) -> training.TrainConfig:
+def config(args: argparse.Namespace, **changes) -> TrainConfig:
     """The pipeline's deep-training settings (params.yaml) at this script's sizes."""
-    return training.TrainConfig(
+    return TrainConfig(
         n_bits=args.bits,
         width=args.width,
         image_size=32,
@@ -185,7 +186,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
     """(data seconds, epoch seconds, images/s) of one real epoch of shdh.training.train."""
     images, _, anc = synthetic_data(args.n_train, seed=2)
     convert = {"seconds": 0.0}
-    real_to_input = training.to_input
+    real_to_input = training_step.to_input
 
     def timed_to_input(batch, image_size, device=None):
         start = time.perf_counter()
@@ -198,7 +199,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
         np.save(Path(tmp) / "images.npy", images)
         mapped = np.load(Path(tmp) / "images.npy", mmap_mode="r").view(_TimedImages)
         _TimedImages.batch_size, _TimedImages.seconds = args.batch, 0.0
-        training.to_input = timed_to_input
+        training_step.to_input = timed_to_input
         try:
             result = training.train(
                 config(args, epochs=1),
@@ -213,7 +214,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
                 loss_fn=shdh_objective(args.bits),
             )
         finally:
-            training.to_input = real_to_input
+            training_step.to_input = real_to_input
     epoch = result.history[0]
     return _TimedImages.seconds + convert["seconds"], epoch["seconds"], epoch["images_per_sec"]
 

@@ -21,12 +21,16 @@ a CPU fit as they were before this module existed.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from shdh.loop import TrainConfig
+from shdh.training_state import State
 
 # Validation items are ranked against this many other training items: a fixed sample keeps the
 # score's cost a few percent of a GPU epoch whatever the training set's size.
@@ -143,3 +147,36 @@ def still_improving(history: list[dict], patience: int, min_delta: float) -> boo
     if not recent:
         return False
     return not earlier or max(recent) >= max(earlier) + min_delta
+
+
+# validate(model, query_idx, database_idx) -> the validation score (Schedule): indices
+# into the images, the model as trained so far.
+Validate = Callable[[torch.nn.Module, np.ndarray, np.ndarray], float]
+
+
+@dataclass
+class Schedule:
+    """After each epoch: the validation score on the held-out items (none without them), the
+    learning rate schedule's step on it and, with the plateau schedule, whether to stop."""
+
+    config: TrainConfig
+    validate: Validate | None
+    queries: np.ndarray
+    database: np.ndarray
+
+    def after_epoch(self, entry: dict[str, Any], state: State) -> bool:
+        """Whether the fit stops here; the score and its seconds are entered in `entry`."""
+        score = self._score(entry, state.model)
+        stopped = step_schedule(self.config, state.scheduler, score)
+        if self.config.schedule == "plateau":
+            entry[STOP_KEY] = stopped
+        return stopped
+
+    def _score(self, entry: dict[str, Any], model: torch.nn.Module) -> float | None:
+        if len(self.queries) == 0:
+            return None
+        start = time.perf_counter()
+        score = float(self.validate(model, self.queries, self.database))
+        entry[VAL_METRIC] = score
+        entry["val_seconds"] = time.perf_counter() - start
+        return score

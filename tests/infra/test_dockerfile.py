@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tools import images
 
 from tests.infra.dockerfile import DockerIgnore, copy_sources, global_args, stages
 from tests.infra.tools import find_tool
@@ -138,21 +139,9 @@ def test_images_install_from_the_wheelhouse_with_the_lock_as_constraints_only(ta
 
 def test_no_test_tool_is_a_dependency_of_what_the_images_install():
     """What `pip install shdh[pipeline,server]` pulls in: none of the dev extra's tools."""
-    from importlib import metadata
-
     from packaging.requirements import Requirement
 
-    seen, todo = set(), [("shdh", {"pipeline", "server"})]
-    while todo:
-        name, extras = todo.pop()
-        key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in seen:
-            continue
-        seen.add(key)
-        for text in metadata.distribution(name).requires or []:
-            req = Requirement(text)
-            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras | {""}):
-                todo.append((req.name, set(req.extras)))
+    seen = images.closure(("pipeline", "server"))
     dev = {
         Requirement(r).name.lower() for r in PYPROJECT["project"]["optional-dependencies"]["dev"]
     }

@@ -90,7 +90,7 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
     work = tmp_path / "work"
     first = namespace["fit"](str(work), 1, "auto")
     # The same code, one epoch more: the checkpoint is continued, its epoch kept as it was.
-    with caplog.at_level("INFO", logger="shdh.training"):
+    with caplog.at_level("INFO", logger="shdh.checkpoint"):
         resumed = namespace["fit"](str(work), 2, "auto")
     assert resumed[0] == first[0] and len(resumed) == 2
     assert "resuming" in caplog.text

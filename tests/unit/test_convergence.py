@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from shdh import convergence, training
+from shdh.checkpoint import CHECKPOINT_NAME
 from shdh.checkpoint_writer import CheckpointWriter, host_copy
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
@@ -245,7 +246,7 @@ def test_checkpoints_follow_the_interval_and_the_last_epoch_always_gets_one(
     seen = []
 
     def on_epoch(entry: dict) -> None:
-        path = tmp_path / training.CHECKPOINT_NAME
+        path = tmp_path / CHECKPOINT_NAME
         saved = torch.load(path, weights_only=True)["epoch"] if path.exists() else None
         seen.append((entry["epoch"], saved))
 

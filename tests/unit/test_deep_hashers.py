@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shdh.checkpoint import CHECKPOINT_NAME
 from shdh.hashers import get_hasher_class, load_hasher
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.deep_folder import RUN_FILE
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import layer_weights
-from shdh.loop import LoopSettings
+from shdh.loop import LoopSettings, TrainConfig
 from shdh.losses import DPSHObjective, SHDHObjective
-from shdh.training import CHECKPOINT_NAME, TrainConfig
 from tests.unit.toys import deep_hasher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -23,7 +23,7 @@ from shdh.data.splits import make_split, save_split
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.hierarchy import LabelTree, TreeError, integer_layer_weights, layer_weights
-from shdh.loop import LoopSettings
+from shdh.loop import LoopSettings, TrainConfig
 from shdh.losses import SHDHObjective, dpsh_loss, shdh_loss
 from shdh.metrics import evaluate
 from shdh.retrieval import pack_codes
@@ -31,7 +31,7 @@ from shdh.similarity import SMatrix, build_smatrix
 from shdh.steps import smatrix as smatrix_step
 from shdh.steps import tree as tree_step
 from shdh.steps.prepare import SPLIT_FILE
-from shdh.training import TrainConfig, train
+from shdh.training import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -6,16 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from shdh.checkpoint import load_checkpoint
+from shdh.devices import resolve_device
+from shdh.inference import encode
+from shdh.loop import TrainConfig
 from shdh.losses import SHDHObjective
 from shdh.nets.hashing import build_model
-from shdh.training import (
-    TrainConfig,
-    TrainingDivergedError,
-    encode,
-    load_checkpoint,
-    resolve_device,
-    train,
-)
+from shdh.training import TrainingDivergedError, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,9 +11,10 @@ import pytest
 
 from shdh.hashers.deep import DPSH
 from shdh.hashers.supervision import PairSimilarity
-from shdh.loop import LoopSettings
+from shdh.inference import encode
+from shdh.loop import LoopSettings, TrainConfig
 from shdh.losses import SHDHObjective
-from shdh.training import TrainConfig, encode, train
+from shdh.training import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

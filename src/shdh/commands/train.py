@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from shdh.atomic import check_writable
+from shdh.checkpoint import RESUME_MODES
 from shdh.commands.common import (
     add_params_argument,
     end_hand_run,
@@ -23,7 +24,6 @@ from shdh.commands.common import (
 from shdh.hashers import DEEP
 from shdh.plan import method_bits, models_root, section_fits
 from shdh.steps.fit_deep import fit
-from shdh.training import RESUME_MODES
 
 HELP = "train deep methods at their code lengths (SHDH, DPSH, the oracle)"
 

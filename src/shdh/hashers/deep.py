@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from shdh import training
+from shdh import checkpoint, inference, training
+from shdh.convergence import Validate
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
 from shdh.hashers.deep_state import STATE_FIELDS, SavedNetwork
 from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.loop import DEFAULT_LOOP, LoopSettings, settings_of
+from shdh.loop import DEFAULT_LOOP, LoopSettings, TrainConfig, settings_of
 from shdh.losses import (
     DEFAULT_DPSH_OBJECTIVE,
     DEFAULT_SHDH_OBJECTIVE,
@@ -85,11 +86,11 @@ class _DeepArguments:
         rest = {k: v for k, v in params.items() if k not in names}
         return {**rest, "objective": {k: v for k, v in params.items() if k in names}}
 
-    def train_config(self) -> training.TrainConfig:
+    def train_config(self) -> TrainConfig:
         """The TrainConfig these parameters mean: the loop settings, the code length, the seed
         and what the method adds (_config_fields); checked by TrainConfig itself."""
         try:
-            return training.TrainConfig(
+            return TrainConfig(
                 **asdict(self.loop), n_bits=self.n_bits, seed=self.seed, **self._config_fields()
             )
         except (TypeError, ValueError) as err:
@@ -112,13 +113,13 @@ class _DeepTraining:
         """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
         ancestor sets for multi-label items, and pairs.weights.
 
-        resume (training.RESUME_MODES): "never" trains afresh; "always" continues the
+        resume (checkpoint.RESUME_MODES): "never" trains afresh; "always" continues the
         checkpoint in work_dir and fails, naming the difference, if it was made with other
         parameters or data; "auto" continues it when it matches and trains afresh otherwise.
         on_epoch(entry) gets each epoch's history entry (loss, e1, e2, flip_fraction,
         bit_balance, ...), e.g. for MLflow.
         """
-        training.check_resume_mode(resume, self.name)
+        checkpoint.check_resume_mode(resume, self.name)
         if resume == "always" and self.work_dir is None:
             raise ValueError(f"{self.name}: resume='always' needs work_dir (the checkpoint)")
         self._fit_options = {"resume": resume, "progress": progress, "on_epoch": on_epoch}
@@ -161,7 +162,7 @@ class _TrainingRun:
 
     def _train(
         self,
-        config: training.TrainConfig,
+        config: TrainConfig,
         images: np.ndarray,
         pairs: Any,
         net_layout: tuple[list[int], list[int]],
@@ -231,7 +232,7 @@ class DeepHasher(
         return sizes, levels
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        return training.encode(  # (N, L) int8 +-1
+        return inference.encode(  # (N, L) int8 +-1
             self.model_,
             self._encode_input(X),
             device=self.loop.device,
@@ -321,7 +322,7 @@ class DPSH(DeepHasher):
         super()._fit(X, pairs)
 
 
-def _validator(hasher: Any, images: np.ndarray, anc: np.ndarray) -> training.Validate:
+def _validator(hasher: Any, images: np.ndarray, anc: np.ndarray) -> Validate:
     """The validation score of shdh.convergence: the held-out items ranked against the
     validation database with this method's own codes and distance (weighted Hamming for
     SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with

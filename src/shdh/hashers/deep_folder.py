@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shdh import code_fingerprint, training
+from shdh import code_fingerprint
 from shdh.atomic import atomic_path, atomic_write_text
+from shdh.checkpoint import CHECKPOINT_NAME
 from shdh.loop import RUNTIME_FIELDS
 from shdh.losses import flat_objective
 
@@ -68,12 +69,12 @@ class TrainingFolder:
         shdh module it runs (shdh.code_fingerprint)."""
         return code_fingerprint.fingerprint([type(self).__module__])
 
-    training_files: ClassVar[tuple[str, ...]] = (training.CHECKPOINT_NAME, RUN_FILE)
+    training_files: ClassVar[tuple[str, ...]] = (CHECKPOINT_NAME, RUN_FILE)
 
     def _prepare_work_dir(self, work_dir: Path, images: np.ndarray, pairs: Any, resume: str) -> str:
         """Decide whether the checkpoint in work_dir may be continued; record this run."""
         work_dir.mkdir(parents=True, exist_ok=True)
-        run_path, ckpt_path = work_dir / RUN_FILE, work_dir / training.CHECKPOINT_NAME
+        run_path, ckpt_path = work_dir / RUN_FILE, work_dir / CHECKPOINT_NAME
         record = self._run_record(images, pairs)
         if resume != "never":
             problem = _record_mismatch(run_path, record)

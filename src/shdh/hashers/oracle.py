@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shdh import training
+from shdh import inference
 from shdh.hashers.deep import STATE_FIELDS, DeepHasher, LevelSegments
 from shdh.hierarchy import segment_levels, segment_sizes
 from shdh.loop import DEFAULT_LOOP, LoopSettings
@@ -112,7 +112,7 @@ class Oracle(LevelSegments, DeepHasher):
     def _predicted_index(self, X: np.ndarray) -> np.ndarray:
         """Row of classes_ (and class_codes_) with the highest logit, for each image."""
         images = self._encode_input(X)
-        z = training.outputs(
+        z = inference.outputs(
             self.model_, images, device=self.loop.device, num_threads=self.loop.num_threads
         )
         return z.argmax(dim=1).cpu().numpy()

@@ -19,6 +19,7 @@ import numpy as np
 
 from shdh import convergence, tracking
 from shdh.atomic import atomic_write_text
+from shdh.checkpoint import RESUME_MODES
 from shdh.devices import resolve_device
 from shdh.encoder_model import log_encoder
 from shdh.errors import ConfigError
@@ -29,7 +30,6 @@ from shdh.hashers.supervision import PairSimilarity
 from shdh.loop import LoopSettings
 from shdh.losses import flat_objective
 from shdh.steps.fit import Fitted, Tracked, Training, run_fit, training_pool
-from shdh.training import RESUME_MODES
 
 log = logging.getLogger(__name__)
 
