@@ -19,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from shdh import convergence
+from shdh.training import convergence
 
 METRIC = "val_ndcg_at_100"
 METHODS = ("shdh", "dpsh", "oracle")

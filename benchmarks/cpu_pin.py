@@ -1,5 +1,6 @@
-"""What the CPU pin (shdh.cpu_pin) costs: the same work pinned, with the pin off, and pinned with
-MKL on its AVX2 branch instead of COMPATIBLE (what the pin held before it held the vendor too).
+"""What the CPU pin (shdh.runtime.instruction_set) costs: the same work pinned, with the pin off,
+and pinned with MKL on its AVX2 branch instead of COMPATIBLE (what the pin held before it held the
+vendor too).
 
     python benchmarks/cpu_pin.py [--repeats 3]
 
@@ -24,14 +25,14 @@ import sys
 
 WORK = r"""
 import json, os, sys, time
-from shdh.cpu_pin import pin_cpu
+from shdh.runtime.instruction_set import pin_cpu
 pin_cpu()
 os.environ.update(json.loads(sys.argv[1]))  # a mode's changes to the pin, before torch loads
 import numpy as np, torch
 from shdh.features.gist import gist_features
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
-from shdh.loop import LoopSettings
+from shdh.training.loop_settings import LoopSettings
 
 rng = np.random.default_rng(0)
 n = 1024
@@ -88,7 +89,7 @@ def run_once(mode: str) -> dict[str, float]:
 
 
 def cpu_line() -> str:
-    from shdh.cpu_pin import host_isa
+    from shdh.runtime.instruction_set import host_isa
 
     model = platform.processor() or platform.machine()
     try:

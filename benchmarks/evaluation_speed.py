@@ -1,4 +1,4 @@
-"""Full evaluation of one method's codes: wall time and peak memory of shdh.metrics.evaluate.
+"""Full evaluation of one method's codes: wall time and peak memory of shdh.core.metrics.evaluate.
 
 Target (2 cores): full metrics (ACG/DCG/NDCG@100 with both ideals, WR@100/1000/5000,
 the WR@n curve to 5,000 and the WR-by-radius curve) for 7,000 queries x 63,000 database items
@@ -41,9 +41,9 @@ TARGET_GB = 4.0
 
 def make_data(n_query: int, n_db: int, bits: int, codes: str, seed: int = 0) -> dict:
     """Seeded queries and database: ancestors from Fashion-MNIST-H's tree, packed codes."""
-    from shdh import hierarchy
+    from shdh.core import level_weights
     from shdh.data import fashion_mnist
-    from shdh.retrieval import pack_codes
+    from shdh.ranking.exact import pack_codes
 
     tree = fashion_mnist.label_tree()
     rng = np.random.default_rng(seed)
@@ -63,14 +63,14 @@ def make_data(n_query: int, n_db: int, bits: int, codes: str, seed: int = 0) -> 
         "db": packed[n_query:],
         "q_anc": anc[:n_query],
         "db_anc": anc[n_query:],
-        "sizes": hierarchy.segment_sizes(bits, K),
-        "weights": hierarchy.segment_weights(K),
+        "sizes": level_weights.segment_sizes(bits, K),
+        "weights": level_weights.segment_weights(K),
     }
 
 
 def child(args: argparse.Namespace) -> None:
     """The measured part, in its own process: prints one JSON line with times and memory."""
-    from shdh.metrics import evaluate
+    from shdh.core.metrics import evaluate
     from shdh.steps.score import eval_workers
 
     data = make_data(args.n_query, args.n_db, args.bits, args.codes)

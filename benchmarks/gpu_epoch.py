@@ -1,5 +1,5 @@
 """The training loop against its limits: images/s of bare training steps of the network, then
-of the project's loop (`shdh.training.train`) on Fashion-MNIST-H-sized data, their ratios, and
+of the project's loop (`shdh.training.loop.train`) on Fashion-MNIST-H-sized data, their ratios, and
 the epoch's wall time.
 
     python benchmarks/gpu_epoch.py [--device cuda] [--width 1.0] [--n-train 63000]
@@ -10,8 +10,8 @@ Two bare steps bound the loop, each on one batch already on the device, with no 
 the clock stops: the network-only step (forward, backward and the SGD step of the same network,
 channels_last and bf16 on a GPU, with a plain sum for a loss) and the whole step (the same with
 the SHDH loss in fp32 and gradient clipping, as the loop runs it). Their difference is the
-loss's cost. With CUDA the steps are also timed as one CUDA graph (shdh.cuda_graph_step), the
-loop's `cuda_graph` option: the whole step, the network with clipping, the network alone, each
+loss's cost. With CUDA the steps are also timed as one CUDA graph (shdh.training.cuda_graph_step),
+the loop's `cuda_graph` option: the whole step, the network with clipping, the network alone, each
 with torch's default SGD kernels and with fused SGD (`fused_sgd`), which separates the loss's,
 clipping's and the optimiser's shares; the loop runs eagerly, graphed, and graphed with fused
 SGD (the gpu profile's). The loop adds what a real run needs: the seeded order,
@@ -48,16 +48,17 @@ import numpy as np
 import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
-from shdh import hierarchy, training
-from shdh.checkpoint import build_model_for
-from shdh.cuda_graph_step import GraphedStep
+from shdh.core import level_weights
+from shdh.core.objectives import SHDHObjective
 from shdh.data import fashion_mnist
-from shdh.devices import resolve_device
-from shdh.inference import torch_threads
-from shdh.loop import TrainConfig
-from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import to_input
-from shdh.training_state import make_optimizer
+from shdh.runtime.devices import resolve_device
+from shdh.training import loop
+from shdh.training.checkpoint import build_model_for
+from shdh.training.cuda_graph_step import GraphedStep
+from shdh.training.inference import torch_threads
+from shdh.training.loop_settings import TrainConfig
+from shdh.training.state import make_optimizer
 
 SIDE = 28  # Fashion-MNIST images; the network pads them to 32
 
@@ -85,9 +86,9 @@ def device_line(device: torch.device) -> str:
 def layout(bits: int) -> dict:
     K = fashion_mnist.label_tree().height
     return {
-        "segment_sizes": hierarchy.segment_sizes(bits, K),
-        "segment_levels": hierarchy.segment_levels(K),
-        "layer_weights": hierarchy.layer_weights(K).tolist(),
+        "segment_sizes": level_weights.segment_sizes(bits, K),
+        "segment_levels": level_weights.segment_levels(K),
+        "layer_weights": level_weights.layer_weights(K).tolist(),
     }
 
 
@@ -222,7 +223,7 @@ def the_loop(config: TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[d
         entry["wall_seconds"] = marks[-1] - marks[-2]
 
     with tempfile.TemporaryDirectory(prefix="shdh-gpu-epoch-") as tmp:
-        result = training.train(
+        result = loop.train(
             config,
             images,
             anc,

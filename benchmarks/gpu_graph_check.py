@@ -22,8 +22,8 @@ from dataclasses import replace
 import numpy as np
 from gpu_epoch import fashion_mnist_sized, the_loop  # benchmarks/gpu_epoch.py
 
-from shdh.devices import resolve_device
-from shdh.loop import TrainConfig
+from shdh.runtime.devices import resolve_device
+from shdh.training.loop_settings import TrainConfig
 
 
 def fit_losses(config: TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[float]:
@@ -60,8 +60,8 @@ def main() -> int:
     )
     eager = fit_losses(config, images, anc)
     messages = _Messages()
-    logging.getLogger("shdh.cuda_graph_step").addHandler(messages)
-    logging.getLogger("shdh.cuda_graph_step").setLevel(logging.INFO)
+    logging.getLogger("shdh.training.cuda_graph_step").addHandler(messages)
+    logging.getLogger("shdh.training.cuda_graph_step").setLevel(logging.INFO)
     graphed = fit_losses(replace(config, cuda_graph=True, fused_sgd=args.fused_sgd), images, anc)
     captured = any("captured" in m for m in messages.seen)
     failed = [m for m in messages.seen if "failed" in m]

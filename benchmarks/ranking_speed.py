@@ -1,4 +1,4 @@
-"""Exact top-100 ranking speed: shdh.retrieval against faiss IndexBinaryFlat, side by side.
+"""Exact top-100 ranking speed: shdh.ranking.exact against faiss IndexBinaryFlat, side by side.
 
 Target (2 cores): queries per second for exact top-100 retrieval over 1,000,000 random
 64-bit database codes, 1,000 queries; our plain Hamming >= 1.0x faiss, our weighted Hamming
@@ -28,8 +28,8 @@ from collections.abc import Callable
 import numpy as np
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
-from shdh import hierarchy
-from shdh.retrieval import rank_with_distances
+from shdh.core import level_weights
+from shdh.ranking.exact import rank_with_distances
 
 
 def random_packed(n: int, n_bytes: int, seed: int) -> np.ndarray:
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     n_bytes = args.bits // 8
     db = random_packed(args.n_db, n_bytes, seed=0)
     q = random_packed(args.n_query, n_bytes, seed=1)
-    sizes = hierarchy.segment_sizes(args.bits, args.levels)  # [21, 21, 22] for K = 4
-    weights = hierarchy.segment_integer_weights(args.levels).tolist()  # [3, 2, 1]
+    sizes = level_weights.segment_sizes(args.bits, args.levels)  # [21, 21, 22] for K = 4
+    weights = level_weights.segment_integer_weights(args.levels).tolist()  # [3, 2, 1]
     search = faiss_search(db, args.bits, args.threads)
     sides: dict[str, Callable[[np.ndarray], tuple]] = {
         "faiss": lambda qs: search(qs, args.top),

@@ -48,9 +48,9 @@ from typing import BinaryIO
 import numpy as np
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
-from shdh import hierarchy
-from shdh.retrieval import integer_weights
-from shdh.search import Hit, SearchIndex, as_packed, write_index
+from shdh.core import level_weights
+from shdh.ranking.exact import integer_weights
+from shdh.ranking.search_index import Hit, SearchIndex, as_packed, write_index
 
 HERE = Path(__file__).resolve()
 LEVELS, BITS = 4, 64
@@ -59,9 +59,9 @@ BACKENDS = ("shdh", "faiss-repeated", "faiss-plain")
 
 def layout() -> tuple[list[int], list[float]]:
     """The segments and float weights (Eq. 2) SHDH makes at 64 bits on a 4-level tree."""
-    sizes = hierarchy.segment_sizes(BITS, LEVELS)
-    levels = np.asarray(hierarchy.segment_levels(LEVELS))
-    weights = hierarchy.layer_weights(LEVELS)[levels - 1]
+    sizes = level_weights.segment_sizes(BITS, LEVELS)
+    levels = np.asarray(level_weights.segment_levels(LEVELS))
+    weights = level_weights.layer_weights(LEVELS)[levels - 1]
     return sizes, [float(w) for w in weights]
 
 

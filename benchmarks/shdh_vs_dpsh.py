@@ -28,7 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from shdh.plan import fit_plan
+from shdh.plan.all_methods import method_params
+from shdh.plan.runs import fit_plan
 from shdh.steps.fit_deep import fit
 from shdh.steps.score import score
 
@@ -93,7 +94,15 @@ def main() -> None:
             models = work / f"{variant.replace(':', '_')}-{seed}" / "models"
             section = train_section(params, method, overrides, args.n_train)
             start = time.perf_counter()
-            plan = fit_plan(section, method, args.bits, None, seed=seed, models_root=models)
+            plan = fit_plan(
+                section,
+                method,
+                args.bits,
+                None,
+                seed=seed,
+                models_root=models,
+                method_params=method_params,
+            )
             mdir = fit(
                 plan,
                 prepared_dir=params["data"]["prepared_dir"],

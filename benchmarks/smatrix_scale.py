@@ -43,7 +43,7 @@ LEVELS = 7
 def synthetic_tree(branching: int):
     """A full tree of LEVELS levels (root included), every inner node with `branching` children;
     names are unique per level, as LabelTree requires."""
-    from shdh.hierarchy import LabelTree
+    from shdh.core.hierarchy import LabelTree
 
     names, parents = ["root"], [-1]
     frontier = [0]
@@ -142,7 +142,7 @@ def median_interleaved(fns: dict[str, Callable[[], np.ndarray]], repeats: int) -
 
 
 def block_rows(args: argparse.Namespace) -> list[tuple[str, float, float]]:
-    from shdh.similarity import build_smatrix
+    from shdh.core.smatrix import build_smatrix
 
     tree = synthetic_tree(args.branching)
     anc = synthetic_items(tree, max(args.n_items // 10, 2 * args.block), seed=1)

@@ -10,7 +10,7 @@ Targets (same machine, same batch):
 
 Steps: the same CNN-F backbone (width, 32x32 input, one channel as Fashion-MNIST), the same
 batch on the same threads, in train mode, forward + backward + SGD step (momentum 0.9, weight
-decay 5e-4), as shdh.training's loop does them:
+decay 5e-4), as shdh.training.loop's loop does them:
   (a) SHDH: the hashing head (--bits units, K = 4 segments layout), the default SHDHObjective
       (E1 levels, E2 balance, sum over partners), loss.item(), and the
       loop's gradient clipping (grad_clip 10, on by default); also shown without clipping;
@@ -19,9 +19,9 @@ decay 5e-4), as shdh.training's loop does them:
 Each round runs 3 steps of each, alternating which goes first; the median per-step time over
 rounds is reported, after warm-up steps.
 
-Data waiting: shdh.training's loop has no data loader; each step builds its batch in place
+Data waiting: shdh.training.loop's loop has no data loader; each step builds its batch in place
 (`to_input(images[train_idx[pos]])` from the memory-mapped uint8 images, then the ancestor
-rows). So the script runs the real `shdh.training.train` for one epoch on --n-train synthetic
+rows). So the script runs the real `shdh.training.loop.train` for one epoch on --n-train synthetic
 28x28 images memory-mapped from a .npy file, as the pipeline loads them, with two probes: the
 image array times its batch-sized fancy indexing, and the training step's `to_input` is wrapped to
 time the batch conversion (calls larger than a batch are the probe-set forwards outside the
@@ -44,12 +44,14 @@ import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
-from shdh import hierarchy, training, training_step
+from shdh.core import level_weights
+from shdh.core.objectives import SHDHObjective
 from shdh.data import fashion_mnist
-from shdh.loop import TrainConfig
-from shdh.losses import SHDHObjective
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
+from shdh.training import loop
+from shdh.training import step as training_step
+from shdh.training.loop_settings import TrainConfig
 
 TARGET_RATIO = 1.15
 TARGET_WAIT = 0.10
@@ -84,9 +86,9 @@ def config(args: argparse.Namespace, **changes) -> TrainConfig:
 def shdh_objective(bits: int):
     """SHDH's default loss for this script's layout (K = 4 segments of `bits`)."""
     return SHDHObjective().for_layout(
-        hierarchy.segment_sizes(bits, K),
-        hierarchy.segment_levels(K),
-        hierarchy.layer_weights(K).tolist(),
+        level_weights.segment_sizes(bits, K),
+        level_weights.segment_levels(K),
+        level_weights.layer_weights(K).tolist(),
     )
 
 
@@ -101,7 +103,7 @@ def shdh_step(args: argparse.Namespace, clip: bool) -> Callable[[torch.Tensor, d
         n_bits=args.bits,
         width=args.width,
         image_size=32,
-        segment_sizes=hierarchy.segment_sizes(args.bits, K),
+        segment_sizes=level_weights.segment_sizes(args.bits, K),
     ).train()
     loss_fn = shdh_objective(args.bits)
     opt = torch.optim.SGD(
@@ -183,7 +185,7 @@ class _TimedImages(np.ndarray):
 
 
 def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
-    """(data seconds, epoch seconds, images/s) of one real epoch of shdh.training.train."""
+    """(data seconds, epoch seconds, images/s) of one real epoch of shdh.training.loop.train."""
     images, _, anc = synthetic_data(args.n_train, seed=2)
     convert = {"seconds": 0.0}
     real_to_input = training_step.to_input
@@ -201,15 +203,15 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
         _TimedImages.batch_size, _TimedImages.seconds = args.batch, 0.0
         training_step.to_input = timed_to_input
         try:
-            result = training.train(
+            result = loop.train(
                 config(args, epochs=1),
                 mapped,
                 anc,
                 np.arange(args.n_train),
                 Path(tmp) / "run",
-                segment_sizes=hierarchy.segment_sizes(args.bits, K),
-                segment_levels=hierarchy.segment_levels(K),
-                layer_weights=hierarchy.layer_weights(K).tolist(),
+                segment_sizes=level_weights.segment_sizes(args.bits, K),
+                segment_levels=level_weights.segment_levels(K),
+                layer_weights=level_weights.layer_weights(K).tolist(),
                 progress=None,
                 loss_fn=shdh_objective(args.bits),
             )
@@ -260,7 +262,7 @@ def main() -> None:
     )
     verdict = "PASS" if share < TARGET_WAIT else "FAIL"
     print(
-        f"| data wait in shdh.training.train, one epoch of {args.n_train:,} images | "
+        f"| data wait in shdh.training.loop.train, one epoch of {args.n_train:,} images | "
         f"{data_s:.2f} s of {epoch_s:.2f} s ({ips:,.0f} img/s) | < 10% | {share:.1%} | "
         f"{verdict} |"
     )

@@ -5,8 +5,8 @@ from the Secret `shdh-credentials` (k8s/base; k8s/secret.example.yaml shows the 
 environment variables through kfp-kubernetes. The compiled YAML names them and holds no value.
 
 Sizes, retries, the timeout, loop caps and where the train tasks run come from the cluster's
-settings (pipelines.settings: the ConfigMap `shdh-pipeline` of the overlay the user names). On
-settings with a GPU the train tasks also run in the CUDA image and train with `device: cuda`,
+settings (pipelines.cluster_settings: the ConfigMap `shdh-pipeline` of the overlay the user names).
+On settings with a GPU the train tasks also run in the CUDA image and train with `device: cuda`,
 so that a node without a usable GPU fails the step at once instead of training on the CPU.
 
 None of this is applied to the pipeline kfp.local runs: it has no Kubernetes, warns that an
@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pipelines.settings import ClusterSettings
+from pipelines.cluster_settings import ClusterSettings
 
 CONFIG_MAP = "shdh-config"
-# SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.checkpoint_store).
+# SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.tracking.checkpoint_sync).
 CONFIG_KEYS = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_EXPERIMENT_NAME",

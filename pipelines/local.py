@@ -91,12 +91,12 @@ def run_local(params: dict[str, Any], root: str | Path, *, docker: bool = False)
     builtins.print is put back afterwards: kfp.local swaps it for an indenting wrapper around
     each task and restores it last-in-first-out, but it runs a ParallelFor's tasks in threads,
     so interleaved restores can leave a task's wrapper installed for the rest of the process
-    (numba, imported later by shdh.retrieval, then refuses to load)."""
+    (numba, imported later by shdh.ranking.exact, then refuses to load)."""
     from kfp import local
 
-    from shdh import tracking
+    from shdh.tracking import runs
 
-    tracking.check_server(tracking.tracking_uri())
+    runs.check_server(runs.tracking_uri())
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     runner = docker_runner(root) if docker else local.SubprocessRunner(use_venv=False)

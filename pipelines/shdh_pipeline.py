@@ -14,13 +14,13 @@ pipeline is built from (params.yaml plus a profile: shdh.kubeflow.resolve_params
 
 The raw data's version is fixed when the pipeline is built for a cluster: the prepare step
 gets the checkout's data.dvc and .dvc/config and pulls that version from the DVC remote
-(shdh.data.dvc_pull; docs/cluster-data.md), so a new data version is a new pipeline version.
+(shdh.steps.dvc_pull; docs/cluster-data.md), so a new data version is a new pipeline version.
 
-The fits are unrolled when the pipeline is built, from the run plan of its params (shdh.plan:
-methods x bits x seeds, in scoring order): each is a task of its own, shown by its fit's name
-(METHOD-BITS[-seedS]). KFP ignores the retries of a task inside a ParallelFor, and collecting
-artifacts out of one (dsl.Collected) needs a recent backend; a task of the root DAG has neither
-limit. So the fits a run makes are fixed at compile time: a run's train and baselines
+The fits are unrolled when the pipeline is built, from the run plan of its params
+(shdh.plan.all_methods: methods x bits x seeds, in scoring order): each is a task of its own, shown
+by its fit's name (METHOD-BITS[-seedS]). KFP ignores the retries of a task inside a ParallelFor, and
+collecting artifacts out of one (dsl.Collected) needs a recent backend; a task of the root DAG has
+neither limit. So the fits a run makes are fixed at compile time: a run's train and baselines
 parameters may change a fit's settings, not which fits there are (`shdh pipeline submit`
 compiles from the same params it passes). A loop cap (train.parallelism, baseline.parallelism)
 becomes chains: fit i starts after fit i - cap of its kind, so at most `cap` run at once.
@@ -53,10 +53,10 @@ from pipelines.cluster import (
     train_device,
     use_cluster_settings,
 )
-from pipelines.settings import ClusterSettings, Deploy
-from shdh.data import dvc_pull
+from pipelines.cluster_settings import ClusterSettings, Deploy
 from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, project_root
-from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
+from shdh.steps import dvc_pull
+from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 
 PIPELINE_NAME = "shdh"
 DESCRIPTION = (
@@ -354,7 +354,7 @@ def compile_pipeline(
 ) -> Path:
     """Write the pipeline YAML (IR) for `params`, for a cluster with `settings` (None: for
     kfp.local), written atomically."""
-    from shdh.atomic import atomic_path
+    from shdh.runtime.atomic import atomic_path
 
     out = Path(out)
     pipeline = build_pipeline(params, settings=settings)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.cluster import train_device
+from pipelines.cluster_settings import ClusterSettings
 from pipelines.kfp_api import Credentials, check_server, dotted
-from pipelines.settings import ClusterSettings
 from pipelines.shdh_pipeline import DESCRIPTION, PIPELINE_NAME, compile_pipeline
 from shdh.kubeflow import pipeline_arguments
 
@@ -175,7 +175,7 @@ def retry(
     a failed container and not a pod that was deleted or evicted. A retried run keeps its run
     id, so the tasks that finished are not run again, and the interrupted fit starts again under
     the same PIPELINE_RUN_ID and resumes from its checkpoint in the object store
-    (shdh.checkpoint_store).
+    (shdh.tracking.checkpoint_sync).
     """
     import kfp
     import kfp_server_api

@@ -5,10 +5,10 @@ Every test gets its own MLflow store so that no test writes mlflow.db into the r
 
 from __future__ import annotations
 
-from shdh.cpu_pin import pin_cpu
+from shdh.runtime.instruction_set import pin_cpu
 
 # Before numpy, torch or numba load: the suite's numbers (the pinned digests, the smoke
-# profile's metrics) are those of the AVX2 code path on every CPU (shdh.cpu_pin).
+# profile's metrics) are those of the AVX2 code path on every CPU (shdh.runtime.instruction_set).
 pin_cpu()
 
 import contextlib  # noqa: E402

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedSeq
 from ruamel.yaml.tokens import CommentToken
 
-from shdh.atomic import atomic_write_text
+from shdh.runtime.atomic import atomic_write_text
 from tests import import_graph
 
 # How a `cmd:` names the code it runs: entry point -> where its command module STEP lives, the

@@ -12,8 +12,8 @@ into one archive; checkpoints go to a work folder beside it, so that an interrup
 resumes. `shdh evaluate --codes-from DIR` then scores the codes wherever the full install is,
 into results/ and the report like the pipeline's own codes.
 
-The fits are the pipeline's own: planned by shdh.plan (the same parameters, seeds and names;
-their work folders laid out as model folders under the work folder) and trained by the same
+The fits are the pipeline's own: planned by shdh.plan.all_methods (the same parameters, seeds and
+names; their work folders laid out as model folders under the work folder) and trained by the same
 fit runner (shdh.steps.fit: the same training items, the sorted prefix of the seeded database
 order, and the same pair labels), so on the CPU a bundle fit gives the codes `shdh train` +
 `shdh evaluate` give, bit for bit.
@@ -33,20 +33,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from shdh import code_fingerprint, cpu_pin
-from shdh.atomic import atomic_path, atomic_write_text
-from shdh.codes import CODES_DIR, FITS_DIR, Codes, save_codes
+from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, save_codes
+from shdh.core.objectives import flat_objective
 from shdh.data.download import sha256sum
 from shdh.data.splits import Split
-from shdh.devices import resolve_device
-from shdh.errors import ConfigError
-from shdh.fits import Fit
-from shdh.hashers import get_hasher_class
-from shdh.loop import RUNTIME_FIELDS
-from shdh.losses import flat_objective
-from shdh.plan import is_deep, section_fits
-from shdh.retrieval import pack_codes
+from shdh.hashers import get_hasher_class, is_deep
+from shdh.plan.all_methods import method_params
+from shdh.plan.fits import Fit
+from shdh.plan.runs import section_fits
+from shdh.ranking.exact import pack_codes
+from shdh.runtime import instruction_set, source_fingerprint
+from shdh.runtime.atomic import atomic_path, atomic_write_text
+from shdh.runtime.devices import resolve_device
+from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Training, run_fit, training_items
+from shdh.training.loop_settings import RUNTIME_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +174,8 @@ def plan_fits(
     *,
     work_dir: str | Path,
 ) -> list[Fit]:
-    """Every deep fit asked for (shdh.plan): the settings' train section, or the given subsets
-    of it (e.g. SHDH at 64 bits first, when device time is short), each with its work folder
+    """Every deep fit asked for (shdh.plan.all_methods): the settings' train section, or the given
+    subsets of it (e.g. SHDH at 64 bits first, when device time is short), each with its work folder
     (its checkpoint) under work_dir as the plan lays model folders out."""
     section = settings["train"]
     methods = methods or list(section["methods"])
@@ -191,6 +192,7 @@ def plan_fits(
         seed=int(settings.get("seed", 0)),
         models_root=work_dir,
         seeds=seeds,
+        method_params=method_params,
     )
 
 
@@ -257,7 +259,7 @@ def _train_fit(
         "n_train_items": fitted.n_train,
         "device": manifest["device"],
         "torch": manifest["torch"],
-        **cpu_pin.describe(),
+        **instruction_set.describe(),
         "history": fitted.hasher.history_,
     }
     atomic_write_text(record_path, json.dumps(record, indent=2) + "\n")
@@ -279,7 +281,7 @@ def record_base(bundle: Bundle, fit: Fit) -> dict[str, Any]:
         "seed": fit.seed,
         "params": params,
         "bundle_sha256": bundle.sha256,
-        "code": code_fingerprint.fingerprint([get_hasher_class(fit.method).__module__]),
+        "code": source_fingerprint.fingerprint([get_hasher_class(fit.method).__module__]),
     }
 
 
@@ -383,5 +385,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # numpy and torch loaded with this module: a pin set now restarts the process pinned
-    cpu_pin.pin_cpu(reexec=True)
+    instruction_set.pin_cpu(reexec=True)
     raise SystemExit(main())

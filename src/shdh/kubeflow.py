@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from shdh import settings
-from shdh.atomic import atomic_dir
-from shdh.config import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
+from shdh.runtime.atomic import atomic_dir
+from shdh.settings.profiles import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
 
 # The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
 SECTIONS = tuple(settings.SECTIONS)
@@ -125,11 +125,11 @@ NO_OWN_SEED = -1  # a fit's own seed without a `seeds` list: the master seed, un
 
 def branch_runs(train: dict[str, Any], baselines: dict[str, Any], kind: str) -> list[dict]:
     """The {method, bits, own_seed} fits of one branch of the DAG, in the plan's order (the
-    order the score step scores them; shdh.plan.planned_runs, which also skips KMH where it
-    cannot run): "deep" are train.methods x train.bits (x train.seeds), "shallow"
+    order the score step scores them; shdh.plan.all_methods.planned_runs, which also skips KMH where
+    it cannot run): "deep" are train.methods x train.bits (x train.seeds), "shallow"
     baselines.methods x baselines.bits (x baselines.seeds). A pipeline parameter cannot be
     null, so a fit without a seed of its own has own_seed NO_OWN_SEED."""
-    from shdh.plan import planned_runs
+    from shdh.plan.all_methods import planned_runs
 
     none = {"methods": [], "bits": []}
     if kind == "deep":
@@ -162,7 +162,8 @@ def run_context(
     the dataset and raw-data hash that `prepare` put in the prepared artifact's metadata.
     The start step passes its `settings`: it creates the parent (they become its params) or
     reopens it; every later step only finds it."""
-    from shdh import parent_run, tracking
+    from shdh.tracking import parent_run
+    from shdh.tracking import runs as tracking
 
     missing = [k for k in ("dataset", "dvc_data_md5") if k not in metadata]
     if missing:
@@ -189,11 +190,12 @@ def pipeline_settings(seed: int, profile: str, sections: dict[str, str]) -> dict
 
 
 def save_model(model_dir: str | Path, model: Any) -> None:
-    """Copy a fitted model folder (shdh.fits: models_root/METHOD/NAME) into a Model output artifact.
+    """Copy a fitted model folder (shdh.plan.fits: models_root/METHOD/NAME) into a Model output
+    artifact.
 
     The training work folder (the checkpoint, already logged to MLflow) stays behind.
     """
-    from shdh.fits import FIT_RECORD, WORK_DIR
+    from shdh.plan.fits import FIT_RECORD, WORK_DIR
 
     model_dir = Path(model_dir)
     record = json.loads((model_dir / FIT_RECORD).read_text())
@@ -218,26 +220,33 @@ def fit_component(
     model: Any,
     gist: Any = None,
 ) -> None:
-    """The train and baseline components' work: the planned fit (shdh.plan), trained by the
-    fit runner as `shdh train` and `shdh baselines` train it, its folder copied into the Model
+    """The train and baseline components' work: the planned fit (shdh.plan.all_methods), trained by
+    the fit runner as `shdh train` and `shdh baselines` train it, its folder copied into the Model
     artifact. A deep fit resumes a matching checkpoint, and with SHDH_CHECKPOINT_URL set keeps
-    every epoch's in the object store under the fit's name (shdh.checkpoint_store), so that a
-    retried task resumes there. A shallow fit (gist given) fits the GIST features."""
+    every epoch's in the object store under the fit's name (shdh.tracking.checkpoint_sync), so that
+    a retried task resumes there. A shallow fit (gist given) fits the GIST features."""
     import tempfile
 
-    from shdh.plan import fit_plan
+    from shdh.plan.all_methods import method_params
+    from shdh.plan.runs import fit_plan
 
     section = section_arg(settings, "train" if gist is None else "baselines")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         plan = fit_plan(
-            section, method, bits, own_seed_arg(own_seed), seed=seed, models_root=models_dir
+            section,
+            method,
+            bits,
+            own_seed_arg(own_seed),
+            seed=seed,
+            models_root=models_dir,
+            method_params=method_params,
         )
         inputs = {"prepared_dir": prepared.path, "smatrix_path": similarity.path}
         if gist is None:
-            from shdh import checkpoint_store
             from shdh.steps.fit_deep import fit
+            from shdh.tracking import checkpoint_sync
 
-            checkpoints = checkpoint_store.from_env(pipeline_run_id, plan.name)
+            checkpoints = checkpoint_sync.from_env(pipeline_run_id, plan.name)
             context = run_context(prepared.metadata, profile, pipeline_run_id)
             out = fit(
                 plan, **inputs, progress=False, resume="auto", checkpoints=checkpoints, **context
@@ -252,7 +261,7 @@ def fit_component(
 
 def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
     """Lay Model artifacts out as the plan places them (models_dir/METHOD/NAME), by links."""
-    from shdh.fits import FIT_RECORD, model_dir
+    from shdh.plan.fits import FIT_RECORD, model_dir
 
     models_dir = Path(models_dir)
     for model in models:
@@ -272,7 +281,7 @@ def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
 
 def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
     """The @n metrics of every method and code length, named METHOD_BITS_METRIC for the UI."""
-    from shdh.tracking import metric_key
+    from shdh.tracking.runs import metric_key
 
     return {
         f"{method}_{bits}_{metric_key(name)}": float(value)
@@ -284,9 +293,9 @@ def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
 
 
 def fit_name(run: dict[str, Any]) -> str:
-    """A {method, bits, own_seed} fit's name (shdh.fits.fit_name): its model folder's, its
+    """A {method, bits, own_seed} fit's name (shdh.plan.fits.fit_name): its model folder's, its
     MLflow run's and its checkpoints' in the store."""
-    from shdh import fits
+    from shdh.plan import fits
 
     return fits.fit_name(str(run["method"]), int(run["bits"]), own_seed_arg(run["own_seed"]))
 
@@ -311,23 +320,23 @@ def evaluate_fits(
     Kubeflow UI. Here rather than in the component, whose signature is made per plan."""
     import tempfile
 
-    from shdh.parent_summary import summarize
-    from shdh.plan import fit_plan
+    from shdh.plan.fits import make_fit
+    from shdh.reporting.parent_summary import summarize
     from shdh.steps.score import score
-    from shdh.tracking import end_parent, failure_ends
+    from shdh.tracking.runs import end_parent, failure_ends
 
     cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
     context = run_context(prepared.metadata, profile, pipeline_run_id)
     with failure_ends(context["parent_run_id"]), tempfile.TemporaryDirectory() as models_dir:
         root = gather_models(models, models_dir)
         fits = [
-            fit_plan(
-                None,
+            make_fit(  # the fit as the score step sees it: its name and its model's folder
                 r["method"],
                 int(r["bits"]),
                 own_seed_arg(r["own_seed"]),
                 seed=seed,
                 models_root=root,
+                params={},
             )
             for r in runs
         ]

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from shdh.config import deep_merge
-from shdh.registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
+from shdh.settings.profiles import deep_merge
+from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 from tests.browser import ui
 from tests.browser.ui import start_browser, wait_for
 from tests.conftest import REPO

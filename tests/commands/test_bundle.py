@@ -16,8 +16,8 @@ import torch
 
 from shdh.bundle import BundleError, read_bundle, write_bundle
 from shdh.cli import main as cli_main
-from shdh.codes import load_codes, save_codes
 from shdh.commands.evaluate import main as evaluate_main
+from shdh.core.codes_file import load_codes, save_codes
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import REPO
 
@@ -41,17 +41,17 @@ BLOCKED = (
     "requests",
 )
 CORE = (
-    "shdh.training",
+    "shdh.training.loop",
     "shdh.bundle",
-    "shdh.plan",
-    "shdh.retrieval",
-    "shdh.retrieval_kernel",
-    "shdh.metrics",
-    "shdh.codes",
-    "shdh.losses",
-    "shdh.similarity",
-    "shdh.hierarchy",
-    "shdh.devices",
+    "shdh.plan.all_methods",
+    "shdh.ranking.exact",
+    "shdh.ranking.exact_kernel",
+    "shdh.core.metrics",
+    "shdh.core.codes_file",
+    "shdh.core.losses",
+    "shdh.core.similarity",
+    "shdh.core.hierarchy",
+    "shdh.runtime.devices",
     "shdh.nets.cnnf",
     "shdh.nets.hashing",
 )
@@ -87,13 +87,13 @@ for method in REGISTRY:
     get_hasher_class(method)
 from shdh.hashers.deep import SHDH
 from shdh.hashers.supervision import PairSimilarity
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.core.metrics import evaluate
+from shdh.ranking.exact import pack_codes
 rng = np.random.default_rng(0)
 leaf = rng.integers(0, 4, 96)
 images = (rng.random((96, 28, 28)) * 255).astype(np.uint8)
 anc = np.stack([np.zeros(96, int), 1 + leaf // 2, 3 + leaf], axis=1)
-from shdh.loop import LoopSettings
+from shdh.training.loop_settings import LoopSettings
 hasher = SHDH(n_bits=8, loop=LoopSettings(width=1 / 16, epochs=1, batch_size=32, device="cpu"))
 hasher.fit(images, PairSimilarity(anc, [0.0, 2 / 3, 1 / 3], "hierarchical"))
 codes = pack_codes(hasher.encode(images))

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from shdh.cli import main
-from shdh.config import ConfigError
+from shdh.core.hierarchy import LabelTree
 from shdh.data.download import md5sum
 from shdh.data.folder import make_demo_folder
-from shdh.hierarchy import LabelTree
+from shdh.settings.profiles import ConfigError
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.unit.test_cifar100 import write_cifar100_archive
 from tests.unit.test_iaprtc12 import write_saiapr

@@ -11,8 +11,9 @@ import pytest
 
 from shdh.cli import main
 from shdh.hashers.deep import SHDH
-from shdh.retrieval import integer_weights, rank_with_distances
-from shdh.search import INDEX_RECORD, SearchIndex
+from shdh.ranking.exact import integer_weights, rank_with_distances
+from shdh.ranking.index_file import INDEX_RECORD
+from shdh.ranking.search_index import SearchIndex
 from shdh.steps.fit_deep import training_inputs
 from shdh.steps.split_inputs import load_split
 from tests.commands.test_steps import run_steps, smoke_params
@@ -90,11 +91,11 @@ def test_shared_levels_are_the_trees(fitted):
 def test_the_registered_encoder_is_loaded_by_alias_and_recorded(fitted, tmp_path, caplog):
     import mlflow
 
-    from shdh import encoder_model, tracking
+    from shdh.tracking import encoder_model, runs
 
     tmp = fitted["tmp"]
     example = np.asarray(training_inputs(SHDH, tmp / "prepared", tmp / "smatrix.npz", 2)[0])
-    with tracking.run(run_name="shdh-12") as run:
+    with runs.run(run_name="shdh-12") as run:
         uri = encoder_model.log_encoder(tmp / "model" / "hasher", example)
     mlflow.register_model(uri, "enc")
     mlflow.MlflowClient().set_registered_model_alias("enc", "live", "1")

@@ -13,9 +13,9 @@ import yaml
 from PIL import Image
 
 from shdh.cli import main
+from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import load_dataset
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
-from shdh.hierarchy import LabelTree
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import REPO
 from tests.readonly import read_only, run_without_override

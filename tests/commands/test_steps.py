@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from shdh.cli import build_parser, main
-from shdh.config import deep_merge, load_params
+from shdh.settings.profiles import deep_merge, load_params
 from tests.conftest import REPO, as_dvc_stage
 
 
@@ -92,7 +92,7 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     history = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2]
     # SHDH ranks with weighted segments, the baselines with one plain Hamming segment.
-    from shdh.codes import load_codes
+    from shdh.core.codes_file import load_codes
 
     shdh_codes = load_codes(tmp_path / "results" / "codes" / "shdh-16.npz")
     assert list(shdh_codes.segment_sizes) == [5, 5, 6]
@@ -200,8 +200,8 @@ def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
 
 
 def test_label_path_not_in_tree_fails_and_writes_nothing(tmp_path, fashion_raw, caplog):
+    from shdh.core.hierarchy import LabelTree
     from shdh.data.fashion_mnist import label_paths
-    from shdh.hierarchy import LabelTree
 
     # A tree that lacks the Bag leaf: the items labelled Bag cannot be placed.
     LabelTree.from_paths([p for p in label_paths() if not p.endswith("Bag")]).save(
@@ -281,7 +281,7 @@ def test_default_profile_matches_params_yaml():
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper", "gpu"])
 def test_every_profile_applies_and_plans_its_runs(profile):
     from shdh.kubeflow import resolve_params
-    from shdh.plan import planned_runs
+    from shdh.plan.all_methods import planned_runs
 
     params = resolve_params(REPO / "params.yaml", profile, profiles_dir=REPO / "profiles")
     runs = planned_runs(params)
@@ -348,7 +348,7 @@ def test_seeds_fit_each_method_once_per_seed_and_report_mean_and_spread(tmp_path
         assert row["ndcg@100"] == pytest.approx(np.mean(values), abs=1e-6)
         assert row["ndcg@100_sd"] == pytest.approx(np.std(values, ddof=1), abs=1e-6)
     # Different seeds give different networks, hence different codes.
-    from shdh.codes import load_codes
+    from shdh.core.codes_file import load_codes
 
     a, b = (load_codes(results / "codes" / f"shdh-16-seed{s}.npz") for s in (3, 4))
     assert not np.array_equal(a.db_codes, b.db_codes)

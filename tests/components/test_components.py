@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from kfp import dsl
 
-from shdh import tracking
 from shdh.kubeflow import branch_runs, pipeline_arguments
+from shdh.tracking import runs as tracking
 from tests.conftest import write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
@@ -342,7 +342,7 @@ def test_a_prepared_artifact_without_its_metadata_is_refused(chain, tmp_path):
 
 
 def test_a_settings_parameter_that_is_not_json_is_named(chain, tmp_path):
-    from shdh.config import ConfigError
+    from shdh.settings.profiles import ConfigError
 
     labels = artifact(dsl.Dataset, tmp_path / "labels")
     with pytest.raises(ConfigError, match="'tree'"):

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from tools import images
 
-from shdh.config import deep_merge
+from shdh.settings.profiles import deep_merge
 from tests.conftest import REPO
 from tests.integration.conftest import s3_server  # noqa: F401 (the session's S3 server)
 from tests.mlflow_server import PASSWORD, USER, basic_auth_server

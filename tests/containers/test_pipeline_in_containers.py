@@ -15,7 +15,7 @@ import subprocess
 import mlflow
 import pytest
 
-from shdh import tracking
+from shdh.tracking import runs as tracking
 from tests.conftest import REPO
 from tests.containers.conftest import METHODS, PASSWORD, USER
 
@@ -102,7 +102,7 @@ def test_a_cpu_limit_sizes_the_maths_libraries_thread_pools(runtime_image):
     host has it): after the pin every step runs first, torch, numba and OpenBLAS start one
     thread, where they would start one per core the container may run on."""
     code = (
-        "from shdh.cpu_pin import pin_cpu; pin_cpu(); import os, numba, torch; "
+        "from shdh.runtime.instruction_set import pin_cpu; pin_cpu(); import os, numba, torch; "
         "print(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, "
         "os.environ['OPENBLAS_NUM_THREADS'])"
     )

@@ -84,7 +84,7 @@ def test_dvc_repro_runs_every_stage(clone):
 def _the_index_holds_the_champions_codes(dest: Path) -> None:
     """The index stage ran after register: it encoded the database with the version that
     register recorded, and answers a query by item id with that item first."""
-    from shdh.search import SearchIndex
+    from shdh.ranking.search_index import SearchIndex
 
     registered = json.loads((dest / "artifacts" / "register" / "registered.json").read_text())
     index = SearchIndex.load(dest / "artifacts" / "index")
@@ -98,8 +98,9 @@ def _the_index_holds_the_champions_codes(dest: Path) -> None:
 
 def _same_as_the_reference(metrics: Path) -> None:
     """The smoke profile run from scratch (no checkpoint, no cache: a fresh clone) gives the
-    committed metrics byte for byte, on any CPU (shdh.cpu_pin). SMOKE_REFERENCE=write stores
-    this run's file as the reference instead, after a change that moves the numbers on purpose."""
+    committed metrics byte for byte, on any CPU (shdh.runtime.instruction_set).
+    SMOKE_REFERENCE=write stores this run's file as the reference instead, after a change that moves
+    the numbers on purpose."""
     if os.environ.get("SMOKE_REFERENCE") == "write":
         shutil.copyfile(metrics, SMOKE_REFERENCE)
     assert SMOKE_REFERENCE.is_file(), (

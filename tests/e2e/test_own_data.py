@@ -18,9 +18,9 @@ import yaml
 from PIL import Image
 
 from shdh.cli import main
-from shdh.config import deep_merge, load_params
+from shdh.core.hierarchy import LabelTree
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
-from shdh.hierarchy import LabelTree
+from shdh.settings.profiles import deep_merge, load_params
 from tests.conftest import REPO
 from tests.e2e.clone import clone_repo, sh
 

@@ -24,16 +24,16 @@ import numpy as np
 import pytest
 from kfp import dsl
 
-from shdh.checkpoint_store import STORE_ENV, CheckpointStoreError
 from shdh.hashers import load_hasher
 from shdh.kubeflow import pipeline_arguments
+from shdh.tracking.checkpoint_sync import STORE_ENV, CheckpointStoreError
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.integration
 
-FIT = "shdh-16"  # the fit's name (shdh.fits.fit_name): no `seeds` list, no seed in it
+FIT = "shdh-16"  # the fit's name (shdh.plan.fits.fit_name): no `seeds` list, no seed in it
 EPOCHS = 3
 KILL_TIMEOUT_S = 120.0
 # The child: the train component with its first epoch's logging held up, so the kill lands

@@ -24,16 +24,16 @@ import pytest
 import yaml
 from kfp import dsl
 
-from shdh import tracking
-from shdh.data.dvc_pull import (
+from shdh.kubeflow import pipeline_arguments
+from shdh.steps.dvc_pull import (
     DataVersionError,
     committed_config,
     data_version,
     default_remote,
     pull,
 )
-from shdh.kubeflow import pipeline_arguments
 from shdh.steps.prepare import load_prepared
+from shdh.tracking import runs
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
@@ -117,7 +117,7 @@ def test_the_first_step_pulls_the_pushed_version_and_mlflow_records_its_hash(
     parent = component("start").python_func(
         prepared=prepared, pipeline_run_id="kfp-run-dvc", **args
     )
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(runs.tracking_uri())
     assert mlflow.MlflowClient().get_run(parent).data.tags["dvc_data_md5"] == md5
 
 

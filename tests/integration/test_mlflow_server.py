@@ -24,7 +24,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from shdh import registry, tracking
+from shdh.tracking import model_registry
+from shdh.tracking import runs as tracking
 from tests.conftest import REPO
 from tests.integration.conftest import S3Server
 from tests.mlflow_server import (
@@ -204,7 +205,7 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     from mlflow.server import get_app_client
 
     from shdh.cli import main
-    from shdh.codes import load_codes
+    from shdh.core.codes_file import load_codes
     from shdh.serving.encoders import RegisteredModel
     from shdh.steps.prepare import load_prepared
 
@@ -220,7 +221,7 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     assert "as shdh-smoke version 1, alias @best" in printed  # one deep method: SHDH wins
     assert "registered shdh-16 (ndcg_at_100 = " in printed
     assert "loaded models:/shdh-smoke@best:" in printed
-    model = registry.load_by_alias("shdh-smoke", "best")
+    model = model_registry.load_by_alias("shdh-smoke", "best")
     ds, split = load_prepared(smoke_run["work"] / "artifacts" / "prepared")
     codes = load_codes(smoke_run["results"] / "codes" / "shdh-16.npz")
     images = np.asarray(ds.images[split.db_idx[:50]])

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from shdh.cli import main
-from shdh.config import deep_merge
 from shdh.kubeflow import resolve_params
+from shdh.settings.profiles import deep_merge
 from tests.conftest import REPO, as_dvc_stage
 
 _REF = re.compile(r"\$\{([^}]+)\}")

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import yaml
-from pipelines.settings import (
+from pipelines.cluster_settings import (
     LOOPS,
     STEPS,
     SettingsError,

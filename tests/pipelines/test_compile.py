@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from components.image import DEFAULT_IMAGE
+from pipelines.cluster_settings import STEPS
 from pipelines.kfp_api import MIN_BACKEND
-from pipelines.settings import STEPS
 
 from shdh.cli import main
 from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, resolve_params

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from shdh.checkpoint_store import STORE_ENV
-from shdh.data.dvc_pull import data_version
+from shdh.steps.dvc_pull import data_version
+from shdh.tracking.checkpoint_sync import STORE_ENV
 from tests.conftest import REPO
 from tests.pipelines.test_compile import compile_with
 

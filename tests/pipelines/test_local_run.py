@@ -15,8 +15,8 @@ import mlflow
 import pytest
 import yaml
 
-from shdh import tracking
 from shdh.cli import main
+from shdh.tracking import runs as tracking
 from tests.conftest import REPO
 from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
 

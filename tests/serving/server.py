@@ -20,8 +20,8 @@ import uvicorn
 from PIL import Image
 
 from shdh.data.dataset import Dataset, save_dataset
-from shdh.retrieval import pack_codes
-from shdh.search import SearchIndex, write_index
+from shdh.ranking.exact import pack_codes
+from shdh.ranking.search_index import SearchIndex, write_index
 from shdh.serving import Limits, create_app
 
 REPO = Path(__file__).resolve().parents[2]

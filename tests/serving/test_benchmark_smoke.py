@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import requests
 
-from shdh.retrieval import unpack_codes
-from shdh.search import SearchIndex
+from shdh.ranking.exact import unpack_codes
+from shdh.ranking.search_index import SearchIndex
 from shdh.serving import create_app
 from tests.serving.server import REPO, serving
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from shdh.search import SearchIndex
+from shdh.ranking.search_index import SearchIndex
 from shdh.serving import Limits, create_app
 from shdh.serving.metrics import BUCKETS, RequestMetrics, RouteLabels
 from tests.serving.server import AUTH, TOKEN, PixelEncoderSource, make_index, serving

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from shdh.search import INDEX_ARRAYS, INDEX_RECORD
+from shdh.ranking.index_file import INDEX_ARRAYS, INDEX_RECORD
 from shdh.serving import create_app
 from shdh.serving.deploy import publish_index, request_reload
 from shdh.serving.index_source import IndexSourceError, S3Index, index_source

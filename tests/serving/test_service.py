@@ -15,8 +15,8 @@ from PIL import Image
 
 from shdh.data.dataset import load_dataset
 from shdh.data.images import ImageSpec, decode_image
-from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
-from shdh.search import SearchIndex
+from shdh.ranking.exact import integer_weights, pack_codes, rank_with_distances
+from shdh.ranking.search_index import SearchIndex
 from shdh.serving import Limits, create_app
 from shdh.serving.thumbnails import DatasetImages
 from tests.serving.server import (

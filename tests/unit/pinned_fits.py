@@ -4,15 +4,16 @@ kernels) and the two deep losses (convolutions, matmuls, reductions).
 
     python -m tests.unit.pinned_fits    # prints {name: digest} as JSON
 
-tests/unit/test_cpu_pin.py runs it in a child process under the CPU pin (shdh.cpu_pin), so the
-pin is applied before numpy and torch load as in every front door, and compares the digests
-with the ones an AVX2 machine gave: an AVX-512 machine must give the same.
+tests/unit/test_cpu_pin.py runs it in a child process under the CPU pin
+(shdh.runtime.instruction_set), so the pin is applied before numpy and torch load as in every front
+door, and compares the digests with the ones an AVX2 machine gave: an AVX-512 machine must give the
+same.
 """
 
 from __future__ import annotations
 
 if __name__ == "__main__":  # before numpy and torch load, as the front doors do
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()
 
@@ -41,10 +42,10 @@ def _digest(*arrays: np.ndarray) -> str:
 def digests() -> dict[str, str]:
     import torch
 
+    from shdh.core.level_weights import layer_weights
     from shdh.features.gist import gist_features
     from shdh.hashers import get_hasher_class
     from shdh.hashers.supervision import PairSimilarity
-    from shdh.hierarchy import layer_weights
     from tests.unit.toys import TREE, deep_hasher, tree_set
 
     torch.set_num_threads(1)  # float sums depend on the thread count; one CPU of any machine

@@ -14,7 +14,7 @@ tests/unit/test_cpu_vendors.py runs it pinned, on this CPU and on emulated ones,
 from __future__ import annotations
 
 if __name__ == "__main__":  # before numpy and torch load, as the front doors do
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()
 

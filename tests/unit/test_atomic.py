@@ -6,7 +6,13 @@ import errno
 
 import pytest
 
-from shdh.atomic import WriteError, atomic_dir, atomic_path, atomic_write_text, check_writable
+from shdh.runtime.atomic import (
+    WriteError,
+    atomic_dir,
+    atomic_path,
+    atomic_write_text,
+    check_writable,
+)
 from tests.readonly import read_only, run_without_override
 
 
@@ -82,7 +88,7 @@ def test_a_read_only_folder_fails_the_check_and_the_write_naming_it(tmp_path):
     folder = read_only(tmp_path / "ro")
     script = (
         "import sys\n"
-        "from shdh.atomic import atomic_write_text, check_writable\n"
+        "from shdh.runtime.atomic import atomic_write_text, check_writable\n"
         "for call in (lambda: check_writable(sys.argv[1] + '/m.json', 'evaluate.results_dir'),\n"
         "             lambda: atomic_write_text(sys.argv[1] + '/m.json', 'x')):\n"
         "    try:\n"

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from shdh.checkpoint_store import STORE_ENV, CheckpointStoreError, FitCheckpoints, from_env
+from shdh.tracking.checkpoint_sync import STORE_ENV, CheckpointStoreError, FitCheckpoints, from_env
 
 
 class TrainingFiles:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shdh.code_fingerprint import code_text, differing, fingerprint
+from shdh.runtime.source_fingerprint import code_text, differing, fingerprint
 from tests.conftest import REPO
 
 
@@ -38,20 +38,27 @@ def test_comments_docstrings_and_blank_lines_do_not_count() -> None:
 
 def test_a_deep_hasher_covers_the_code_that_decides_its_numbers() -> None:
     code = fingerprint(["shdh.hashers.deep"])
-    for module in ("shdh.training", "shdh.losses", "shdh.loop", "shdh.nets.hashing"):
+    for module in (
+        "shdh.training.loop",
+        "shdh.core.losses",
+        "shdh.training.loop_settings",
+        "shdh.nets.hashing",
+    ):
         assert module in code, module
-    for module in ("shdh.tracking", "shdh.features.gist", "shdh.hashers.itq"):
+    for module in ("shdh.tracking.runs", "shdh.features.gist", "shdh.hashers.itq"):
         assert module not in code, module
     assert all(len(digest) == 16 for digest in code.values())
     assert fingerprint(["shdh.hashers.oracle"]).keys() > code.keys()
 
 
 def test_differing_names_the_changed_modules() -> None:
-    now = {"shdh.losses": "a", "shdh.training": "b"}
+    now = {"shdh.core.losses": "a", "shdh.training.loop": "b"}
     assert differing(dict(now), now) == []
-    assert differing({"shdh.losses": "x", "shdh.training": "b"}, now) == ["shdh.losses"]
-    assert differing({"shdh.losses": "a"}, now) == ["shdh.training"]
-    assert differing(None, now) == ["shdh.losses", "shdh.training"]  # before fingerprints
+    assert differing({"shdh.core.losses": "x", "shdh.training.loop": "b"}, now) == [
+        "shdh.core.losses"
+    ]
+    assert differing({"shdh.core.losses": "a"}, now) == ["shdh.training.loop"]
+    assert differing(None, now) == ["shdh.core.losses", "shdh.training.loop"]  # before fingerprints
 
 
 # A tiny DPSH fit, in this process or in a child that imports the package from PYTHONPATH (an
@@ -62,7 +69,7 @@ import json, logging, sys
 import numpy as np
 from shdh.hashers.deep import DPSH
 from shdh.hashers.supervision import PairSimilarity
-from shdh.loop import LoopSettings
+from shdh.training.loop_settings import LoopSettings
 
 def fit(work_dir, epochs, resume):
     rng = np.random.default_rng(0)
@@ -90,7 +97,7 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
     work = tmp_path / "work"
     first = namespace["fit"](str(work), 1, "auto")
     # The same code, one epoch more: the checkpoint is continued, its epoch kept as it was.
-    with caplog.at_level("INFO", logger="shdh.checkpoint"):
+    with caplog.at_level("INFO", logger="shdh.training.checkpoint"):
         resumed = namespace["fit"](str(work), 2, "auto")
     assert resumed[0] == first[0] and len(resumed) == 2
     assert "resuming" in caplog.text
@@ -113,8 +120,8 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
     )
     assert child.returncode == 0, child.stderr[-3000:]
     refused, retrained = (x for x in child.stdout.splitlines() if x.startswith(("REFUSED", "HIST")))
-    assert refused.startswith("REFUSED") and "shdh.losses changed since" in refused
-    assert "not resuming" in child.stdout and "shdh.losses" in child.stdout
+    assert refused.startswith("REFUSED") and "shdh.core.losses changed since" in refused
+    assert "not resuming" in child.stdout and "shdh.core.losses" in child.stdout
     history = json.loads(retrained.removeprefix("HISTORY "))
     assert len(history) == 2 and history[0] != first[0]
     code, here = (
@@ -122,4 +129,4 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
         fingerprint(["shdh.hashers.deep"]),
     )
     assert code.keys() == here.keys()
-    assert [m for m in code if code[m] != here[m]] == ["shdh.losses"]
+    assert [m for m in code if code[m] != here[m]] == ["shdh.core.losses"]

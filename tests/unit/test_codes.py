@@ -10,9 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh.codes import KEYS, Codes, CodesFileError, evaluate_codes_file, load_codes, save_codes
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.core.codes_file import (
+    KEYS,
+    Codes,
+    CodesFileError,
+    evaluate_codes_file,
+    load_codes,
+    save_codes,
+)
+from shdh.core.metrics import evaluate
+from shdh.ranking.exact import pack_codes
 
 ANCESTORS = np.array([[0, 1, 3], [0, 1, 4], [0, 2, 5], [0, 2, 6]], dtype=np.int32)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from shdh import comparison_view as cv
+from shdh.reporting import ui_view
 
 SCORES = ["ndcg_at_100", "acg_at_100"]
 
@@ -24,7 +24,7 @@ class Experiments:
 
 
 def test_the_view_shows_one_pipeline_runs_methods_grouped_with_a_chart_per_score():
-    state = cv.view_state("p1", SCORES)
+    state = ui_view.view_state("p1", SCORES)
     assert state["searchFilter"] == "tags.`shdh.pipeline_run_id` = 'p1' and tags.method != ''"
     assert state["orderByKey"] == "metrics.`ndcg_at_100`" and state["orderByAsc"] is False
     assert state["runsHiddenMode"] == "SHOW_ALL"
@@ -46,15 +46,15 @@ def test_the_view_shows_one_pipeline_runs_methods_grouped_with_a_chart_per_score
 
 def test_a_view_without_a_score_or_of_an_unsearchable_run_is_refused():
     with pytest.raises(ValueError, match="at least one score"):
-        cv.view_state("p1", [])
+        ui_view.view_state("p1", [])
     with pytest.raises(ValueError, match='pipeline run id "p\'1": a quote'):
-        cv.view_state("p'1", SCORES)
+        ui_view.view_state("p'1", SCORES)
 
 
 def test_the_tag_reads_as_a_named_view_and_as_the_state_itself():
     client = Experiments()
-    state = cv.view_state("p1", SCORES)
-    cv.save_view(client, "7", "shdh-p1", "Methods of run-a", state)
+    state = ui_view.view_state("p1", SCORES)
+    ui_view.save_view(client, "7", "shdh-p1", "Methods of run-a", state)
     (((experiment, key), value),) = client.tags.items()
     assert (experiment, key) == ("7", "mlflow.sharedViewState.shdh-p1")
     stored = json.loads(value)
@@ -67,14 +67,14 @@ def test_the_tag_reads_as_a_named_view_and_as_the_state_itself():
 
 
 def test_a_view_over_mlflows_tag_limit_is_refused_by_name():
-    state = cv.view_state("p1", [f"metric_{i}_at_100" for i in range(60)])
+    state = ui_view.view_state("p1", [f"metric_{i}_at_100" for i in range(60)])
     with pytest.raises(ValueError, match="shdh-p1 is .* over MLflow's limit of 8000"):
-        cv.save_view(Experiments(), "7", "shdh-p1", "too many", state)
+        ui_view.save_view(Experiments(), "7", "shdh-p1", "too many", state)
 
 
 def test_charted_scores_are_the_tables_columns_at_its_n_ndcg_first():
     scores = {"shdh": {"16": {"acg@50": 1.0, "ndcg@50": 0.5, "ndcg@50_sd": 0.1, "seeds": 2}}}
-    assert cv.charted_scores(scores) == [
+    assert ui_view.charted_scores(scores) == [
         "ndcg_at_50",
         "acg_at_50",
         "dcg_at_50",
@@ -83,19 +83,19 @@ def test_charted_scores_are_the_tables_columns_at_its_n_ndcg_first():
     ]
     mixed = {"shdh": {"16": {"ndcg@50": 0.5}}, "dpsh": {"16": {"ndcg@100": 0.5}}}
     with pytest.raises(ValueError, match=r"one n \(ndcg@n\), found n = \[50, 100\]"):
-        cv.charted_scores(mixed)
+        ui_view.charted_scores(mixed)
     with pytest.raises(ValueError, match="found n = none"):
-        cv.charted_scores({"shdh": {"16": {"acg@50": 1.0}}})
+        ui_view.charted_scores({"shdh": {"16": {"acg@50": 1.0}}})
 
 
 def test_the_address_opens_the_chart_view_on_the_ui_of_the_store():
-    assert cv.view_key("abc") == "shdh-abc"
+    assert ui_view.view_key("abc") == "shdh-abc"
     with pytest.raises(ValueError, match="pipeline run id '': expected 1 to 190"):
-        cv.view_key("")
+        ui_view.view_key("")
     with pytest.raises(ValueError, match="expected 1 to 190 characters"):
-        cv.view_key("a" * 191)
-    path = cv.view_path("3", "shdh-abc")
+        ui_view.view_key("a" * 191)
+    path = ui_view.view_path("3", "shdh-abc")
     assert path == "#/experiments/3/runs?viewStateShareKey=shdh-abc&compareRunsMode=CHART"
-    assert cv.ui_url("sqlite:////repo/mlflow.db") == "http://127.0.0.1:5000"
+    assert ui_view.ui_url("sqlite:////repo/mlflow.db") == "http://127.0.0.1:5000"
     # A server is its own UI; credentials in its address stay out of a printed link.
-    assert cv.ui_url("https://alice:pw@mlflow.example:5000/") == "https://mlflow.example:5000"
+    assert ui_view.ui_url("https://alice:pw@mlflow.example:5000/") == "https://mlflow.example:5000"

@@ -1,5 +1,5 @@
-"""The convergence rule (shdh.convergence): held-out validation items, the plateau schedule and
-its stop, for every deep method, resumed exactly; and the checkpoint writer it relies on."""
+"""The convergence rule (shdh.training.convergence): held-out validation items, the plateau schedule
+and its stop, for every deep method, resumed exactly; and the checkpoint writer it relies on."""
 
 import math
 from pathlib import Path
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from shdh import convergence, training
-from shdh.checkpoint import CHECKPOINT_NAME
-from shdh.checkpoint_writer import CheckpointWriter, host_copy
+from shdh.core.objectives import SHDHObjective
 from shdh.hashers import get_hasher_class
 from shdh.hashers.supervision import PairSimilarity
-from shdh.loop import LoopSettings, TrainConfig
-from shdh.losses import SHDHObjective
+from shdh.training import convergence, loop
+from shdh.training.checkpoint import CHECKPOINT_NAME
+from shdh.training.checkpoint_writer import CheckpointWriter, host_copy
+from shdh.training.loop_settings import LoopSettings, TrainConfig
 from tests.unit.test_deep_hashers import TRAIN, U
 from tests.unit.toys import deep_hasher
 
@@ -42,9 +42,9 @@ def _fit(method: str, **params):
     return hasher.fit(TRAIN[0], PairSimilarity(TRAIN[1], U, MODES[method]))
 
 
-def _train_8_bits(tmp_path: Path, on_epoch=None, **config) -> training.TrainResult:
+def _train_8_bits(tmp_path: Path, on_epoch=None, **config) -> loop.TrainResult:
     """The training loop itself (no hasher around it) on the toy images, an 8-bit SHDH code."""
-    return training.train(
+    return loop.train(
         TrainConfig(n_bits=8, width=1 / 16, image_size=8, batch_size=16, device="cpu", **config),
         TRAIN[0],
         TRAIN[1],
@@ -153,10 +153,10 @@ def test_ended_by_tells_the_rule_from_the_cap_and_ignores_other_schedules() -> N
 def test_a_fit_the_cap_ends_while_still_gaining_warns_and_one_the_rule_ends_does_not(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level("WARNING", logger="shdh.training"):
+    with caplog.at_level("WARNING", logger="shdh.training.loop"):
         _fit("shdh")  # ended by the rule at epoch 3 of 10
     assert "has not converged" not in caplog.text
-    with caplog.at_level("WARNING", logger="shdh.training"):
+    with caplog.at_level("WARNING", logger="shdh.training.loop"):
         history = _fit("shdh", epochs=2, patience=5, min_delta=0.0).history_
     assert len(history) == 2 and not history[-1][convergence.STOP_KEY]
     assert "ended at the epoch cap (train.epochs = 2)" in caplog.text
@@ -165,8 +165,8 @@ def test_a_fit_the_cap_ends_while_still_gaining_warns_and_one_the_rule_ends_does
 
 def test_validation_matches_the_evaluation_of_the_held_out_items(tmp_path: Path) -> None:
     """The score is the tables' NDCG@100 of the held-out items against the database sample."""
-    from shdh.metrics import evaluate
-    from shdh.retrieval import pack_codes
+    from shdh.core.metrics import evaluate
+    from shdh.ranking.exact import pack_codes
 
     hasher = _fit("shdh", max_decays=0, work_dir=str(tmp_path))
     split = convergence.validation_split(len(TRAIN[0]), PLATEAU["val_size"], seed=0)

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from shdh.core.level_weights import layer_weights
 from shdh.hashers.cosdish import (
     COSDISH,
     COSDISHH,
@@ -26,7 +27,6 @@ from shdh.hashers.cosdish import (
     update_unsampled,
 )
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import layer_weights
 
 GROUPS, PER_GROUP, DIM = 3, 2, 16
 

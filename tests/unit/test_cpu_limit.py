@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from shdh.cpu_limit import THREAD_VARIABLES, available_cpus, cpu_quota, limit_threads
-from shdh.cpu_pin import SETTING, pin_cpu
+from shdh.runtime.cpu_quota import THREAD_VARIABLES, available_cpus, cpu_quota, limit_threads
+from shdh.runtime.instruction_set import SETTING, pin_cpu
 from shdh.steps.score import eval_workers
 from tests.conftest import REPO
 
@@ -68,9 +68,9 @@ def test_a_limit_above_the_cores_gives_the_cores(tmp_path):
 
 def test_evaluate_workers_null_follows_the_pod_limit(tmp_path, monkeypatch):
     """evaluate.workers: null sizes the ranking threads by the cgroup limit."""
-    import shdh.cpu_limit
+    import shdh.runtime.cpu_quota
 
-    monkeypatch.setattr(shdh.cpu_limit, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
+    monkeypatch.setattr(shdh.runtime.cpu_quota, "CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
     assert eval_workers(None) == 1
     assert eval_workers(3) == 3  # an explicit count wins
 
@@ -89,7 +89,7 @@ def test_without_a_limit_no_thread_count_is_set(tmp_path):
 
 @pytest.mark.parametrize("mode", ["avx2", "off"])
 def test_the_pin_sets_the_thread_counts_in_either_mode(tmp_path, monkeypatch, mode):
-    monkeypatch.setattr("shdh.cpu_limit.CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
+    monkeypatch.setattr("shdh.runtime.cpu_quota.CGROUP_ROOT", cgroup_v2(tmp_path, "100000 100000"))
     environ = {SETTING: mode}
     pin_cpu(environ)
     assert all(environ[name] == "1" for name in THREAD_VARIABLES)
@@ -100,8 +100,9 @@ def test_torch_and_numba_start_as_many_threads_as_the_limit_allows(tmp_path):
     pools by it, not by the cores."""
     root = cgroup_v2(tmp_path, "100000 100000")
     code = (
-        "import sys; from pathlib import Path; import shdh.cpu_limit as c; "
-        "c.CGROUP_ROOT = Path(sys.argv[1]); from shdh.cpu_pin import pin_cpu; pin_cpu(); "
+        "import sys; from pathlib import Path; import shdh.runtime.cpu_quota as c; "
+        "c.CGROUP_ROOT = Path(sys.argv[1]); "
+        "from shdh.runtime.instruction_set import pin_cpu; pin_cpu(); "
         "import numba, torch; print(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)"
     )
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}

@@ -1,5 +1,5 @@
-"""The CPU pin (shdh.cpu_pin): every front door sets it before numpy and torch load, every
-library reads it, and pinned fits give the same bits on any x86-64 CPU, Intel's or AMD's, with
+"""The CPU pin (shdh.runtime.instruction_set): every front door sets it before numpy and torch load,
+every library reads it, and pinned fits give the same bits on any x86-64 CPU, Intel's or AMD's, with
 AVX2 or AVX-512 (the operations they are made of: tests/unit/test_cpu_vendors.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from shdh import cpu_pin
-from shdh.cpu_pin import AVX2_PIN, SETTING, host_isa, pin_cpu, pin_mode
+from shdh.runtime import instruction_set
+from shdh.runtime.instruction_set import AVX2_PIN, SETTING, host_isa, pin_cpu, pin_mode
 from tests.conftest import REPO
 
 # What tests/unit/pinned_fits.py gave under the pin on each vendor's CPU: equal, as they must be.
@@ -49,7 +49,7 @@ AVX512_CAPS = {
 def no_cpu_limit(tmp_path_factory, monkeypatch) -> None:
     """No cgroup CPU limit, whatever the machine running the tests has: the pin then sets only
     its own variables (the thread counts under a limit: tests/unit/test_cpu_limit.py)."""
-    monkeypatch.setattr("shdh.cpu_limit.CGROUP_ROOT", tmp_path_factory.mktemp("no-cgroup"))
+    monkeypatch.setattr("shdh.runtime.cpu_quota.CGROUP_ROOT", tmp_path_factory.mktemp("no-cgroup"))
 
 
 def unpinned_env(**extra: str) -> dict[str, str]:
@@ -79,7 +79,7 @@ def test_off_lifts_the_pin_and_a_bad_mode_is_named() -> None:
 
 def test_a_late_pin_says_so(caplog) -> None:
     """numpy is loaded in this process: a pin that changes something now warns."""
-    with caplog.at_level(logging.WARNING, logger="shdh.cpu_pin"):
+    with caplog.at_level(logging.WARNING, logger="shdh.runtime.instruction_set"):
         pin_cpu({})
     assert "came after numpy" in caplog.text and "ATEN_CPU_CAPABILITY" in caplog.text
     caplog.clear()
@@ -96,11 +96,11 @@ def test_host_isa_reads_the_cpu_flags(tmp_path: Path) -> None:
     cpuinfo.write_text("flags\t\t: fpu sse2\n")
     assert host_isa(str(cpuinfo)) == "older"
     assert host_isa(str(tmp_path / "missing")) == "unknown"
-    assert cpu_pin.describe() == {"cpu_pin": "avx2", "cpu_isa": host_isa()}  # the suite's
+    assert instruction_set.describe() == {"cpu_pin": "avx2", "cpu_isa": host_isa()}  # the suite's
 
 
 LIBRARIES = """
-from shdh.cpu_pin import pin_cpu
+from shdh.runtime.instruction_set import pin_cpu
 pin_cpu()
 import json, numba.core.config, scipy.linalg, torch
 from threadpoolctl import threadpool_info
@@ -189,6 +189,7 @@ def test_every_component_pins_first() -> None:
                 continue
             body = node.body[1:]  # after the docstring
             first, second = ast.unparse(body[0]), ast.unparse(body[1])
+            # the path compiled pipelines import (shdh.runtime.moved_modules): the IR stays as is
             assert first == "from shdh.cpu_pin import pin_cpu", (path, first)
             assert second == "pin_cpu()", (path, second)
             bodies += 1

@@ -1,5 +1,5 @@
 """Intel and AMD CPUs compute every operation of a pinned deep fit alike, with AVX2 and with
-AVX-512 (shdh.cpu_pin).
+AVX-512 (shdh.runtime.instruction_set).
 
 Without the vendor held too, MKL took other kernels on Intel than on AMD for small matrix
 products and for exp and log, and the same pipeline printed other SHDH rows on an Intel Xeon.

@@ -1,14 +1,14 @@
-"""The CUDA-graph training step (shdh.cuda_graph_step): where capture fails, the fit goes on with
-eager steps that compute what plain eager steps compute; on a card, graphed and eager training
-agree (benchmarks/gpu_graph_check.py measured them equal on an H200)."""
+"""The CUDA-graph training step (shdh.training.cuda_graph_step): where capture fails, the fit goes
+on with eager steps that compute what plain eager steps compute; on a card, graphed and eager
+training agree (benchmarks/gpu_graph_check.py measured them equal on an H200)."""
 
 import copy
 
 import pytest
 import torch
 
-from shdh import cuda_graph_step
-from shdh.cuda_graph_step import GraphedStep
+from shdh.training import cuda_graph_step
+from shdh.training.cuda_graph_step import GraphedStep
 
 
 def _model_and_step(device: torch.device | None = None, fused: bool | None = None):
@@ -49,7 +49,7 @@ def test_a_failed_capture_falls_back_to_eager_steps_that_train_alike(monkeypatch
 
     monkeypatch.setattr(cuda_graph_step.torch.cuda, "CUDAGraph", no_graphs)
     graphed = GraphedStep(step, optimizer, torch.device("cpu"))
-    with caplog.at_level("WARNING", logger="shdh.cuda_graph_step"):
+    with caplog.at_level("WARNING", logger="shdh.training.cuda_graph_step"):
         losses = [float(graphed(x, y)[0]) for x, y in _batches()]
     ref_losses = []
     for x, y in _batches():

@@ -1,5 +1,6 @@
-"""The dataset registry (shdh.data.registry): every dataset is one entry there and one module of
-recipes; the prepare step reaches a dataset only through it, loading only the module it uses."""
+"""The dataset registry (shdh.data.dataset_catalogue): every dataset is one entry there and one
+module of recipes; the prepare step reaches a dataset only through it, loading only the module it
+uses."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from shdh.data import registry
+from shdh.core.hierarchy import LabelTree
+from shdh.core.tree_fields import TreeError
+from shdh.data import dataset_catalogue
 from shdh.data.dataset import Dataset, load_dataset, save_dataset
+from shdh.data.dataset_catalogue import DatasetEntry
 from shdh.data.folder import folder_dataset
-from shdh.data.registry import DatasetEntry
 from shdh.data.table import table_dataset
-from shdh.errors import ConfigError
-from shdh.hierarchy import LabelTree, TreeError
+from shdh.runtime.errors import ConfigError
 from shdh.steps import prepare as step
 from shdh.steps.prepare import LABEL_TREE_FILE, SPLIT_FILE, builtin_tree, dataset_module
 from tests.conftest import REPO
@@ -51,12 +53,12 @@ def toy_module(calls: list) -> ModuleType:
 def toy(monkeypatch) -> list:
     """A toy dataset "toy" with a built-in tree, registered for one test only."""
     calls: list = []
-    monkeypatch.setitem(registry.DATASETS, "toy", DatasetEntry(toy_module(calls), True))
+    monkeypatch.setitem(dataset_catalogue.DATASETS, "toy", DatasetEntry(toy_module(calls), True))
     return calls
 
 
 def test_every_dataset_module_has_its_recipes():
-    for name, entry in registry.DATASETS.items():
+    for name, entry in dataset_catalogue.DATASETS.items():
         module = dataset_module(name)
         assert module.__name__ == entry.module
         assert callable(module.fetch_raw) and callable(module.convert), name
@@ -67,15 +69,17 @@ def test_every_dataset_module_has_its_recipes():
             "verify",
             "table",
         ]
-    assert sorted(step.CODE) == sorted(f"{e.module}:convert" for e in registry.DATASETS.values())
-    assert registry.DATASET_NAMES == tuple(registry.DATASETS)
-    assert registry.BUILTIN_TREES == tuple(
-        name for name in registry.DATASETS if hasattr(dataset_module(name), "label_tree")
+    assert sorted(step.CODE) == sorted(
+        f"{e.module}:convert" for e in dataset_catalogue.DATASETS.values()
+    )
+    assert dataset_catalogue.DATASET_NAMES == tuple(dataset_catalogue.DATASETS)
+    assert dataset_catalogue.BUILTIN_TREES == tuple(
+        name for name in dataset_catalogue.DATASETS if hasattr(dataset_module(name), "label_tree")
     )
 
 
 def test_an_unknown_dataset_names_the_setting_and_the_known_ones(tmp_path):
-    known = ", ".join(registry.DATASETS)
+    known = ", ".join(dataset_catalogue.DATASETS)
     for run in (
         lambda: step.fetch(tmp_path, dataset="mnist"),
         lambda: step.prepare(tmp_path, tmp_path / "out", dataset="mnist"),
@@ -93,7 +97,7 @@ def test_builtin_trees_come_from_their_datasets():
     assert builtin_tree("cifar100") == cifar100.label_tree()
     assert builtin_tree("fashion-mnist-h") == fashion_mnist.label_tree()
     assert builtin_tree("fashion-mnist-h").height == 4
-    with pytest.raises(TreeError, match=f"'mnist'.*{', '.join(registry.BUILTIN_TREES)}$"):
+    with pytest.raises(TreeError, match=f"'mnist'.*{', '.join(dataset_catalogue.BUILTIN_TREES)}$"):
         builtin_tree("mnist")
     with pytest.raises(TreeError, match="'folder'"):  # a dataset, but without a tree of its own
         builtin_tree("folder")

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh.checkpoint import CHECKPOINT_NAME
+from shdh.core.level_weights import layer_weights
+from shdh.core.objectives import DPSHObjective, SHDHObjective
 from shdh.hashers import get_hasher_class, load_hasher
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.deep_folder import RUN_FILE
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import layer_weights
-from shdh.loop import LoopSettings, TrainConfig
-from shdh.losses import DPSHObjective, SHDHObjective
+from shdh.training.checkpoint import CHECKPOINT_NAME
+from shdh.training.loop_settings import LoopSettings, TrainConfig
 from tests.unit.toys import deep_hasher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

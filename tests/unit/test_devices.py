@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shdh import devices
+from shdh.runtime import devices
 
 PROC_VERSION = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.183.01  Release Build  "

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shdh.data.dvc_pull import DataVersionError, pull_or_fetch
-from shdh.tracking import dvc_dir_md5
+from shdh.steps.dvc_pull import DataVersionError, pull_or_fetch
+from shdh.tracking.runs import dvc_dir_md5
 from tests.components.test_components import gzip_mirror
 from tests.conftest import write_fashion_mnist_raw
 
@@ -59,14 +59,14 @@ def test_with_download_fallback_a_failed_pull_downloads_and_warns_what_failed(
 ):
     remote = tmp_path / "empty-remote"
     remote.mkdir()
-    with caplog.at_level(logging.INFO, logger="shdh.data.dvc_pull"):
+    with caplog.at_level(logging.INFO, logger="shdh.steps.dvc_pull"):
         raw = pull_or_fetch(
             version(mirror["md5"], remote), tmp_path / "work", data(mirror, download_fallback=True)
         )
     warnings = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "shdh.data.dvc_pull" and r.levelno == logging.WARNING
+        if r.name == "shdh.steps.dvc_pull" and r.levelno == logging.WARNING
     ]
     assert len(warnings) == 1, warnings
     assert (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shdh.cpu_limit import available_cpus
-from shdh.figures import Figure
-from shdh.report import write_report
+from shdh.reporting.figures import Figure
+from shdh.reporting.report import write_report
+from shdh.runtime.cpu_quota import available_cpus
 from shdh.steps.score import eval_workers
 
 

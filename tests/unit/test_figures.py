@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from shdh.cli import main
-from shdh.config import deep_merge, load_params
-from shdh.figures import (
+from shdh.core.metrics import Curves
+from shdh.reporting.figures import (
     ALPHA_FILE,
     CURVES_FILE,
     FIG4_N,
@@ -19,8 +19,8 @@ from shdh.figures import (
     save_curves,
     write_figures,
 )
-from shdh.metrics import Curves
-from shdh.report import BEGIN_MARK, END_MARK, report_from_results
+from shdh.reporting.report import BEGIN_MARK, END_MARK, report_from_results
+from shdh.settings.profiles import deep_merge, load_params
 from tests.conftest import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -9,9 +9,9 @@ import json
 import mlflow
 import numpy as np
 
-from shdh.fits import make_fit
 from shdh.hashers.itq import ITQ
 from shdh.hashers.supervision import PairSimilarity
+from shdh.plan.fits import make_fit
 from shdh.steps.fit import Tracked, run_fit
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import load_dataset
 from shdh.data.folder import (
     DEMO_LEAVES,
@@ -17,7 +18,6 @@ from shdh.data.folder import (
 )
 from shdh.data.idx import DataFormatError
 from shdh.data.images import ImageDecodeError
-from shdh.hierarchy import LabelTree
 
 
 def png(path, value=0, size=(8, 8)):

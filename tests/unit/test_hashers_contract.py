@@ -12,7 +12,7 @@ Every method, on a toy hierarchical set (3 superclasses x 3 classes, K = 3), mus
 - survive a save/load round trip bit for bit, through shdh.hashers.load_hasher and its own class,
   and refuse a saved model loaded as another method, with another bit length, or with an array
   missing;
-- retrieve better than seeded random codes (ACG and NDCG at 50, from shdh.metrics.evaluate);
+- retrieve better than seeded random codes (ACG and NDCG at 50, from shdh.core.metrics.evaluate);
 - refuse bad input by name: non-finite, malformed or wrongly sized features or images, missing
   or wrong pair labels, and n_bits below 1, leaving an unfitted hasher unfitted.
 
@@ -32,13 +32,13 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from shdh.core.level_weights import layer_weights
+from shdh.core.metrics import evaluate
 from shdh.hashers import REGISTRY, get_hasher_class, load_hasher
 from shdh.hashers.base import FORMAT, Hasher, NotFittedError
+from shdh.hashers.method_catalogue import method
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import layer_weights
-from shdh.methods import method
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.ranking.exact import pack_codes
 from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
 
 N_BITS = 16
@@ -149,7 +149,7 @@ def test_each_kinds_registry_spells_where_its_classes_live() -> None:
     fitting a kind depends on its methods' modules and on no other's."""
     from shdh import hashers
     from shdh.hashers import shallow
-    from shdh.methods import METHODS
+    from shdh.hashers.method_catalogue import METHODS
 
     for registry, deep in ((hashers, True), (shallow, False)):
         assert set(registry.CODE) == {m.location for m in METHODS if m.deep == deep}
@@ -162,7 +162,8 @@ def test_registry_entry(name: str) -> None:
     assert issubclass(cls, Hasher) and cls.name == name
     defaults = dataclasses.asdict(method(name).params())
     assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
-    # the constructor's defaults are its declared params' (shdh.methods), not a copy
+    # the constructor's defaults are its declared params' (shdh.hashers.method_catalogue), not a
+    # copy
     signature = inspect.signature(cls.__init__).parameters
     assert {key: signature[key].default for key in defaults} == defaults
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)

@@ -8,8 +8,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from shdh import hierarchy as h
-from shdh.hierarchy import LabelTree, TreeError
+from shdh.core import level_weights
+from shdh.core.hierarchy import LabelTree
+from shdh.core.tree_fields import TreeError
 
 # ---- Eq. 2 layer weights -------------------------------------------------------------------
 
@@ -23,24 +24,24 @@ from shdh.hierarchy import LabelTree, TreeError
     ],
 )
 def test_layer_weights_hand_computed(K: int, expected: list[Fraction]) -> None:
-    u = h.layer_weights(K)
+    u = level_weights.layer_weights(K)
     assert u.dtype == np.float64 and u.shape == (K,)
     np.testing.assert_allclose(u, [float(x) for x in expected], rtol=0, atol=1e-15)
     assert u.sum() == pytest.approx(1.0, abs=1e-15)
-    w = h.integer_layer_weights(K)
+    w = level_weights.integer_layer_weights(K)
     assert w.dtype == np.int64
-    assert w.tolist() == [int(x * h.weight_scale(K)) for x in expected]
-    np.testing.assert_allclose(w / h.weight_scale(K), u, rtol=0, atol=1e-15)
+    assert w.tolist() == [int(x * level_weights.weight_scale(K)) for x in expected]
+    np.testing.assert_allclose(w / level_weights.weight_scale(K), u, rtol=0, atol=1e-15)
 
 
 def test_weight_scale_and_height_errors() -> None:
-    assert [h.weight_scale(K) for K in (2, 3, 4, 7)] == [1, 3, 6, 21]
-    assert h.layer_weights(2).tolist() == [0.0, 1.0]
+    assert [level_weights.weight_scale(K) for K in (2, 3, 4, 7)] == [1, 3, 6, 21]
+    assert level_weights.layer_weights(2).tolist() == [0.0, 1.0]
     for bad in (1, 0, -3):
         with pytest.raises(ValueError, match="K must be >= 2"):
-            h.layer_weights(bad)
+            level_weights.layer_weights(bad)
     with pytest.raises(ValueError, match="integer"):
-        h.integer_layer_weights(3.0)  # type: ignore[arg-type]
+        level_weights.integer_layer_weights(3.0)  # type: ignore[arg-type]
 
 
 # ---- segments ------------------------------------------------------------------------------
@@ -63,14 +64,14 @@ def test_weight_scale_and_height_errors() -> None:
     ],
 )
 def test_segment_sizes(n_bits: int, K: int, layout: str, expected: list[int]) -> None:
-    sizes = h.segment_sizes(n_bits, K, layout)
+    sizes = level_weights.segment_sizes(n_bits, K, layout)
     assert sizes == expected
     assert sum(sizes) == n_bits
 
 
 def test_segment_sizes_default_is_levels() -> None:
-    assert h.segment_sizes(64, 4) == [21, 21, 22]
-    assert h.LAYOUTS == ("levels", "paper")
+    assert level_weights.segment_sizes(64, 4) == [21, 21, 22]
+    assert level_weights.LAYOUTS == ("levels", "paper")
 
 
 @pytest.mark.parametrize(
@@ -79,31 +80,31 @@ def test_segment_sizes_default_is_levels() -> None:
 )
 def test_segment_sizes_too_few_bits(n_bits: int, K: int, layout: str) -> None:
     with pytest.raises(ValueError) as err:
-        h.segment_sizes(n_bits, K, layout)
+        level_weights.segment_sizes(n_bits, K, layout)
     msg = str(err.value)
     assert f"n_bits={n_bits}" in msg and f"K={K}" in msg and layout in msg
 
 
 def test_unknown_layout_lists_choices() -> None:
     for fn in (
-        lambda: h.segment_sizes(32, 3, "flat"),
-        lambda: h.segment_levels(3, "flat"),
-        lambda: h.segment_weights(3, "flat"),
-        lambda: h.segment_integer_weights(3, "flat"),
+        lambda: level_weights.segment_sizes(32, 3, "flat"),
+        lambda: level_weights.segment_levels(3, "flat"),
+        lambda: level_weights.segment_weights(3, "flat"),
+        lambda: level_weights.segment_integer_weights(3, "flat"),
     ):
         with pytest.raises(ValueError, match="'flat'.*levels, paper"):
             fn()
 
 
 def test_segment_levels_and_weights() -> None:
-    assert h.segment_levels(4, "levels") == [2, 3, 4]
-    assert h.segment_levels(4, "paper") == [1, 2, 3, 4]
-    np.testing.assert_allclose(h.segment_weights(4, "levels"), [1 / 2, 1 / 3, 1 / 6])
-    np.testing.assert_allclose(h.segment_weights(4, "paper"), [0, 1 / 2, 1 / 3, 1 / 6])
-    assert h.segment_integer_weights(4, "levels").tolist() == [3, 2, 1]
-    assert h.segment_integer_weights(4, "paper").tolist() == [0, 3, 2, 1]
-    assert h.segment_integer_weights(3, "levels").dtype == np.int64
-    assert h.segment_weights(3).dtype == np.float64
+    assert level_weights.segment_levels(4, "levels") == [2, 3, 4]
+    assert level_weights.segment_levels(4, "paper") == [1, 2, 3, 4]
+    np.testing.assert_allclose(level_weights.segment_weights(4, "levels"), [1 / 2, 1 / 3, 1 / 6])
+    np.testing.assert_allclose(level_weights.segment_weights(4, "paper"), [0, 1 / 2, 1 / 3, 1 / 6])
+    assert level_weights.segment_integer_weights(4, "levels").tolist() == [3, 2, 1]
+    assert level_weights.segment_integer_weights(4, "paper").tolist() == [0, 3, 2, 1]
+    assert level_weights.segment_integer_weights(3, "levels").dtype == np.int64
+    assert level_weights.segment_weights(3).dtype == np.float64
 
 
 # ---- construction --------------------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_ancestors_match_parent_walk_on_random_trees() -> None:
 
 def test_layer_weights_methods() -> None:
     tree = LabelTree.from_parents(TABLE)
-    np.testing.assert_allclose(tree.layer_weights(), h.layer_weights(4))
+    np.testing.assert_allclose(tree.layer_weights(), level_weights.layer_weights(4))
     assert tree.integer_layer_weights().tolist() == [0, 3, 2, 1]
 
 

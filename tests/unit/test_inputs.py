@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from shdh.config import load_params
 from shdh.data.folder import make_shapes_folder
 from shdh.data.idx import DataFormatError
-from shdh.inputs import hashes, stage_inputs, write_records
+from shdh.settings.profiles import load_params
+from shdh.steps.input_hashes import hashes, stage_inputs, write_records
 from tests.conftest import REPO
 
 PARAMS = load_params(REPO / "params.yaml")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy.linalg import orthogonal_procrustes
 
+from shdh.core.metrics import evaluate
 from shdh.hashers.itq import ITQ, itq_rotation, pca, random_rotation
 from shdh.hashers.validation import check_features
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.ranking.exact import pack_codes
 from tests.unit.toys import toy_hierarchy
 
 

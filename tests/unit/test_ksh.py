@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from shdh.core.level_weights import layer_weights
 from shdh.hashers.ksh import (
     KSH,
     KSHH,
@@ -20,7 +21,6 @@ from shdh.hashers.ksh import (
     spectral_start,
 )
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import layer_weights
 from tests.unit.toys import toy_tree_data, train_and_queries
 
 SMALL = {"n_bits": 8, "n_anchors": 30, "n_labelled": 150, "n_iter": 100}

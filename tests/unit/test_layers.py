@@ -1,110 +1,69 @@
-"""The layers of docs/architecture.md, checked on the source: every module has a layer, imports
-point only down or sideways, nothing imports in a circle, and the core needs only torch, numpy
-and numba. The graph is read with `ast` (tests/import_graph.py), so lazy imports inside
-functions, imports under `if TYPE_CHECKING:` and string-spelled dynamic imports count too.
+"""The layers of docs/architecture.md, checked on the source: each folder of src/shdh imports only
+the folders its rule names (which point down: the rule itself has no cycle), nothing imports in a
+circle, and the core needs only torch, numpy and numba. The graph is read with `ast`
+(tests/import_graph.py), so lazy imports inside functions, imports under `if TYPE_CHECKING:` and
+string-spelled dynamic imports count too.
 """
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
+import ast
+import re
 
 import pytest
 
 from tests import import_graph
 
-# Module-name pattern (fnmatch) -> layer; the most specific pattern that matches a module wins.
-# A new module must be placed here on purpose: test_every_module_has_a_layer names it.
-CORE, STEPS, PLAN, FRONT_DOORS = 1, 2, 3, 4
-LAYERS: dict[str, int] = {
-    # core maths: torch, numpy, numba and the standard library only
-    "shdh": CORE,  # the package's __init__.py
-    "shdh.atomic": CORE,
-    "shdh.code_fingerprint": CORE,
-    "shdh.cpu_pin": CORE,
-    "shdh.cpu_limit": CORE,
-    "shdh.errors": CORE,
-    "shdh.devices": CORE,
-    "shdh.hierarchy": CORE,
-    "shdh.similarity": CORE,
-    "shdh.losses": CORE,
-    "shdh.nets*": CORE,
-    "shdh.image_input": CORE,
-    "shdh.training": CORE,
-    "shdh.training_state": CORE,
-    "shdh.training_step": CORE,
-    "shdh.inference": CORE,
-    "shdh.checkpoint": CORE,
-    "shdh.batches": CORE,
-    "shdh.loss_log": CORE,
-    "shdh.probe_codes": CORE,
-    "shdh.convergence": CORE,
-    "shdh.checkpoint_writer": CORE,
-    "shdh.cuda_graph_step": CORE,
-    "shdh.loop": CORE,
-    "shdh.retrieval": CORE,
-    "shdh.retrieval_kernel": CORE,
-    "shdh.search": CORE,
-    "shdh.search_kernel": CORE,
-    "shdh.search_rank": CORE,
-    "shdh.metrics": CORE,
-    "shdh.codes": CORE,
-    "shdh.hashers*": CORE,
-    "shdh.methods": CORE,
-    # the library steps, and the stores and reports around them
-    "shdh.data*": STEPS,
-    "shdh.features*": STEPS,
-    "shdh.steps*": STEPS,
-    # the plan's vocabulary (a Fit, its name, its folders): below the steps that read it
-    "shdh.fits": STEPS,
-    "shdh.report": STEPS,
-    "shdh.figures": STEPS,
-    "shdh.paper_results": STEPS,
-    "shdh.tracking": STEPS,
-    "shdh.encoder_model": STEPS,
-    "shdh.mlflow_store": STEPS,
-    "shdh.parent_run": STEPS,
-    "shdh.parent_summary": STEPS,
-    "shdh.comparison_view": STEPS,
-    "shdh.registry": STEPS,
-    "shdh.checkpoint_store": STEPS,
-    "shdh.inputs": STEPS,
-    "shdh.progress": STEPS,
-    # the run plan and the settings
-    "shdh.plan": PLAN,
-    "shdh.plan_shallow": PLAN,
-    "shdh.settings*": PLAN,
-    "shdh.config": PLAN,
-    # the front doors: the CLI and its commands (which DVC runs), Kubeflow
-    "shdh.cli": FRONT_DOORS,
-    "shdh.commands*": FRONT_DOORS,
-    "shdh.serving*": FRONT_DOORS,  # the search service: HTTP routes over shdh.search
-    "shdh.kubeflow": FRONT_DOORS,
-    "shdh.bundle": FRONT_DOORS,
-    "components*": FRONT_DOORS,
-    "pipelines*": FRONT_DOORS,
+# A unit of the layout: a folder of src/shdh, a module at its top (the front doors and the package
+# body), or components/ and pipelines/. Each may import itself and the units listed, nothing else.
+RUNTIME = {"runtime"}
+CORE = RUNTIME | {"ranking", "core"}
+NETWORKS = CORE | {"nets", "training"}
+METHODS = NETWORKS | {"hashers"}
+LIBRARY = METHODS | {"data", "features", "plan", "tracking", "reporting", "steps", "settings"}
+ALLOWED: dict[str, set[str]] = {
+    "shdh": RUNTIME,  # the package body: the old module paths (runtime.moved_modules)
+    "runtime": set(),
+    "ranking": RUNTIME,
+    "core": RUNTIME | {"ranking"},
+    "nets": CORE,
+    "training": CORE | {"nets"},
+    "hashers": NETWORKS,
+    "data": CORE,
+    "features": CORE,
+    "plan": METHODS,
+    "tracking": METHODS | {"data", "plan"},
+    "reporting": METHODS | {"tracking"},
+    "steps": METHODS | {"data", "features", "plan", "tracking", "reporting"},
+    "settings": METHODS | {"data"},
+    # the front doors
+    "serving": METHODS | {"data", "tracking"},
+    "kubeflow": LIBRARY,
+    "bundle": LIBRARY,
+    "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines"},
+    "cli": {"shdh", "commands"},
+    "components": {"shdh", "kubeflow", "data", "serving", "steps", "tracking"},
+    "pipelines": LIBRARY | {"kubeflow", "components"},
 }
+# The units whose code is the method itself: a bare GPU machine trains with them alone.
+CORE_UNITS = METHODS | {"shdh"}
 CORE_THIRD_PARTY = frozenset({"torch", "numpy", "numba"})
 # The shallow baselines fit with scipy's exact solvers (KSH's generalised eigenproblem, COSDISH's
 # positive-definite solve, LFH's expit): replacing them would change their results. They import
 # scipy inside their fit only, so the core imports, and the deep methods train, without it
 # (tests/commands/test_bundle.py blocks scipy).
-FIT_ONLY = {"scipy": frozenset({"shdh.hashers.ksh", "shdh.hashers.cosdish", "shdh.hashers.lfh"})}
+LAZY_EXTRAS = {
+    "scipy": frozenset({"shdh.hashers.ksh", "shdh.hashers.cosdish", "shdh.hashers.lfh"}),
+    "tqdm": frozenset({"shdh.runtime.progress"}),  # bars when installed, none without it
+}
 
 
-def layer_of(module: str, layers: dict[str, int] = LAYERS) -> int | None:
-    """The layer of the most specific matching pattern (the most literal characters; an exact
-    name beats a wildcard); None when no pattern matches or the best ones disagree."""
-    matches = [pattern for pattern in layers if fnmatchcase(module, pattern)]
-    if not matches:
-        return None
-    best = max(map(_specificity, matches))
-    found = {layers[pattern] for pattern in matches if _specificity(pattern) == best}
-    return found.pop() if len(found) == 1 else None
-
-
-def _specificity(pattern: str) -> tuple[int, bool]:
-    literal = sum(ch not in "*?[]" for ch in pattern)
-    return literal, not any(ch in "*?[" for ch in pattern)
+def unit_of(module: str) -> str:
+    """shdh.core.losses -> core; shdh.cli -> cli; shdh -> shdh; components.train -> components.
+    (components/ import a few modules by their old paths, which resolve to no file: their unit is
+    the package, shdh.)"""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "shdh" and len(parts) > 1 else parts[0]
 
 
 @pytest.fixture(scope="module")
@@ -116,37 +75,52 @@ def where(imports: import_graph.Imports, module: str, line: int) -> str:
     return f"{imports.files[module].relative_to(import_graph.REPO)}:{line}"
 
 
-def test_the_layer_table_resolves_patterns_by_specificity():
-    table = {"a*": 2, "a.b*": 3, "a.b.c": 1, "x?": 1, "x*": 4}
-    assert layer_of("a", table) == 2
-    assert layer_of("a.z", table) == 2
-    assert layer_of("a.b", table) == 3
-    assert layer_of("a.b.d", table) == 3
-    assert layer_of("a.b.c", table) == 1
-    assert layer_of("q", table) is None
-    assert layer_of("xy", {"x?": 1, "?y": 2}) is None  # a tie between layers is no answer
-
-
-def test_every_module_has_a_layer(imports):
-    unplaced = sorted(module for module in imports.files if layer_of(module) is None)
-    assert not unplaced, (
-        "modules with no layer (or patterns of equal weight that disagree); give each one a "
-        "line in LAYERS of tests/unit/test_layers.py:\n  " + "\n  ".join(unplaced)
+def test_every_unit_has_a_rule(imports):
+    units = {unit_of(module) for module in imports.files}
+    assert units == set(ALLOWED), (
+        f"units without a rule: {sorted(units - set(ALLOWED))}; "
+        f"rules of no unit: {sorted(set(ALLOWED) - units)}"
     )
 
 
-def test_imports_point_down(imports):
-    upward = []
+def test_the_rules_point_down():
+    """Read as a graph, the rules have no cycle: there is an order of the units in which each
+    imports only units before it."""
+    graph = {unit: {target: 1 for target in targets} for unit, targets in ALLOWED.items()}
+    assert import_graph.cycles(graph) == []
+
+
+def test_each_unit_imports_only_what_its_rule_allows(imports):
+    outside = []
     for module, targets in sorted(imports.edges.items()):
-        source = layer_of(module)
+        source = unit_of(module)
         for target, line in sorted(targets.items()):
-            destination = layer_of(target)
-            if source is not None and destination is not None and destination > source:
-                upward.append(
-                    f"{module} (layer {source}) -> {target} (layer {destination})"
-                    f"  [{where(imports, module, line)}]"
+            unit = unit_of(target)
+            if unit != source and unit not in ALLOWED[source]:
+                outside.append(
+                    f"{module} ({source}) -> {target} ({unit})  [{where(imports, module, line)}]"
                 )
-    assert not upward, "imports from a lower layer into a higher one:\n  " + "\n  ".join(upward)
+    assert not outside, "imports a folder's rule does not allow:\n  " + "\n  ".join(outside)
+
+
+FOLDER_RULE = re.compile(r"^May import: (.+?)\.$", re.MULTILINE | re.DOTALL)
+
+
+def test_each_folder_says_what_it_holds_and_may_import(imports):
+    """Every folder's __init__.py opens with a docstring whose line `May import: ...` names what
+    its rule names (or `nothing of shdh`), so a reader finds the rule where the code is."""
+    wrong = []
+    for module, path in sorted(imports.files.items()):
+        if not module.startswith("shdh.") or path.name != "__init__.py" or module.count(".") != 1:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        found = FOLDER_RULE.search(doc)
+        said = " ".join(found.group(1).split()) if found else None
+        allowed = sorted(ALLOWED[unit_of(module)])
+        expected = ", ".join(allowed) if allowed else "nothing of shdh"
+        if said != expected:
+            wrong.append(f"{path.relative_to(import_graph.REPO)}: says {said!r}, rule {expected!r}")
+    assert not wrong, "folder docstrings that misstate their rule:\n  " + "\n  ".join(wrong)
 
 
 def test_no_import_cycle(imports):
@@ -163,11 +137,11 @@ def test_the_core_needs_only_torch_numpy_and_numba(imports):
     extra = [
         f"{module} imports {name}  [{where(imports, module, line)}]"
         for module, names in sorted(imports.external.items())
-        if layer_of(module) == CORE
+        if unit_of(module) in CORE_UNITS
         for name, line in sorted(names.items())
         if name not in CORE_THIRD_PARTY
         and not import_graph.is_stdlib(name)
-        and module not in FIT_ONLY.get(name, ())
+        and module not in LAZY_EXTRAS.get(name, ())
     ]
     assert not extra, (
         "core modules import packages beyond torch, numpy, numba and the standard library:\n  "

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
+from shdh.core.level_weights import layer_weights
+from shdh.core.metrics import evaluate
 from shdh.hashers.lfh import (
     LFH,
     _standardiser,
@@ -17,9 +19,7 @@ from shdh.hashers.lfh import (
     update_rows,
 )
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import layer_weights
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.ranking.exact import pack_codes
 from tests.unit.toys import train_and_queries
 
 N_BITS = 8

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.losses import shdh_loss
+from shdh.core.losses import shdh_loss
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _layout(n_bits: int, k: int, layout: str) -> tuple[list[int], list[int], list[float]]:
-    """Local stand-in for shdh.hierarchy: segment sizes, their levels, u_k (Eq. 2)."""
+    """Local stand-in for shdh.core.hierarchy: segment sizes, their levels, u_k (Eq. 2)."""
     levels = list(range(2, k + 1)) if layout == "levels" else list(range(1, k + 1))
     size = n_bits // len(levels)
     sizes = [size] * (len(levels) - 1) + [n_bits - size * (len(levels) - 1)]
@@ -239,7 +239,7 @@ def test_the_stacked_gpu_terms_equal_the_per_segment_ones(e2: str, target: str) 
     """The GPU path computes every segment at once; its E1 pairs, E2 and gradients are the
     per-segment reference's (which CPU fits keep, bit for bit) up to float rounding, unlabelled
     (-1) nodes and the root level included."""
-    from shdh.losses import _level_terms, _stacked_level_terms
+    from shdh.core.losses import _level_terms, _stacked_level_terms
 
     gen = torch.Generator().manual_seed(0)
     B = 64

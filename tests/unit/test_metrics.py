@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from shdh import metrics
-from shdh.hierarchy import layer_weights
-from shdh.metrics import (
+from shdh.core import metrics
+from shdh.core.level_weights import layer_weights
+from shdh.core.metrics import (
     acg,
     database_ideal,
     dcg,
@@ -20,7 +20,7 @@ from shdh.metrics import (
     weighted_recall_by_radius,
     weighted_recall_curve,
 )
-from shdh.retrieval import pack_codes
+from shdh.ranking.exact import pack_codes
 
 # --- hand-computed cases -------------------------------------------------------------------------
 

@@ -15,23 +15,26 @@ import numpy as np
 import pytest
 import torch
 
-from shdh import similarity as sim
 from shdh.cli import main as cli_main
-from shdh.codes import Codes, load_codes, save_codes
+from shdh.core import similarity
+from shdh.core.codes_file import Codes, load_codes, save_codes
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import integer_layer_weights, layer_weights
+from shdh.core.losses import dpsh_loss, shdh_loss
+from shdh.core.metrics import evaluate
+from shdh.core.objectives import SHDHObjective
+from shdh.core.smatrix import SMatrix, build_smatrix
+from shdh.core.tree_fields import TreeError
 from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
 from shdh.data.splits import make_split, save_split
 from shdh.hashers.deep import DPSH, SHDH
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import LabelTree, TreeError, integer_layer_weights, layer_weights
-from shdh.loop import LoopSettings, TrainConfig
-from shdh.losses import SHDHObjective, dpsh_loss, shdh_loss
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
-from shdh.similarity import SMatrix, build_smatrix
+from shdh.ranking.exact import pack_codes
 from shdh.steps import smatrix as smatrix_step
 from shdh.steps import tree as tree_step
 from shdh.steps.prepare import SPLIT_FILE
-from shdh.training import train
+from shdh.training.loop import train
+from shdh.training.loop_settings import LoopSettings, TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -155,36 +158,38 @@ def test_block_functions_match_brute_force_on_sets() -> None:
         K = tree.height
         u, w = layer_weights(K), integer_layer_weights(K)
         s_k = _brute_levels(a, b)
-        np.testing.assert_array_equal(sim.level_similarity(a, b), s_k)
-        r = sim.shared_levels(a, b)
+        np.testing.assert_array_equal(similarity.level_similarity(a, b), s_k)
+        r = similarity.shared_levels(a, b)
         assert r.dtype == np.int8
         np.testing.assert_array_equal(r, s_k.sum(axis=2))
-        np.testing.assert_array_equal(sim.integer_gain(a, b, w), (s_k * w).sum(axis=2))
-        g = sim.gain(a, b, u)
+        np.testing.assert_array_equal(similarity.integer_gain(a, b, w), (s_k * w).sum(axis=2))
+        g = similarity.gain(a, b, u)
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, (s_k * u).sum(axis=2), atol=1e-6)
-        s = sim.similarity(a, b, u)
+        s = similarity.similarity(a, b, u)
         np.testing.assert_allclose(s, 2 * (s_k * u).sum(axis=2) - 1, atol=1e-6)
         full = _brute_levels(sets, sets)
         np.testing.assert_allclose(
-            sim.dense_similarity(sets, u), 2 * (full * u).sum(axis=2) - 1, atol=1e-6
+            similarity.dense_similarity(sets, u), 2 * (full * u).sum(axis=2) - 1, atol=1e-6
         )
-        for k, match in sim.iter_level_matches(a, b):
+        for k, match in similarity.iter_level_matches(a, b):
             np.testing.assert_array_equal(match, s_k[:, :, k])
         # A matrix on one side and sets on the other.
         single = tree.ancestors(rng.choice(np.arange(1, tree.n_nodes), size=7))
-        np.testing.assert_array_equal(sim.level_similarity(single, b), _brute_levels(single, b))
+        np.testing.assert_array_equal(
+            similarity.level_similarity(single, b), _brute_levels(single, b)
+        )
 
 
 def test_sets_intersect_by_hand_and_in_chunks(monkeypatch) -> None:
     a = np.array([[3, -1, 5], [-1, -1, -1], [7, 3, -1]])
     b = np.array([[5, 9], [-1, 3], [-1, -1], [8, 1]])
     expected = [[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]]
-    np.testing.assert_array_equal(sim.sets_intersect(a, b), np.array(expected, dtype=bool))
-    monkeypatch.setattr(sim, "_CHUNK_CELLS", 4)  # one row of a per product block
-    np.testing.assert_array_equal(sim.sets_intersect(a, b), np.array(expected, dtype=bool))
-    assert sim.sets_intersect(a[:0], b).shape == (0, 4)
-    assert not sim.sets_intersect(np.full((2, 2), -1), np.full((3, 1), -1)).any()
+    np.testing.assert_array_equal(similarity.sets_intersect(a, b), np.array(expected, dtype=bool))
+    monkeypatch.setattr(similarity, "_CHUNK_CELLS", 4)  # one row of a per product block
+    np.testing.assert_array_equal(similarity.sets_intersect(a, b), np.array(expected, dtype=bool))
+    assert similarity.sets_intersect(a[:0], b).shape == (0, 4)
+    assert not similarity.sets_intersect(np.full((2, 2), -1), np.full((3, 1), -1)).any()
 
 
 def test_sets_with_one_slot_give_the_matrix_results() -> None:
@@ -195,12 +200,12 @@ def test_sets_with_one_slot_give_the_matrix_results() -> None:
         sets = anc[:, :, None]
         u, w = layer_weights(tree.height), integer_layer_weights(tree.height)
         for fn, args in [
-            (sim.level_similarity, ()),
-            (sim.shared_levels, ()),
-            (sim.integer_gain, (w,)),
-            (sim.gain, (u,)),
-            (sim.similarity, (u,)),
-            (sim.finest_match, ()),
+            (similarity.level_similarity, ()),
+            (similarity.shared_levels, ()),
+            (similarity.integer_gain, (w,)),
+            (similarity.gain, (u,)),
+            (similarity.similarity, (u,)),
+            (similarity.finest_match, ()),
         ]:
             expected = fn(anc[:12], anc[12:], *args)
             got = fn(sets[:12], sets[12:], *args)
@@ -214,12 +219,14 @@ def test_missing_deeper_levels_never_match() -> None:
     level-4 cells are all -1; their shared level-2 and level-3 nodes do match."""
     sets = TREE.ancestor_sets_of_labels(["clothes/bottoms|goods/bag", "goods/bag", "clothes/tops"])
     assert (sets[:, 3] == -1).all()
-    s_k = sim.level_similarity(sets, sets)
+    s_k = similarity.level_similarity(sets, sets)
     np.testing.assert_array_equal(s_k[:, :, 3], np.zeros((3, 3), dtype=bool))
-    np.testing.assert_array_equal(sim.shared_levels(sets, sets), [[2, 2, 1], [2, 2, 0], [1, 0, 2]])
+    np.testing.assert_array_equal(
+        similarity.shared_levels(sets, sets), [[2, 2, 1], [2, 2, 0], [1, 0, 2]]
+    )
     empty = np.full((1, 4, 2), -1)
-    assert sim.shared_levels(empty, empty)[0, 0] == 0
-    assert not sim.finest_match(empty, empty)[0, 0]
+    assert similarity.shared_levels(empty, empty)[0, 0] == 0
+    assert not similarity.finest_match(empty, empty)[0, 0]
 
 
 def test_set_matches_are_nested_so_s_is_a_function_of_shared_levels() -> None:
@@ -227,12 +234,12 @@ def test_set_matches_are_nested_so_s_is_a_function_of_shared_levels() -> None:
     for _ in range(5):
         tree = _random_tree(rng)
         sets = tree.ancestor_sets_of_labels(_random_labels(rng, tree, 50))
-        s_k = sim.level_similarity(sets, sets)[:, :, 1:]
+        s_k = similarity.level_similarity(sets, sets)[:, :, 1:]
         assert not (s_k[:, :, 1:] & ~s_k[:, :, :-1]).any()  # a match implies all above
         u = layer_weights(tree.height)
         np.testing.assert_allclose(
-            sim.similarity_by_shared(u)[sim.shared_levels(sets, sets)],
-            sim.similarity(sets, sets, u),
+            similarity.similarity_by_shared(u)[similarity.shared_levels(sets, sets)],
+            similarity.similarity(sets, sets, u),
             atol=1e-6,
         )
 
@@ -248,9 +255,9 @@ def test_smatrix_with_sets_round_trip(tmp_path: Path) -> None:
     s = build_smatrix(sets, u, sample_size=25, seed=4, pool=np.arange(10, 80))
     assert s.ancestors.shape == sets.shape and s.ancestors.dtype == np.int32
     idx = s.sample_idx
-    np.testing.assert_array_equal(s.sample_shared, sim.shared_levels(sets[idx], sets[idx]))
+    np.testing.assert_array_equal(s.sample_shared, similarity.shared_levels(sets[idx], sets[idx]))
     np.testing.assert_allclose(
-        s.sample_similarity(), sim.similarity(sets[idx], sets[idx], u), atol=1e-6
+        s.sample_similarity(), similarity.similarity(sets[idx], sets[idx], u), atol=1e-6
     )
     path = tmp_path / "smatrix.npz"
     s.save(path)
@@ -260,7 +267,9 @@ def test_smatrix_with_sets_round_trip(tmp_path: Path) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
     rows, cols = np.array([5, 0, 79]), slice(20, 30)
-    np.testing.assert_array_equal(t.block(rows, cols), sim.similarity(sets[rows], sets[20:30], u))
+    np.testing.assert_array_equal(
+        t.block(rows, cols), similarity.similarity(sets[rows], sets[20:30], u)
+    )
     np.testing.assert_array_equal(t.shared_block(rows, cols), s.shared_block(rows, cols))
     bad = tmp_path / "bad.npz"
     data = {k: getattr(s, k) for k in ("weights", "int_weights", "s_by_shared", "sample_idx")}
@@ -307,7 +316,7 @@ def test_finest_label_of_sets_by_hand() -> None:
     deepest level), as "bottoms" never equals "tshirt" for single labels."""
     sets = TREE.ancestor_sets_of_labels(["tshirt|goods/bag", "tshirt", "goods/bag", "bag|bottoms"])
     np.testing.assert_array_equal(
-        sim.finest_match(sets, sets),
+        similarity.finest_match(sets, sets),
         [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]],
     )
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh import training
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import layer_weights
+from shdh.core.objectives import OracleObjective
 from shdh.hashers.oracle import Oracle, class_codes, node_pattern
 from shdh.hashers.supervision import PairSimilarity
-from shdh.hierarchy import LabelTree, layer_weights
-from shdh.losses import OracleObjective
+from shdh.training import loop
 from tests.unit.toys import TINY_NET, TREE, deep_hasher, tree_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -70,7 +71,7 @@ def test_a_failed_fit_leaves_no_state(monkeypatch):
     def training_fails(*args, **kwargs):
         raise RuntimeError("the training loop failed")
 
-    monkeypatch.setattr(training, "train", training_fails)
+    monkeypatch.setattr(loop, "train", training_fails)
     _, images, anc = tree_set(seed=1, per_leaf=4)
     oracle = deep_hasher(Oracle, n_bits=16, **TINY_NET)
     with pytest.raises(RuntimeError, match="the training loop failed"):

@@ -1,16 +1,18 @@
-"""The run plan: a deep method's constructor arguments (shdh.plan.method_params: its settings
-objects made from params.yaml's flat keys, and the flat names its MLflow run logs them under),
-and the fits it makes, their names and folders, for every front door."""
+"""The run plan: a deep method's constructor arguments (shdh.plan.all_methods.method_params: its
+settings objects made from params.yaml's flat keys, and the flat names its MLflow run logs them
+under), and the fits it makes, their names and folders, for every front door."""
 
 from pathlib import Path
 
 import pytest
 
-from shdh.errors import ConfigError
-from shdh.loop import LoopSettings
-from shdh.losses import DPSHObjective, OracleObjective, SHDHObjective
-from shdh.plan import fit_name, fit_plan, method_params, section_fits
+from shdh.core.objectives import DPSHObjective, OracleObjective, SHDHObjective
+from shdh.plan import runs
+from shdh.plan.all_methods import method_params
+from shdh.plan.fits import fit_name
+from shdh.runtime.errors import ConfigError
 from shdh.steps.fit_deep import logged_params
+from shdh.training.loop_settings import LoopSettings
 
 # A `train` section as params.yaml writes it: shared settings, then one sub-mapping per method.
 SECTION = {
@@ -85,11 +87,15 @@ def test_the_mlflow_run_logs_each_setting_under_its_params_yaml_name() -> None:
 def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
     """METHOD-BITS without a `seeds` list (the master seed, unnamed), METHOD-BITS-seedS with
     one; the model folder is models_root/METHOD/NAME, its work folder inside it."""
-    alone = fit_plan(SECTION, "shdh", 16, None, seed=7, models_root="models")
+    alone = runs.fit_plan(
+        SECTION, "shdh", 16, None, seed=7, models_root="models", method_params=method_params
+    )
     assert (alone.name, alone.seed, alone.own_seed) == ("shdh-16", 7, None)
     assert alone.out_dir == Path("models", "shdh", "shdh-16")
     assert alone.work_dir == alone.out_dir / "work" and alone.record.name == "fit.json"
-    seeded = fit_plan(SECTION, "shdh", 16, 3, seed=7, models_root="models")
+    seeded = runs.fit_plan(
+        SECTION, "shdh", 16, 3, seed=7, models_root="models", method_params=method_params
+    )
     assert (seeded.name, seeded.seed, seeded.out_dir.name) == ("shdh-16-seed3", 3, "shdh-16-seed3")
     assert fit_name("random", 16, 3) == seeded.name.replace("shdh", "random")
 
@@ -97,7 +103,9 @@ def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
 def test_the_fits_of_a_section_come_in_the_plans_order() -> None:
     """Every method at the first length, then the next; each seed of the section's list."""
     section = {**SECTION, "seeds": [1, 2]}
-    fits = section_fits(section, ["shdh", "dpsh"], [16, 32], seed=0, models_root="m")
+    fits = runs.section_fits(
+        section, ["shdh", "dpsh"], [16, 32], seed=0, models_root="m", method_params=method_params
+    )
     assert [f.name for f in fits] == [
         f"{m}-{b}-seed{s}" for b in (16, 32) for m in ("shdh", "dpsh") for s in (1, 2)
     ]
@@ -111,7 +119,9 @@ def test_a_bundle_plans_its_fits_as_the_pipeline_does(tmp_path) -> None:
 
     settings = {"train": SECTION, "seed": 5}
     fits = plan_fits(settings, ["dpsh"], [16], None, work_dir=tmp_path)
-    assert fits == section_fits(SECTION, ["dpsh"], [16], seed=5, models_root=tmp_path)
+    assert fits == runs.section_fits(
+        SECTION, ["dpsh"], [16], seed=5, models_root=tmp_path, method_params=method_params
+    )
     assert fits[0].work_dir == tmp_path / "dpsh" / "dpsh-16" / "work"
     with pytest.raises(ConfigError, match=r"\['itq'\] are shallow methods"):
         plan_fits(settings, ["itq"], None, None, work_dir=tmp_path)

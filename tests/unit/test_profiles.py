@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from shdh.config import ConfigError, apply_profile, load_params
+from shdh.settings.profiles import ConfigError, apply_profile, load_params
 from tests.conftest import REPO
 
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from shdh import settings
-from shdh.config import ConfigError, load_params
 from shdh.data.table import TABLE_SUFFIXES
 from shdh.settings import raw_data
 from shdh.settings.locations import check_results_location
+from shdh.settings.profiles import ConfigError, load_params
 from tests.conftest import REPO
 from tests.readonly import run_without_override
 

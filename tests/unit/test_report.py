@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shdh.report import (
+from shdh.reporting.report import (
     BEGIN_MARK,
     END_MARK,
     results_doc,
@@ -117,12 +117,14 @@ def test_the_claims_groups_are_every_declared_method_but_the_reference_by_kind(m
     """Each method joins the "best deep / best shallow" claim by its declared kind: a method is
     never left out of it silently. The oracle is a bound to compare with, not a hashing method,
     so it is in neither group; a method declared later joins the group of its kind."""
-    from shdh import methods, report
-    from shdh.hashers import REGISTRY, is_deep
+    from shdh.hashers import REGISTRY, is_deep, method_catalogue
+    from shdh.reporting import report
 
     _, deep, shallow = report.claims()[-1]
     assert set(deep) | set(shallow) == set(REGISTRY) - {"oracle"}
     assert all(is_deep(m) for m in deep) and not any(is_deep(m) for m in shallow)
-    toy = methods.Method("toy", "shallow", "tests.unit.toys", "Toy", methods.NoParams, "Toy")
-    monkeypatch.setattr(methods, "METHODS", (*methods.METHODS, toy))
+    toy = method_catalogue.Method(
+        "toy", "shallow", "tests.unit.toys", "Toy", method_catalogue.NoParams, "Toy"
+    )
+    monkeypatch.setattr(method_catalogue, "METHODS", (*method_catalogue.METHODS, toy))
     assert report.claims()[-1][2] == (*shallow, "toy")

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
-from shdh.config import ConfigError, apply_profile, load_params
 from shdh.settings.locations import (
     check_results_location,
     dataset_label,
     owner,
     results_location,
 )
+from shdh.settings.profiles import ConfigError, apply_profile, load_params
 from tests.conftest import REPO
 
 

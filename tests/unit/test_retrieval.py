@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh import retrieval
-from shdh.retrieval import (
+from shdh.ranking import exact
+from shdh.ranking.exact import (
     hamming,
     integer_weights,
     iter_rank,
@@ -44,14 +44,14 @@ def ranking_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     whole-row selection (the counting sort), stored distances with the heap scan over several
     tiles, and the fused kernel with several tiles and query chunks."""
     if request.param == "fused":
-        monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1)
-        monkeypatch.setattr(retrieval, "_TILE", 16)
-        monkeypatch.setattr(retrieval, "_FUSED_CHUNK", 2)
+        monkeypatch.setattr(exact, "_FUSED_RATIO", 1)
+        monkeypatch.setattr(exact, "_TILE", 16)
+        monkeypatch.setattr(exact, "_FUSED_CHUNK", 2)
     else:
-        monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
+        monkeypatch.setattr(exact, "_FUSED_RATIO", 1 << 60)
     if request.param == "stored-scan":
-        monkeypatch.setattr(retrieval, "_TILE", 16)
-        monkeypatch.setattr(retrieval, "_FULL_SORT_RATIO", 1)
+        monkeypatch.setattr(exact, "_TILE", 16)
+        monkeypatch.setattr(exact, "_FULL_SORT_RATIO", 1)
     return request.param
 
 
@@ -267,7 +267,7 @@ def test_fused_kernel_gives_the_stored_distance_ranking_at_its_default_sizes(
     q = pack_codes(np.concatenate([db[[17, 9_000]], random_codes(rng, 37, n_bits)]))
     db = pack_codes(db)
     fused = rank_with_distances(q, db, sizes, weights, top_n=100, workers=2)
-    monkeypatch.setattr(retrieval, "_FUSED_RATIO", 1 << 60)
+    monkeypatch.setattr(exact, "_FUSED_RATIO", 1 << 60)
     stored = rank_with_distances(q, db, sizes, weights, top_n=100)
     np.testing.assert_array_equal(fused[0], stored[0])
     np.testing.assert_array_equal(fused[1], stored[1])

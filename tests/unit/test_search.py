@@ -10,16 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from shdh.hierarchy import LabelTree, segment_sizes, segment_weights
-from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
-from shdh.search import (
-    INDEX_ARRAYS,
-    INDEX_RECORD,
-    Hit,
-    IndexFileError,
-    SearchIndex,
-    write_index,
-)
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import segment_sizes, segment_weights
+from shdh.ranking.exact import integer_weights, pack_codes, rank_with_distances
+from shdh.ranking.index_file import INDEX_ARRAYS, INDEX_RECORD, IndexFileError
+from shdh.ranking.search_index import Hit, SearchIndex, write_index
 
 # K = 3: root, 2 superclasses, 2 classes each.
 TREE = LabelTree.from_nested({f"s{a}": {f"s{a}c{b}": {} for b in range(2)} for a in range(2)})

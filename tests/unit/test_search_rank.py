@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh.retrieval import integer_weights, pack_codes, rank_with_distances
-from shdh.search_rank import Ranker
+from shdh.ranking.exact import integer_weights, pack_codes, rank_with_distances
+from shdh.ranking.service_ranker import Ranker
 
 LAYOUTS = [
     ([21, 21, 22], [1 / 2, 1 / 3, 1 / 6]),  # SHDH's 64 bits on 4 levels: weights 3/2/1
@@ -55,6 +55,6 @@ def test_ranker_equals_rank_with_distances(sizes, weights, workers, n, k):
     ],
 )
 def test_default_threads_follow_the_cpu_limit_and_the_database_size(monkeypatch, n, cpus, want):
-    monkeypatch.setattr("shdh.search_rank.available_cpus", lambda: cpus)
+    monkeypatch.setattr("shdh.ranking.service_ranker.available_cpus", lambda: cpus)
     db = np.zeros((n, 1), dtype=np.uint8)
     assert Ranker(db, [8], [1]).workers == want

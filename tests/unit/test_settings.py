@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from shdh import settings
-from shdh.config import ConfigError, apply_profile, load_params
 from shdh.settings import sections
 from shdh.settings.checks import yaml_key
+from shdh.settings.profiles import ConfigError, apply_profile, load_params
 from tests.conftest import REPO
 
 PARAMS = load_params(REPO / "params.yaml")
@@ -164,9 +164,10 @@ def test_a_profile_with_a_wrong_type_is_refused_and_leaves_the_file(tmp_path):
 
 def _kwargs(method: str) -> set[str]:
     """What params.yaml may set for a method: its constructor's keywords, with a deep method's
-    `loop` and `objective` spelled out as the settings they hold (shdh.plan.method_params)."""
+    `loop` and `objective` spelled out as the settings they hold
+    (shdh.plan.all_methods.method_params)."""
     from shdh.hashers import get_hasher_class
-    from shdh.loop import LOOP_FIELDS
+    from shdh.training.loop_settings import LOOP_FIELDS
 
     cls = get_hasher_class(method)
     signature = inspect.signature(cls.__init__)
@@ -198,9 +199,9 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     """What params.yaml may set for a method is what its constructor takes, so the schema
     cannot drift from the code it configures; every declared method has its section, under the
     section of its kind, and its class the input kind of its declaration."""
-    from shdh import losses
+    from shdh.core import losses
     from shdh.hashers import get_hasher_class
-    from shdh.methods import METHODS
+    from shdh.hashers.method_catalogue import METHODS
 
     by_method = _method_sections()
     assert set(by_method) == {m.name for m in METHODS}
@@ -218,10 +219,11 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
 
 def test_the_loss_settings_default_to_the_objectives_defaults():
     """A deep method's loss settings are checked here without importing torch, from the
-    objective its declaration names (shdh.methods); the objective its hasher trains with
-    (shdh.losses) is that one, extended by the loss it makes, so their defaults are one."""
+    objective its declaration names (shdh.hashers.method_catalogue); the objective its hasher trains
+    with (shdh.core.losses) is that one, extended by the loss it makes, so their defaults are
+    one."""
     from shdh.hashers import get_hasher_class
-    from shdh.methods import by_name
+    from shdh.hashers.method_catalogue import by_name
 
     for name, section in _method_sections().items():
         cls = get_hasher_class(name)
@@ -238,13 +240,14 @@ def test_the_loss_settings_default_to_the_objectives_defaults():
 
 def test_a_core_settings_class_is_the_sections_fields_with_a_check_for_each():
     """The loop's settings and each method's params are written once, in the core
-    (shdh.loop, shdh.methods): the section takes their fields and defaults, and a field
-    left without a check, or a check for no field, is refused when the schema is built."""
-    from shdh import loop
-    from shdh.methods import KSHParams
+    (shdh.training.loop_settings, shdh.hashers.method_catalogue): the section takes their fields and
+    defaults, and a field left without a check, or a check for no field, is refused when the schema
+    is built."""
+    from shdh.hashers.method_catalogue import KSHParams
     from shdh.settings.checks import with_checks
+    from shdh.training import loop_settings
 
-    core = {f.name: f.default for f in dataclasses.fields(loop.LoopSettings)}
+    core = {f.name: f.default for f in dataclasses.fields(loop_settings.LoopSettings)}
     schema = {f.name: f.default for f in dataclasses.fields(sections.LoopSettings)}
     assert {k: v for k, v in schema.items() if k in core} == core
     assert set(schema) - set(core) == {"reduction"}  # the objectives' shared setting

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh import similarity as sim
+from shdh.core import similarity
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import integer_layer_weights, layer_weights
+from shdh.core.similarity import DenseTooLargeError
+from shdh.core.smatrix import SMatrix, build_smatrix
 from shdh.data import cifar100
-from shdh.hierarchy import LabelTree, integer_layer_weights, layer_weights
-from shdh.similarity import DenseTooLargeError, SMatrix, build_smatrix
 
 
 def _random_tree(rng: np.random.Generator, n: int) -> LabelTree:
@@ -45,17 +47,17 @@ def test_block_functions_match_brute_force() -> None:
         K = tree.height
         u, w = layer_weights(K), integer_layer_weights(K)
         s_k = _brute_levels(a, b)
-        np.testing.assert_array_equal(sim.level_similarity(a, b), s_k)
-        r = sim.shared_levels(a, b)
+        np.testing.assert_array_equal(similarity.level_similarity(a, b), s_k)
+        r = similarity.shared_levels(a, b)
         assert r.dtype == np.int8
         np.testing.assert_array_equal(r, s_k.sum(axis=2))
-        ig = sim.integer_gain(a, b, w)
+        ig = similarity.integer_gain(a, b, w)
         assert ig.dtype == np.int32
         np.testing.assert_array_equal(ig, (s_k * w).sum(axis=2))
-        g = sim.gain(a, b, u)
+        g = similarity.gain(a, b, u)
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, (s_k * u).sum(axis=2), atol=1e-6)
-        s = sim.similarity(a, b, u)
+        s = similarity.similarity(a, b, u)
         assert s.dtype == np.float32
         np.testing.assert_allclose(s, 2 * (s_k * u).sum(axis=2) - 1, atol=1e-6)
         np.testing.assert_allclose(g, (s + 1) / 2, atol=1e-6)
@@ -63,83 +65,85 @@ def test_block_functions_match_brute_force() -> None:
         np.testing.assert_allclose(s, (u * (2 * s_k - 1)).sum(axis=2), atol=1e-6)
         # non-integer weights take the float path and give the same kind of answer
         v = rng.random(K)
-        np.testing.assert_allclose(sim.gain(a, b, v), (s_k * v).sum(axis=2), atol=1e-5)
+        np.testing.assert_allclose(similarity.gain(a, b, v), (s_k * v).sum(axis=2), atol=1e-5)
 
 
 def test_minus_one_never_matches() -> None:
     # two items on the same level-2 leaf of a K=3 tree, and a root-only item
     a = np.array([[0, 1, -1], [0, 1, -1], [0, -1, -1]])
-    np.testing.assert_array_equal(sim.shared_levels(a, a), [[1, 1, 0], [1, 1, 0], [0, 0, 0]])
-    levels = sim.level_similarity(a, a)
+    np.testing.assert_array_equal(similarity.shared_levels(a, a), [[1, 1, 0], [1, 1, 0], [0, 0, 0]])
+    levels = similarity.level_similarity(a, a)
     assert not levels[:, :, 0].any()  # the root level never counts
     assert not levels[:, :, 2].any()  # -1 == -1 is not a match
     u = layer_weights(3)
-    np.testing.assert_allclose(sim.similarity(a, a, u)[0], [1 / 3, 1 / 3, -1], atol=1e-6)
+    np.testing.assert_allclose(similarity.similarity(a, a, u)[0], [1 / 3, 1 / 3, -1], atol=1e-6)
 
 
 def test_cifar_like_values() -> None:
     tree = cifar100.label_tree()
     anc = tree.ancestors_of_labels(["beaver", "dolphin", "beaver", "apple"])
-    s = sim.similarity(anc, anc, tree.layer_weights())
+    s = similarity.similarity(anc, anc, tree.layer_weights())
     # same class: 1; same superclass only: 2 * 2/3 - 1 = 1/3; nothing shared: -1
     np.testing.assert_allclose(s[0], [1, 1 / 3, 1, -1], atol=1e-6)
-    np.testing.assert_array_equal(sim.shared_levels(anc, anc)[0], [2, 1, 2, 0])
+    np.testing.assert_array_equal(similarity.shared_levels(anc, anc)[0], [2, 1, 2, 0])
 
 
 def test_similarity_by_shared() -> None:
-    np.testing.assert_allclose(sim.similarity_by_shared(layer_weights(3)), [-1, 1 / 3, 1])
-    np.testing.assert_allclose(sim.similarity_by_shared(layer_weights(4)), [-1, 0, 2 / 3, 1])
+    np.testing.assert_allclose(similarity.similarity_by_shared(layer_weights(3)), [-1, 1 / 3, 1])
+    np.testing.assert_allclose(similarity.similarity_by_shared(layer_weights(4)), [-1, 0, 2 / 3, 1])
     rng = np.random.default_rng(1)
     for _ in range(10):
         tree, anc = _random_items(rng, 40)
         u = tree.layer_weights()
-        table = sim.similarity_by_shared(u)
+        table = similarity.similarity_by_shared(u)
         assert table.shape == (tree.height,) and table.dtype == np.float64
-        s = sim.similarity(anc, anc, u)
-        np.testing.assert_allclose(table[sim.shared_levels(anc, anc)], s, atol=1e-6)
+        s = similarity.similarity(anc, anc, u)
+        np.testing.assert_allclose(table[similarity.shared_levels(anc, anc)], s, atol=1e-6)
 
 
 def test_input_validation() -> None:
     a = np.zeros((2, 3), dtype=int)
     u = layer_weights(3)
     with pytest.raises(ValueError, match="K = 3 levels but anc_b has 4"):
-        sim.shared_levels(a, np.zeros((2, 4), dtype=int))
+        similarity.shared_levels(a, np.zeros((2, 4), dtype=int))
     with pytest.raises(ValueError, match=r"\(N, K\)"):
-        sim.similarity(np.zeros(3, dtype=int), a, u)
+        similarity.similarity(np.zeros(3, dtype=int), a, u)
     with pytest.raises(ValueError, match="anc_a must be an integer"):
-        sim.shared_levels(a.astype(float), a)
+        similarity.shared_levels(a.astype(float), a)
     with pytest.raises(ValueError, match="-2"):
-        sim.shared_levels(a - 2, a)
+        similarity.shared_levels(a - 2, a)
     with pytest.raises(ValueError, match=r"weights must have shape \(3,\)"):
-        sim.gain(a, a, layer_weights(4))
+        similarity.gain(a, a, layer_weights(4))
     with pytest.raises(ValueError, match="finite"):
-        sim.similarity(a, a, np.array([0, np.nan, 0.5]))
+        similarity.similarity(a, a, np.array([0, np.nan, 0.5]))
     with pytest.raises(ValueError, match="int_weights must be integers"):
-        sim.integer_gain(a, a, u)
+        similarity.integer_gain(a, a, u)
 
 
 def test_empty_blocks() -> None:
     a = np.zeros((0, 3), dtype=np.int32)
     b = np.zeros((5, 3), dtype=np.int32)
-    assert sim.similarity(a, b, layer_weights(3)).shape == (0, 5)
-    assert sim.shared_levels(b, a).shape == (5, 0)
+    assert similarity.similarity(a, b, layer_weights(3)).shape == (0, 5)
+    assert similarity.shared_levels(b, a).shape == (5, 0)
 
 
 def test_dense_similarity_limit() -> None:
     u = layer_weights(3)
     anc = np.zeros((30, 3), dtype=np.int32)
-    np.testing.assert_array_equal(sim.dense_similarity(anc, u), sim.similarity(anc, anc, u))
+    np.testing.assert_array_equal(
+        similarity.dense_similarity(anc, u), similarity.similarity(anc, anc, u)
+    )
     with pytest.raises(DenseTooLargeError) as err:
-        sim.dense_similarity(anc, u, max_items=29)
+        similarity.dense_similarity(anc, u, max_items=29)
     assert "N=30" in str(err.value)
     big = np.zeros((54_000, 3), dtype=np.int32)  # never allocated as N x N
     with pytest.raises(DenseTooLargeError) as err:
-        sim.dense_similarity(big, u)
+        similarity.dense_similarity(big, u)
     msg = str(err.value)
     assert "N=54000" in msg and "11.7 GB" in msg
     assert "similarity(anc[rows], anc[cols]" in msg and "SMatrix.block(rows, cols)" in msg
     assert isinstance(err.value, ValueError)
-    assert sim.DENSE_LIMIT == 20_000
+    assert similarity.DENSE_LIMIT == 20_000
 
 
 # ---- SMatrix -------------------------------------------------------------------------------
@@ -160,9 +164,9 @@ def test_build_smatrix_sample() -> None:
     assert s.sample_shared.shape == (2000, 2000) and s.sample_shared.dtype == np.int8
     idx = s.sample_idx
     np.testing.assert_array_equal(
-        s.sample_shared, sim.shared_levels(s.ancestors[idx], s.ancestors[idx])
+        s.sample_shared, similarity.shared_levels(s.ancestors[idx], s.ancestors[idx])
     )
-    ref = sim.similarity(s.ancestors[idx], s.ancestors[idx], s.weights)
+    ref = similarity.similarity(s.ancestors[idx], s.ancestors[idx], s.weights)
     np.testing.assert_allclose(s.sample_similarity(), ref, atol=1e-6)
     assert s.sample_similarity().dtype == np.float32
     assert s.int_weights.tolist() == [0, 2, 1]
@@ -190,13 +194,14 @@ def test_build_smatrix_rejects_weights_without_integer_form() -> None:
 def test_smatrix_blocks() -> None:
     s = _cifar_smatrix(n=300, sample_size=10)
     rows, cols = np.array([5, 0, 17]), np.arange(100, 140)
-    ref = sim.similarity(s.ancestors[rows], s.ancestors[cols], s.weights)
+    ref = similarity.similarity(s.ancestors[rows], s.ancestors[cols], s.weights)
     np.testing.assert_array_equal(s.block(rows, cols), ref)
     np.testing.assert_array_equal(
-        s.block(slice(0, 10), slice(0, 10)), sim.dense_similarity(s.ancestors[:10], s.weights)
+        s.block(slice(0, 10), slice(0, 10)),
+        similarity.dense_similarity(s.ancestors[:10], s.weights),
     )
     np.testing.assert_array_equal(
-        s.shared_block(rows, cols), sim.shared_levels(s.ancestors[rows], s.ancestors[cols])
+        s.shared_block(rows, cols), similarity.shared_levels(s.ancestors[rows], s.ancestors[cols])
     )
 
 

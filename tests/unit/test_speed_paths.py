@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shdh import similarity
+from shdh.core import smatrix
 
 # --- S-matrix: the training pool, distinct and sorted, without np.unique's hashing ---------
 
@@ -24,13 +24,13 @@ from shdh import similarity
     ],
 )
 def test_sorted_unique_equals_np_unique(pool: np.ndarray) -> None:
-    np.testing.assert_array_equal(similarity._sorted_unique(pool), np.unique(pool))
+    np.testing.assert_array_equal(smatrix._sorted_unique(pool), np.unique(pool))
 
 
 def test_build_smatrix_sample_unchanged_with_duplicate_pool() -> None:
     rng = np.random.default_rng(3)
     anc = np.column_stack([np.zeros(500, int), rng.integers(1, 4, 500), rng.integers(4, 20, 500)])
     pool = rng.integers(0, 500, 800)  # duplicates, unsorted
-    s = similarity.build_smatrix(anc, np.array([0.0, 2 / 3, 1 / 3]), sample_size=50, pool=pool)
+    s = smatrix.build_smatrix(anc, np.array([0.0, 2 / 3, 1 / 3]), sample_size=50, pool=pool)
     expected = np.sort(np.random.default_rng(0).choice(np.unique(pool), 50, replace=False))
     np.testing.assert_array_equal(s.sample_idx, expected)

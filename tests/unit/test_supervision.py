@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import layer_weights
 from shdh.hashers.supervision import MODES, PairSimilarity
-from shdh.hierarchy import LabelTree, layer_weights
 
 # K = 4; "bottoms" and "bag" are leaves above the deepest level, "tops" is an internal node that
 # some items are labelled with directly.

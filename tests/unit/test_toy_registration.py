@@ -4,7 +4,8 @@ tree), S-matrix, GIST features (the toy method is shallow), plan, fit, score and
 the toy method has its rows and its place in the shallow group of the paper's claims.
 
 Both are registered for one test only (monkeypatch): the method as one more declaration in
-shdh.methods.METHODS, the dataset as one more entry of shdh.data.registry.DATASETS."""
+shdh.hashers.method_catalogue.METHODS, the dataset as one more entry of
+shdh.data.dataset_catalogue.DATASETS."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ import mlflow
 import numpy as np
 import pytest
 
-from shdh import methods, plan, report
-from shdh.codes import load_codes
-from shdh.data import registry
-from shdh.data.registry import DatasetEntry
-from shdh.errors import ConfigError
-from shdh.figures import load_curves
-from shdh.hashers import load_hasher
-from shdh.hierarchy import LabelTree, layer_weights
+from shdh.core.codes_file import load_codes
+from shdh.core.hierarchy import LabelTree
+from shdh.core.level_weights import layer_weights
+from shdh.data import dataset_catalogue
+from shdh.data.dataset_catalogue import DatasetEntry
+from shdh.hashers import load_hasher, method_catalogue
+from shdh.plan import all_methods
+from shdh.reporting import report
+from shdh.reporting.figures import load_curves
+from shdh.runtime.errors import ConfigError
 from shdh.settings import sections
 from shdh.settings.checks import number, parse_section
 from shdh.steps import fit_shallow
@@ -47,8 +50,10 @@ N = 10  # the @n of the scores: 12 queries against a database of 36
 def registered(monkeypatch):
     """The toy method and the toy dataset, registered until the test ends. The toy method's
     module is imported afresh under the registration, as a declared method's is on first use."""
-    monkeypatch.setattr(methods, "METHODS", (*methods.METHODS, TOY_METHOD))
-    monkeypatch.setitem(registry.DATASETS, TOY_DATASET, DatasetEntry(toy_dataset_module(), True))
+    monkeypatch.setattr(method_catalogue, "METHODS", (*method_catalogue.METHODS, TOY_METHOD))
+    monkeypatch.setitem(
+        dataset_catalogue.DATASETS, TOY_DATASET, DatasetEntry(toy_dataset_module(), True)
+    )
     monkeypatch.delitem(sys.modules, TOY_HASHER_MODULE, raising=False)
     yield
     sys.modules.pop(TOY_HASHER_MODULE, None)
@@ -89,7 +94,7 @@ def test_a_registered_toy_method_and_dataset_go_through_every_step_to_the_report
     assert label_tree.height == 3 and ancestors.shape == (48, 3)
     assert np.array_equal(load_smatrix(s_path).weights, layer_weights(3))
 
-    fits = plan.planned_fits(_settings(tmp_path))
+    fits = all_methods.planned_fits(_settings(tmp_path))
     assert [f.name for f in fits] == ["toy-rp-8", "toy-rp-16"]
     assert fits[1].params == {"scale": 2.0}
     assert fits[1].out_dir == tmp_path / "baselines" / "toy-rp" / "toy-rp-16"
@@ -150,8 +155,8 @@ def _check_report(metrics: dict, text: str) -> None:
 
 
 def test_the_registration_is_gone_after_the_test():
-    assert TOY_METHOD.name not in methods.by_name()
-    assert TOY_DATASET not in registry.DATASETS
+    assert TOY_METHOD.name not in method_catalogue.by_name()
+    assert TOY_DATASET not in dataset_catalogue.DATASETS
     assert TOY_HASHER_MODULE not in sys.modules
     assert "toy-rp" not in report.claims()[-1][2]
 

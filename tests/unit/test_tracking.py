@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh import parent_run, parent_summary, tracking
-from shdh.figures import save_curves
-from shdh.metrics import Curves
+from shdh.core.metrics import Curves
+from shdh.reporting import parent_summary
+from shdh.reporting.figures import save_curves
+from shdh.tracking import parent_run
+from shdh.tracking import runs as tracking
 
 
 def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
@@ -93,7 +95,7 @@ def test_default_store_is_in_the_repository_a_dvc_temp_workspace_came_from(tmp_p
 
 def test_metric_keys_read_alike_across_methods_and_runs_carry_the_seed_as_a_tag():
     assert tracking.metric_key("ksh+h") == "ksh_h"  # MLflow refuses '+' in a key
-    # A run is named as its fit (shdh.fits.fit_name: the seed only with a `seeds` list), so
+    # A run is named as its fit (shdh.plan.fits.fit_name: the seed only with a `seeds` list), so
     # the seed it used is always a tag, which the comparison view groups by.
     assert tracking.method_tags("ksh+h", 16, 0) == {"method": "ksh+h", "bits": "16", "seed": "0"}
 
@@ -119,7 +121,7 @@ def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
 def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(tmp_path):
     import mlflow
 
-    from shdh import parent_run
+    from shdh.tracking import parent_run
 
     settings = {"train": {"epochs": 1, "bits": [16]}, "baselines": {"ksh+h": {"n_anchors": 5}}}
     context = parent_run.pipeline_context("p1", {"profile": "smoke"}, settings)
@@ -207,9 +209,8 @@ def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
 
 WRITER = """
 import sys
-from shdh import parent_run, tracking
-from shdh.figures import save_curves
-from shdh.metrics import Curves
+from shdh.tracking import parent_run
+from shdh.tracking import runs as tracking
 name, n_runs, n_metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 parent = parent_run.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
 for r in range(n_runs):

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.checkpoint import load_checkpoint
-from shdh.devices import resolve_device
-from shdh.inference import encode
-from shdh.loop import TrainConfig
-from shdh.losses import SHDHObjective
+from shdh.core.objectives import SHDHObjective
 from shdh.nets.hashing import build_model
-from shdh.training import TrainingDivergedError, train
+from shdh.runtime.devices import resolve_device
+from shdh.training.checkpoint import load_checkpoint
+from shdh.training.inference import encode
+from shdh.training.loop import TrainingDivergedError, train
+from shdh.training.loop_settings import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from shdh import batches, training_step
-from shdh.batches import data_path
-from shdh.checkpoint import load_checkpoint
-from shdh.inference import encode
-from shdh.loop import TrainConfig
-from shdh.training import train
+from shdh.training import batches, step
+from shdh.training.batches import data_path
+from shdh.training.checkpoint import load_checkpoint
+from shdh.training.inference import encode
+from shdh.training.loop import train
+from shdh.training.loop_settings import TrainConfig
 
 from .test_training_pinned import LAYOUT, _data
 
@@ -31,7 +31,7 @@ def test_data_path_follows_the_device_and_the_free_memory() -> None:
 
 def test_the_log_names_the_path_taken(tmp_path: Path, caplog) -> None:
     images, anc = _data()
-    with caplog.at_level(logging.INFO, logger="shdh.batches"):
+    with caplog.at_level(logging.INFO, logger="shdh.training.batches"):
         train(
             TrainConfig(**TINY, device="cpu"),
             images,
@@ -56,7 +56,7 @@ def test_compile_wraps_the_training_steps_only(tmp_path: Path, monkeypatch) -> N
         compiled.append(model)
         return model
 
-    monkeypatch.setattr(training_step.torch, "compile", fake_compile)
+    monkeypatch.setattr(step.torch, "compile", fake_compile)
     images, anc = _data()
     config = TrainConfig(**TINY, device="cpu", compile=True)
     result = train(config, images, anc, np.arange(len(images)), tmp_path, progress=None, **LAYOUT)
@@ -83,7 +83,7 @@ def test_compile_wraps_the_training_steps_only(tmp_path: Path, monkeypatch) -> N
 def test_gpu_paths_train_and_log(tmp_path: Path, monkeypatch, caplog, path: str) -> None:
     monkeypatch.setattr(batches, "data_path", lambda *args, **kwargs: path)
     images, anc = _data(300)
-    with caplog.at_level(logging.INFO, logger="shdh.batches"):
+    with caplog.at_level(logging.INFO, logger="shdh.training.batches"):
         result = train(
             TrainConfig(**(TINY | {"epochs": 2}), device="cuda"),
             images,

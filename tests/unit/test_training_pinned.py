@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shdh.core.objectives import SHDHObjective
 from shdh.hashers.deep import DPSH
 from shdh.hashers.supervision import PairSimilarity
-from shdh.inference import encode
-from shdh.loop import LoopSettings, TrainConfig
-from shdh.losses import SHDHObjective
-from shdh.training import train
+from shdh.training.inference import encode
+from shdh.training.loop import train
+from shdh.training.loop_settings import LoopSettings, TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,7 +1,7 @@
 """A method and a dataset from outside the package, declared the way a user adds their own:
-the toy method's declaration (shdh.methods.Method) and the toy dataset's recipes (the module
-shape shdh.data.registry reads). tests/unit/test_toy_registration.py registers them for one
-test and runs them through every library step.
+the toy method's declaration (shdh.hashers.method_catalogue.Method) and the toy dataset's recipes
+(the module shape shdh.data.dataset_catalogue reads). tests/unit/test_toy_registration.py registers
+them for one test and runs them through every library step.
 
 The toy method's class lives in tests/unit/toy_hasher.py, a module of its own, so that it is
 first imported after the declaration is registered and takes its name from it, as a declared
@@ -15,9 +15,9 @@ from types import ModuleType
 
 import numpy as np
 
+from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import Dataset, save_dataset
-from shdh.hierarchy import LabelTree
-from shdh.methods import Method
+from shdh.hashers.method_catalogue import Method
 
 
 @dataclass(frozen=True)

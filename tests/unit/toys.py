@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from shdh.hierarchy import LabelTree
-from shdh.loop import LOOP_FIELDS, LoopSettings
+from shdh.core.hierarchy import LabelTree
+from shdh.training.loop_settings import LOOP_FIELDS, LoopSettings
 
 # The contract's tree: 3 superclasses x 3 classes under the root (K = 3).
 N_SUPER, N_CLASS = 3, 3
@@ -100,8 +100,9 @@ def toy_hierarchy(
 def deep_hasher(cls, **params):
     """A deep hasher from flat settings, as params.yaml's train section writes them: the loop's
     own go into its LoopSettings, the loss's into its objective (alpha, eta, reduction), the
-    rest to the method (shdh.plan.method_params does the same for a params file). The objective
-    goes as a mapping, as a saved params.json gives it: the hasher checks it, naming itself."""
+    rest to the method (shdh.plan.all_methods.method_params does the same for a params file). The
+    objective goes as a mapping, as a saved params.json gives it: the hasher checks it, naming
+    itself."""
     loop = {k: params.pop(k) for k in list(params) if k in LOOP_FIELDS}
     names = {f.name for f in dataclasses.fields(cls.objective_class())}
     objective = {k: params.pop(k) for k in list(params) if k in names}

@@ -3,11 +3,14 @@
 Every module has `add_arguments(parser)`, `run(args)` and `main(argv)`, so a step runs as
 `shdh STEP`, as `python -m shdh.commands.STEP`, or from DVC and Kubeflow with the same flags.
 
-Importing this package pins the CPU maths (shdh.cpu_pin): every command module loads numpy or
-torch, and Python imports this package before any of them, whichever way a step is started.
+Importing this package pins the CPU maths (shdh.runtime.instruction_set): every command module loads
+numpy or torch, and Python imports this package before any of them, whichever way a step is started.
+
+May import: bundle, core, data, features, hashers, kubeflow, nets, pipelines, plan, ranking,
+reporting, runtime, serving, settings, steps, tracking, training.
 """
 
-from shdh.cpu_pin import pin_cpu
+from shdh.runtime.instruction_set import pin_cpu
 
 pin_cpu()
 

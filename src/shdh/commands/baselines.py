@@ -5,7 +5,7 @@ One process fits every shallow method of baselines.methods at every length of ba
 (the DVC stage `baselines`), since a stage costs ~20 s of start-up (Python, MLflow, DVC), more
 than most shallow fits. Each (method, bits), and each seed of baselines.seeds when set, is still
 its own model folder under baselines.models_dir and its own MLflow run. It loads none of the
-deep methods' code (shdh.plan_shallow, shdh.steps.fit_shallow), so editing the training loop
+deep methods' code (shdh.plan.shallow, shdh.steps.fit_shallow), so editing the training loop
 does not rerun it.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.atomic import check_writable
 from shdh.commands.common import (
     add_params_argument,
     end_hand_run,
@@ -22,7 +21,9 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.hashers.shallow import SHALLOW
-from shdh.plan_shallow import section_fits, shallow_method_bits, shallow_models_root
+from shdh.plan.runs import section_fits
+from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
+from shdh.runtime.atomic import check_writable
 from shdh.steps.fit_shallow import fit
 
 HELP = "fit the shallow methods on GIST features (ITQ, KMH, KSH, LFH, COSDISH, ...)"
@@ -64,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
             params,
             context,
             lambda m=method, b=bits_list: section_fits(
-                section, [m], b, seed=params["seed"], models_root=root
+                section,
+                [m],
+                b,
+                seed=params["seed"],
+                models_root=root,
+                method_params=shallow_method_params,
             ),
             fit,
             prepared_dir=params["data"]["prepared_dir"],

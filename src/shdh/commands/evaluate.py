@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shdh import parent_summary, tracking
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
-from shdh.plan import planned_fits
-from shdh.report import check_outputs
+from shdh.plan.all_methods import planned_fits
+from shdh.reporting import parent_summary
+from shdh.reporting.report import check_outputs
 from shdh.steps.score import score
+from shdh.tracking import runs
 
 HELP = "score every fitted method: metrics.json, codes files, WR plots, results table"
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(ev["results_dir"], ev.get("report"))  # before tracking and ranking
     context = pipeline_context(args, params)
     parent = context["parent_run_id"]
-    with tracking.failure_ends(parent):
+    with runs.failure_ends(parent):
         score(
             planned_fits(params),
             prepared_dir=params["data"]["prepared_dir"],
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             **context,
         )
         view = parent_summary.summarize(parent, ev["results_dir"], ev.get("report"))
-    tracking.end_parent(parent)  # the last tracked stage: the pipeline run is complete
+    runs.end_parent(parent)  # the last tracked stage: the pipeline run is complete
     print((Path(ev["results_dir"]) / "table.md").read_text())
     print(f"the methods compared in the MLflow UI: {view}")
     print(f"results in {ev['results_dir']}/ (metrics.json, table.md, plots/, codes/)")

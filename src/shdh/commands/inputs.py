@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from shdh.commands.common import add_params_argument, load_settings, script_main
-from shdh.inputs import write_records
+from shdh.steps.input_hashes import write_records
 
 HELP = "record the hashes of the tree JSON, a table's images and other inputs dvc.yaml cannot list"
 DEFAULT_OUT = "artifacts/inputs"

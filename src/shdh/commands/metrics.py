@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from shdh.codes import evaluate_codes_file
 from shdh.commands.common import script_main
+from shdh.core.codes_file import evaluate_codes_file
 
 HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG and WR as JSON"
 

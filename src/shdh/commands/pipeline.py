@@ -7,8 +7,8 @@
 
 The DAG (pipelines/) and its components (components/) live in the repository rather than in the
 installed package: compiling needs a checkout, the components' containers need only the package.
-Settings come from params.yaml and profiles/ through shdh.config, as for DVC, so a profile name
-selects the same values in both front doors.
+Settings come from params.yaml and profiles/ through shdh.settings.profiles, as for DVC, so a
+profile name selects the same values in both front doors.
 
 The settings and the glue the components call inside their containers are in shdh.kubeflow.
 """

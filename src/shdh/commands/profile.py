@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shdh.commands.common import script_main
-from shdh.config import PROFILES_DIR, apply_profile, load_params
+from shdh.settings.profiles import PROFILES_DIR, apply_profile, load_params
 
 HELP = "apply a profile's overrides to params.yaml (keeps comments), or list the profiles"
 

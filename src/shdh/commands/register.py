@@ -15,9 +15,9 @@ import argparse
 import dataclasses
 import json
 
-from shdh import parent_run, registry
-from shdh.atomic import atomic_write_text, check_writable
 from shdh.commands.common import add_params_argument, dvc_pipeline_id, script_main
+from shdh.runtime.atomic import atomic_write_text, check_writable
+from shdh.tracking import model_registry, parent_run
 
 HELP = "register the best encoder of a pipeline run in the MLflow Model Registry, with an alias"
 
@@ -31,18 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metric",
-        default=registry.DEFAULT_METRIC,
-        help=f"the highest wins (default: {registry.DEFAULT_METRIC})",
+        default=model_registry.DEFAULT_METRIC,
+        help=f"the highest wins (default: {model_registry.DEFAULT_METRIC})",
     )
     parser.add_argument(
         "--name",
-        default=registry.DEFAULT_MODEL_NAME,
-        help=f"registered model name (default: {registry.DEFAULT_MODEL_NAME})",
+        default=model_registry.DEFAULT_MODEL_NAME,
+        help=f"registered model name (default: {model_registry.DEFAULT_MODEL_NAME})",
     )
     parser.add_argument(
         "--alias",
-        default=registry.DEFAULT_ALIAS,
-        help=f"alias set on the new version (default: {registry.DEFAULT_ALIAS})",
+        default=model_registry.DEFAULT_ALIAS,
+        help=f"alias set on the new version (default: {model_registry.DEFAULT_ALIAS})",
     )
     parser.add_argument(
         "--record",
@@ -56,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
     if args.record:
         check_writable(args.record, "--record")
     parent = args.run_id or parent_run.parent_of_pipeline(dvc_pipeline_id(args.params))
-    done = registry.register_best(parent, args.name, metric=args.metric, alias=args.alias)
+    done = model_registry.register_best(parent, args.name, metric=args.metric, alias=args.alias)
     print(
         f"registered {done.run_name} ({done.metric} = {done.value:.4f}) as {done.name} "
         f"version {done.version}, alias @{done.alias}"
     )
-    n, width = registry.check_loaded(registry.load_by_alias(done.name, done.alias))
+    n, width = model_registry.check_loaded(model_registry.load_by_alias(done.name, done.alias))
     print(f"loaded {done.uri}: {n} example images -> {width}-byte codes")
     if args.record:
         atomic_write_text(args.record, json.dumps(dataclasses.asdict(done), indent=2) + "\n")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from shdh.commands.common import add_params_argument, params_section, script_main
-from shdh.report import report_from_results
+from shdh.reporting.report import report_from_results
 from shdh.settings.locations import check_results_location
 
 HELP = "figures (paper Fig. 3 and 4) and docs/results.md tables from the last evaluate step"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from shdh.commands.common import add_params_argument, params_section, script_main
-from shdh.report import results_table
+from shdh.reporting.report import results_table
 
 HELP = "print the results table (from evaluate.results_dir/metrics.json)"
 

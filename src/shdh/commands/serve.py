@@ -17,7 +17,7 @@ import signal
 import threading
 
 from shdh.commands.common import script_main
-from shdh.registry import DEFAULT_ALIAS, DEFAULT_MODEL_NAME
+from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_MODEL_NAME
 
 HELP = "serve exact top-k search over an index by code, item id or image (HTTP, with /docs)"
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})

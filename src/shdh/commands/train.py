@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-from shdh.atomic import check_writable
-from shdh.checkpoint import RESUME_MODES
 from shdh.commands.common import (
     add_params_argument,
     end_hand_run,
@@ -22,8 +20,11 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.hashers import DEEP
-from shdh.plan import method_bits, models_root, section_fits
+from shdh.plan.all_methods import method_bits, method_params, models_root
+from shdh.plan.runs import section_fits
+from shdh.runtime.atomic import check_writable
 from shdh.steps.fit_deep import fit
+from shdh.training.checkpoint import RESUME_MODES
 
 HELP = "train deep methods at their code lengths (SHDH, DPSH, the oracle)"
 
@@ -84,7 +85,14 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
         args,
         params,
         context,
-        lambda: section_fits(section, [method], bits_list, seed=params["seed"], models_root=root),
+        lambda: section_fits(
+            section,
+            [method],
+            bits_list,
+            seed=params["seed"],
+            models_root=root,
+            method_params=method_params,
+        ),
         fit,
         prepared_dir=params["data"]["prepared_dir"],
         smatrix_path=params["smatrix"]["out"],

@@ -26,9 +26,9 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
-from shdh.atomic import atomic_dir
 from shdh.data.download import md5sum
 from shdh.data.idx import DataFormatError
+from shdh.runtime.atomic import atomic_dir
 
 log = logging.getLogger(__name__)
 

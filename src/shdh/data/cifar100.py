@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from shdh.core.hierarchy import LabelTree
 from shdh.data.archive import extract_archive, file_md5s_match
 from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
 from shdh.data.download import fetch, md5sum, mirrors
 from shdh.data.idx import DataFormatError
-from shdh.hierarchy import LabelTree
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +375,7 @@ def fetch_cifar100(
     return extract_archive(archive, folder, root=FOLDER, check=check)
 
 
-# The prepare step's recipe for `data.dataset: cifar100` (shdh.data.registry).
+# The prepare step's recipe for `data.dataset: cifar100` (shdh.data.dataset_catalogue).
 
 
 def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:

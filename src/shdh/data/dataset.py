@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import atomic_dir
 from shdh.data.idx import DataFormatError
+from shdh.runtime.atomic import atomic_dir
 
 FORMAT = "shdh-dataset/1"
 LABEL_SEP = "|"  # joins the label paths of a multi-label item

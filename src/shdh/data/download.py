@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from shdh.errors import ConfigError
+from shdh.runtime.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import atomic_path
+from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import Dataset, save_dataset
 from shdh.data.download import fetch, md5sum
 from shdh.data.idx import DataFormatError, parse_idx, read_idx, read_idx_bytes
-from shdh.hierarchy import LabelTree
+from shdh.runtime.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def load_raw(raw_dir: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, n
 
 
 # --------------------------------------------------------------------------------------------
-# The prepare step's recipe for `data.dataset: fashion-mnist-h` (shdh.data.registry); its
+# The prepare step's recipe for `data.dataset: fashion-mnist-h` (shdh.data.dataset_catalogue); its
 # fetch_raw is the one above
 # --------------------------------------------------------------------------------------------
 

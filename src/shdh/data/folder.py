@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from shdh.atomic import atomic_dir
+from shdh.core.hierarchy import LabelTree
 from shdh.data.idx import DataFormatError
 from shdh.data.images import (
     IMAGE_SUFFIXES,
@@ -30,7 +30,7 @@ from shdh.data.images import (
     own_raw_dir,
     write_image_dataset,
 )
-from shdh.hierarchy import LabelTree
+from shdh.runtime.atomic import atomic_dir
 
 
 def list_folder_images(root: str | os.PathLike[str]) -> list[tuple[Path, str]]:
@@ -146,7 +146,7 @@ def folder_dataset(
     )
 
 
-# The prepare step's recipe for `data.dataset: folder` (shdh.data.registry).
+# The prepare step's recipe for `data.dataset: folder` (shdh.data.dataset_catalogue).
 
 
 def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:

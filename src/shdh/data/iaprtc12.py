@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from shdh.core.hierarchy import LabelTree
 from shdh.data.archive import extract_archive
 from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
 from shdh.data.download import fetch, mirrors
 from shdh.data.idx import DataFormatError
-from shdh.hierarchy import LabelTree
 
 log = logging.getLogger(__name__)
 
@@ -463,7 +463,7 @@ def fetch_iaprtc12(
 
 
 # --------------------------------------------------------------------------------------------
-# The prepare step's recipe for `data.dataset: iaprtc12` (shdh.data.registry)
+# The prepare step's recipe for `data.dataset: iaprtc12` (shdh.data.dataset_catalogue)
 # --------------------------------------------------------------------------------------------
 
 

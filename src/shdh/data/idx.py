@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import atomic_path
+from shdh.runtime.atomic import atomic_path
 
 # Type code -> big-endian dtype, as in the format's definition.
 IDX_DTYPES: dict[int, np.dtype] = {

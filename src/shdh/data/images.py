@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from shdh.core.hierarchy import LabelTree
+from shdh.core.tree_fields import TreeError
 from shdh.data.dataset import LABEL_SEP, write_dataset_streaming
 from shdh.data.idx import DataFormatError
-from shdh.errors import ConfigError
-from shdh.hierarchy import LabelTree, TreeError
+from shdh.runtime.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import atomic_path
 from shdh.data.idx import DataFormatError
+from shdh.runtime.atomic import atomic_path
 
 _FIELDS = ("query_idx", "db_idx", "seed", "query_fraction")
 

@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from shdh.core.hierarchy import LabelTree
 from shdh.data.idx import DataFormatError
 from shdh.data.images import (
     ImageSpec,
@@ -28,7 +29,6 @@ from shdh.data.images import (
     parse_label_cell,
     write_image_dataset,
 )
-from shdh.hierarchy import LabelTree
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -210,7 +210,7 @@ def table_dataset(
     )
 
 
-# The prepare step's recipe for `data.dataset: table` (shdh.data.registry).
+# The prepare step's recipe for `data.dataset: table` (shdh.data.dataset_catalogue).
 
 
 def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:

@@ -1,1 +1,4 @@
-"""Hand-crafted image features for the shallow hashing baselines."""
+"""Hand-crafted image features for the shallow hashing baselines.
+
+May import: core, ranking, runtime.
+"""

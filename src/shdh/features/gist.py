@@ -208,11 +208,11 @@ def _gabor_block_means(
 def to_gray(images: np.ndarray, image_size: int) -> np.ndarray:
     """uint8 (B, H, W[, C]) -> (B, S, S) float32 stretched to [0, 255] (LMgist's first steps).
 
-    Geometry is the network's (shdh.image_input.to_input): 28x28 zero-padded to 32x32, other sizes
-    resized bilinearly. Gray is the mean of the channels, as LMgist has it. A constant image has
-    no range to stretch and becomes all zeros (LMgist would divide by zero).
+    Geometry is the network's (shdh.core.image_input.to_input): 28x28 zero-padded to 32x32, other
+    sizes resized bilinearly. Gray is the mean of the channels, as LMgist has it. A constant image
+    has no range to stretch and becomes all zeros (LMgist would divide by zero).
     """
-    from shdh.image_input import to_input  # torch loads only when features are computed
+    from shdh.core.image_input import to_input  # torch loads only when features are computed
 
     x = to_input(images, image_size).numpy().mean(axis=1)  # (B, S, S), affine in the pixels
     lo = x.min(axis=(1, 2), keepdims=True)

@@ -1,17 +1,19 @@
 """Every hashing method behind one contract (shdh.hashers.base.Hasher), selected by name.
 
-The methods are declared in shdh.methods; a name resolves to its class on demand, so
-that importing shdh.hashers stays cheap and a method's optional dependencies load only when it
+The methods are declared in shdh.hashers.method_catalogue; a name resolves to its class on demand,
+so that importing shdh.hashers stays cheap and a method's optional dependencies load only when it
 is used. The shallow methods have a registry of their own (shdh.hashers.shallow, which fitting
 them alone reads). CODE spells where the deep methods' classes live, the way the import graph
 reads a lazy import, so that the stages using this registry depend on their modules
 (tests/unit/test_hashers_contract.py keeps it equal to the declarations). DEEP and REGISTRY map
 the declared names to their classes' places.
+
+May import: core, nets, ranking, runtime, training.
 """
 
 from __future__ import annotations
 
-from shdh.methods import METHODS, by_name, method, names
+from shdh.hashers.method_catalogue import METHODS, by_name, method, names
 
 CODE = (
     "shdh.hashers.deep:SHDH",

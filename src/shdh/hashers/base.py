@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shdh.atomic import atomic_dir
-from shdh.methods import declared
+from shdh.hashers.method_catalogue import declared
+from shdh.runtime.atomic import atomic_dir
 
 FORMAT = "shdh-hasher/1"
 
@@ -86,7 +86,9 @@ class HasherFiles:
 class Hasher(HasherFiles):
     """Base class: subclasses set the class attributes and implement `_fit` and `_encode`."""
 
-    name: ClassVar[str] = ""  # its declared name (shdh.methods), e.g. "itq", "ksh+h"
+    name: ClassVar[str] = (
+        ""  # its declared name (shdh.hashers.method_catalogue), e.g. "itq", "ksh+h"
+    )
     input_kind: ClassVar[str] = "features"  # "features" (GIST-512 rows) or "images" (uint8)
     supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
     # Parameters that shape only the code built after training, not the training itself: a

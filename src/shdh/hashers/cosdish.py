@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.method_catalogue import COSDISHParams
 from shdh.hashers.validation import check_features, check_int
-from shdh.methods import COSDISHParams
 
 # Rows of X turned into float64 at once (ridge statistics, encoding): 16k x d values.
 _CHUNK = 16384
@@ -72,8 +72,8 @@ class COSDISH(Hasher):
         ridge: float = COSDISHParams.ridge,
         balance: bool = COSDISHParams.balance,
     ) -> None:
-        """The defaults are COSDISHParams' (shdh.methods), the paper's and the authors'.
-        n_sampled = |Omega| (None: n_bits): the sampled blocks cost O(N |Omega| q) per
+        """The defaults are COSDISHParams' (shdh.hashers.method_catalogue), the paper's and the
+        authors'. n_sampled = |Omega| (None: n_bits): the sampled blocks cost O(N |Omega| q) per
         alternation and one BQP has |Omega| variables."""
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_outer = n_outer

@@ -1,13 +1,13 @@
 """The deep hashers, SHDH and DPSH, behind the common Hasher contract.
 
-Both are thin wrappers over `shdh.training` (one epoch loop, one CNN-F backbone, one optimiser,
+Both are thin wrappers over `shdh.training.loop` (one epoch loop, one CNN-F backbone, one optimiser,
 the same pairs), so the two methods differ in their loss only: SHDH's J (paper Eq. 7, segmented
 code, weighted Hamming Eq. 4) or DPSH's pairwise likelihood (one segment, plain Hamming; its
 original memory bank of past outputs is a switch, off by default: see DPSH). These classes are
 the one place where a method's hyper-parameters become a `TrainConfig` and a loss, so the
 pipeline, the tests and a notebook train exactly the same thing. A method takes its settings as
 objects: the loop's as one `loop.LoopSettings`, its loss's as one `objective` (a settings
-class of shdh.losses), each also given as the mapping a saved params.json holds.
+class of shdh.core.losses), each also given as the mapping a saved params.json holds.
 
 Checkpoints go to `work_dir` (a temporary directory when it is None). `fit(..., resume=...)`
 continues a checkpoint there when its record agrees (shdh.hashers.deep_folder). Saved state (no
@@ -26,24 +26,25 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from shdh import checkpoint, inference, training
-from shdh.convergence import Validate
-from shdh.hashers.base import Hasher
-from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
-from shdh.hashers.deep_state import STATE_FIELDS, SavedNetwork
-from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.loop import DEFAULT_LOOP, LoopSettings, TrainConfig, settings_of
-from shdh.losses import (
+from shdh.core.level_weights import segment_levels, segment_sizes
+from shdh.core.losses import check_labelled
+from shdh.core.metrics import evaluate
+from shdh.core.objectives import (
     DEFAULT_DPSH_OBJECTIVE,
     DEFAULT_SHDH_OBJECTIVE,
     DPSHObjective,
     Loss,
     SHDHObjective,
-    check_labelled,
 )
-from shdh.methods import DPSHParams, SHDHParams
-from shdh.metrics import evaluate
-from shdh.retrieval import pack_codes
+from shdh.hashers.base import Hasher
+from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
+from shdh.hashers.deep_state import STATE_FIELDS, SavedNetwork
+from shdh.hashers.method_catalogue import DPSHParams, SHDHParams
+from shdh.ranking.exact import pack_codes
+from shdh.training import checkpoint, inference
+from shdh.training import loop as training
+from shdh.training.convergence import Validate
+from shdh.training.loop_settings import DEFAULT_LOOP, LoopSettings, TrainConfig, settings_of
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,10 @@ class _DeepArguments:
 
     @classmethod
     def objective_class(cls) -> type[Any]:
-        """The class of the method's `objective` argument (shdh.losses): what a mapping given
-        for it becomes, and whose fields params.yaml sets one by one (shdh.plan.method_params).
-        Its default's class, so that the constructor's signature is the one place naming it."""
+        """The class of the method's `objective` argument (shdh.core.losses): what a mapping given
+        for it becomes, and whose fields params.yaml sets one by one
+        (shdh.plan.all_methods.method_params). Its default's class, so that the constructor's
+        signature is the one place naming it."""
         return type(inspect.signature(cls.__init__).parameters["objective"].default)
 
     def _keep_arguments(self, arguments: dict[str, Any]) -> None:
@@ -157,7 +159,7 @@ class _DeepTraining:
 
 
 class _TrainingRun:
-    """The call of the training loop (shdh.training.train) for one fit: in the hasher's
+    """The call of the training loop (shdh.training.loop.train) for one fit: in the hasher's
     work_dir, resumed or not as the checkpoint's record allows, with the fit's options."""
 
     def _train(
@@ -323,10 +325,10 @@ class DPSH(DeepHasher):
 
 
 def _validator(hasher: Any, images: np.ndarray, anc: np.ndarray) -> Validate:
-    """The validation score of shdh.convergence: the held-out items ranked against the
+    """The validation score of shdh.training.convergence: the held-out items ranked against the
     validation database with this method's own codes and distance (weighted Hamming for
     SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with
-    the evaluation's own gain (shdh.metrics), so that it is the table's metric."""
+    the evaluation's own gain (shdh.core.metrics), so that it is the table's metric."""
 
     def score(model: torch.nn.Module, queries: np.ndarray, database: np.ndarray) -> float:
         hasher.model_ = model

@@ -22,11 +22,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shdh import code_fingerprint
-from shdh.atomic import atomic_path, atomic_write_text
-from shdh.checkpoint import CHECKPOINT_NAME
-from shdh.loop import RUNTIME_FIELDS
-from shdh.losses import flat_objective
+from shdh.core.objectives import flat_objective
+from shdh.runtime import source_fingerprint as code_fingerprint
+from shdh.runtime.atomic import atomic_path, atomic_write_text
+from shdh.training.checkpoint import CHECKPOINT_NAME
+from shdh.training.loop_settings import RUNTIME_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class TrainingFolder:
 
     def code_fingerprint(self) -> dict[str, str]:
         """The digests of the code that decides this hasher's numbers: its own module and every
-        shdh module it runs (shdh.code_fingerprint)."""
+        shdh module it runs (shdh.runtime.source_fingerprint)."""
         return code_fingerprint.fingerprint([type(self).__module__])
 
     training_files: ClassVar[tuple[str, ...]] = (CHECKPOINT_NAME, RUN_FILE)

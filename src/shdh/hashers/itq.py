@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.method_catalogue import ITQParams
 from shdh.hashers.validation import check_features, check_int, require_state
-from shdh.methods import ITQParams
 
 # Rows encoded at once: bounds the float64 copy of a chunk to 16k x d values.
 _ENCODE_CHUNK = 16384

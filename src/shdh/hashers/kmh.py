@@ -33,8 +33,8 @@ import numpy as np
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.itq import pca
+from shdh.hashers.method_catalogue import KMHParams
 from shdh.hashers.validation import check_features, check_int, require_state
-from shdh.methods import KMHParams
 
 # Majorise-minimise steps per codeword per iteration (the authors run fminunc to convergence;
 # MM converges linearly, and 10 steps move each codeword to within a small fraction of the

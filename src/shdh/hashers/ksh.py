@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.method_catalogue import KSHParams
 from shdh.hashers.validation import check_features, check_int
-from shdh.methods import KSHParams
 
 # Doublings of the step's curvature estimate tried before a smooth refinement gives up.
 _MAX_BACKTRACKS = 50

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
+from shdh.hashers.method_catalogue import LFHParams
 from shdh.hashers.validation import check_features, check_int
-from shdh.methods import LFHParams
 
 
 class LFH(Hasher):

@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shdh import inference
+from shdh.core.level_weights import segment_levels, segment_sizes
+from shdh.core.objectives import DEFAULT_ORACLE_OBJECTIVE, Loss, OracleObjective
 from shdh.hashers.deep import STATE_FIELDS, DeepHasher, LevelSegments
-from shdh.hierarchy import segment_levels, segment_sizes
-from shdh.loop import DEFAULT_LOOP, LoopSettings
-from shdh.losses import DEFAULT_ORACLE_OBJECTIVE, Loss, OracleObjective
+from shdh.training import inference
+from shdh.training.loop_settings import DEFAULT_LOOP, LoopSettings
 
 
 def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:

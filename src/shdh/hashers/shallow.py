@@ -2,15 +2,15 @@
 fits), none of which needs the deep methods' code.
 
 A registry of its own so that fitting them alone (`shdh baselines`, the `baselines` DVC stage)
-loads no deep method. The names, kinds and classes are declared in shdh.methods; CODE
-spells where this kind's classes live the way the import graph reads a lazy import, so that the
+loads no deep method. The names, kinds and classes are declared in shdh.hashers.method_catalogue;
+CODE spells where this kind's classes live the way the import graph reads a lazy import, so that the
 DVC stage fitting them depends on exactly their modules (tests/unit/test_hashers_contract.py keeps
 it equal to the declarations).
 """
 
 from __future__ import annotations
 
-from shdh.methods import by_name, names
+from shdh.hashers.method_catalogue import by_name, names
 
 CODE = (
     "shdh.hashers.itq:ITQ",

@@ -3,7 +3,7 @@
 Two modes, and only these separate the plain methods from their +H variants:
 - "label": s_ij = +1 if i and j share the finest label (the paper's baselines: same fine
   class), else -1. Multi-label items (ancestor sets) share it when their node sets at their
-  deepest level intersect (shdh.similarity.finest_match, which documents the choice);
+  deepest level intersect (shdh.core.similarity.finest_match, which documents the choice);
 - "hierarchical": s_ij of Eq. 3, in [-1, 1] (KSH+H, COSDISH+H).
 Blocks are built on demand: supervised methods look at a 2,000-item sample (KSH) or sampled
 columns (LFH, COSDISH), never at the full N x N matrix.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shdh.similarity import finest_match, similarity
+from shdh.core.similarity import finest_match, similarity
 
 MODES = ("label", "hierarchical")
 

@@ -1,5 +1,5 @@
 """CNN-F backbone for small images. Its input, uint8 images converted to float (to_input), is
-shdh.image_input: the GIST features share that geometry, and so do not load the network.
+shdh.core.image_input: the GIST features share that geometry, and so do not load the network.
 
 CNN-F: Chatfield, Simonyan, Vedaldi, Zisserman, "Return of the Devil in the Details: Delving Deep
 into Convolutional Nets", BMVC 2014 (conv 64-11x11/4, 256-5x5, 256-3x3 x3, fc 4096, fc 4096).
@@ -15,7 +15,7 @@ with it. `width` scales every conv and fc width so that tests and CPU runs can u
 import torch
 from torch import nn
 
-from shdh.image_input import to_input
+from shdh.core.image_input import to_input
 
 __all__ = ["CNNF", "to_input"]  # to_input: the network's input, imported from here too
 

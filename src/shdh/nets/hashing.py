@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from shdh.loop import HEAD_INITS
+from shdh.nets import HEAD_INITS
 from shdh.nets.cnnf import CNNF
 
 

@@ -1,5 +1,5 @@
-"""`shdh serve`: exact weighted-Hamming top-k search over an index (shdh.search) as an HTTP
-service, by code, by database item or by image through the registered encoder.
+"""`shdh serve`: exact weighted-Hamming top-k search over an index (shdh.ranking.search_index) as an
+HTTP service, by code, by database item or by image through the registered encoder.
 
 Why FastAPI on uvicorn and not KServe's Python model server: the cluster path this project
 targets (k8s/, docs/cluster.md: MLflow, PostgreSQL, SeaweedFS and Kubeflow Pipelines on a plain
@@ -14,6 +14,8 @@ Modules: `app` (routes, create_app), `state` (the loaded index and encoder; the 
 reload), `encoders` (a hasher folder or a registered model), `uploads` (image checks and
 decoding), `queries` (request and response bodies), `auth` (the bearer token), `limits`
 (request limits), `page` (the web page at /).
+
+May import: core, data, hashers, nets, ranking, runtime, tracking, training.
 """
 
 from shdh.serving.app import create_app

@@ -1,5 +1,5 @@
 """Code queries that arrive together are ranked together: one pass of the kernel over the
-database for the whole batch (shdh.search_kernel) instead of one per request.
+database for the whole batch (shdh.ranking.service_kernel) instead of one per request.
 
 Why: a single-code query reads all the packed codes (8 MB for 1M x 64 bits) to score them, so
 concurrent requests ranked one by one compete for memory bandwidth and for the two cores;
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shdh.search import SearchIndex
+from shdh.ranking.search_index import SearchIndex
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The image encoder a service answers image queries with: a fitted hasher's folder, or the
-registered MLflow model that an alias points to (shdh.registry), behind one small interface.
+registered MLflow model that an alias points to (shdh.tracking.model_registry), behind one small
+interface.
 
 A source is the recipe (a folder, or a model name and alias), loaded anew on every reload: an
 alias moved to a new registry version is picked up by the next reload. A loaded encoder knows
@@ -51,7 +52,7 @@ class HasherEncoder:
         self.run_id = None
 
     def encode(self, images: np.ndarray) -> np.ndarray:
-        from shdh.retrieval import pack_codes
+        from shdh.ranking.exact import pack_codes
 
         with self._lock:
             return pack_codes(self.hasher.encode(images))
@@ -60,7 +61,7 @@ class HasherEncoder:
 class PyfuncEncoder:
     def __init__(self, model: Any) -> None:
         self._lock = threading.Lock()
-        from shdh.registry import check_loaded
+        from shdh.tracking.model_registry import check_loaded
 
         check_loaded(model)
         meta = model.metadata
@@ -97,7 +98,7 @@ class RegisteredModel:
     alias: str
 
     def load(self) -> ImageEncoder:
-        from shdh.registry import load_by_alias
+        from shdh.tracking.model_registry import load_by_alias
 
         return PyfuncEncoder(load_by_alias(self.name, self.alias))
 

@@ -3,9 +3,10 @@
 An S3 prefix (s3://BUCKET/PREFIX, holding what `shdh index` writes) is downloaded anew on every
 load, so a reload picks up a new index uploaded to the same prefix. The copy is made in a
 temporary folder of the cache and renamed over the previous one only once both files are there
-(shdh.atomic.atomic_dir), so the folder the service loads is never half an index. The objects
-are read as the train steps read their checkpoints (shdh.checkpoint_store.StoreFolder), with
-the same endpoint and credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+(shdh.runtime.atomic.atomic_dir), so the folder the service loads is never half an index. The
+objects are read as the train steps read their checkpoints
+(shdh.tracking.checkpoint_sync.StoreFolder), with the same endpoint and credentials
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from shdh.atomic import atomic_dir
-from shdh.search import INDEX_ARRAYS, INDEX_RECORD
+from shdh.ranking.index_file import INDEX_ARRAYS, INDEX_RECORD
+from shdh.runtime.atomic import atomic_dir
 
 # The record last: a reader that sees the new record has the new arrays beside it in the copy.
 INDEX_FILES = (INDEX_ARRAYS, INDEX_RECORD)
@@ -51,7 +52,7 @@ class S3Index:
     temporary folder when none is given)."""
 
     def __init__(self, url: str, cache_dir: str | Path | None = None, client: Any = None) -> None:
-        from shdh.checkpoint_store import CheckpointStoreError, StoreFolder
+        from shdh.tracking.checkpoint_sync import CheckpointStoreError, StoreFolder
 
         try:
             self.store = StoreFolder(url, client=client)
@@ -64,7 +65,7 @@ class S3Index:
         return self.url
 
     def fetch(self) -> Path:
-        from shdh.checkpoint_store import CheckpointStoreError
+        from shdh.tracking.checkpoint_sync import CheckpointStoreError
 
         if self.cache_dir is None:  # made on the first fetch: publishing needs none
             self.cache_dir = Path(tempfile.mkdtemp(prefix="shdh-serve-"))

@@ -1,6 +1,6 @@
 """The request and response bodies of the search endpoints, and turning a request's queries
-into what `shdh.search.SearchIndex` takes. Types are strict (no "3" for 3, no true for 1), so
-a malformed request is refused with the field that is wrong instead of being guessed at."""
+into what `shdh.ranking.search_index.SearchIndex` takes. Types are strict (no "3" for 3, no true for
+1), so a malformed request is refused with the field that is wrong instead of being guessed at."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from starlette.responses import Response
 
-from shdh.retrieval import unpack_codes
-from shdh.search import Hit, SearchIndex, as_packed
+from shdh.ranking.exact import unpack_codes
+from shdh.ranking.search_index import Hit, SearchIndex, as_packed
 from shdh.serving.limits import Limits
 
 DEFAULT_K = 10

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shdh.search import SearchIndex
+from shdh.ranking.search_index import SearchIndex
 from shdh.serving.encoders import EncoderSource, ImageEncoder
 from shdh.serving.index_source import IndexSource, index_source
 

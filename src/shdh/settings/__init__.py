@@ -12,6 +12,8 @@ names the file and the key, instead of being ignored or failing deep inside a st
 The schema is shdh.settings.sections (one typed section object per params.yaml section). The
 steps still take the plain dicts they always took: `Settings.params` is the file as read, now
 known to be valid.
+
+May import: core, data, hashers, nets, ranking, runtime, training.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from shdh.errors import ConfigError
+from shdh.runtime.errors import ConfigError
 from shdh.settings.checks import parse_section, unknown_key
 from shdh.settings.raw_data import check_raw_dir
 from shdh.settings.sections import SECTIONS, ParamsSettings
@@ -84,7 +86,7 @@ def validate_section(name: str, mapping: Any, source: str) -> Any:
 
 
 def _check_tree_source(value: str, source: str) -> None:
-    from shdh.data.registry import BUILTIN_TREES
+    from shdh.data.dataset_catalogue import BUILTIN_TREES
 
     if value.startswith("builtin:") and value.removeprefix("builtin:") not in BUILTIN_TREES:
         raise ConfigError(

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from shdh.errors import ConfigError
+from shdh.runtime.errors import ConfigError
 
 REQUIRED = dataclasses.MISSING  # a setting every params file must give
 
@@ -163,9 +163,9 @@ def with_checks(
     *,
     name: str | None = None,
 ) -> type:
-    """A section class made of a core settings dataclass (shdh.loop.LoopSettings, a method's
-    params): each of its fields with its type and default as the core writes them, and the
-    check and meaning `checks` gives it; plus `extra` fields (name, type, setting(...)). A field
+    """A section class made of a core settings dataclass (shdh.training.loop_settings.LoopSettings,
+    a method's params): each of its fields with its type and default as the core writes them, and
+    the check and meaning `checks` gives it; plus `extra` fields (name, type, setting(...)). A field
     without a check, or a check without a field, is refused here, when the schema is built."""
     core_fields = {f.name: f for f in dataclasses.fields(core)}
     if set(checks) != set(core_fields):

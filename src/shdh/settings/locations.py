@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shdh.errors import ConfigError
+from shdh.runtime.errors import ConfigError
 
 RESULTS_ROOT = "results"
 REPORT_NAME = "report.md"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shdh.errors import ConfigError
+from shdh.runtime.errors import ConfigError
 
 # The table reader's formats (shdh.data.table.TABLE_SUFFIXES, which tests/unit/test_settings.py
 # checks this equals), spelled out so that every stage's settings check does not import the

@@ -11,9 +11,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from shdh import loop
-from shdh import methods as registry
-from shdh.data.registry import DATASET_NAMES
+from shdh.core.loss_settings import (
+    E1_MODES,
+    E2_MODES,
+    REDUCTIONS,
+    TARGETS,
+    DPSHLossSettings,
+    SHDHLossSettings,
+)
+from shdh.data.dataset_catalogue import DATASET_NAMES
+from shdh.hashers import method_catalogue
+from shdh.nets import HEAD_INITS
 from shdh.settings.checks import (
     BOOL,
     TEXT,
@@ -27,21 +35,17 @@ from shdh.settings.checks import (
     setting,
     with_checks,
 )
+from shdh.training import loop_settings
 
 DATASETS = DATASET_NAMES
 # Which methods train on images (train.methods) and which on GIST features (baselines.methods),
 # from their declarations (torch-free: validating the settings does not import torch).
-DEEP_METHODS = registry.names("deep")
-SHALLOW_METHODS = registry.names("shallow")
-# The deep loss's choices (shdh.losses, which imports torch; tests/unit/test_settings.py keeps
-# them equal).
+DEEP_METHODS = method_catalogue.names("deep")
+SHALLOW_METHODS = method_catalogue.names("shallow")
+# SHDH's code layouts (shdh.core.level_weights.LAYOUTS, whose module loads numpy;
+# tests/unit/test_settings.py keeps them equal).
 LAYOUTS = ("levels", "paper")
-E1_MODES, E2_MODES, TARGETS, REDUCTIONS = (
-    registry.E1_MODES,
-    registry.E2_MODES,
-    registry.TARGETS,
-    registry.REDUCTIONS,
-)
+
 
 NAME = Check(
     "a name without '/' or '|'",
@@ -105,11 +109,13 @@ class FeaturesSettings:
     batch_size: int = setting(integer(1), "images per GIST batch")
 
 
-# The deep loop's settings: shdh.loop.LoopSettings, its fields and defaults, with a check and a
-# meaning for each; plus the loss's `reduction`, which every objective takes (shdh.losses).
+# The deep loop's settings: shdh.training.loop_settings.LoopSettings, its fields and defaults, with
+# a check and a meaning for each; plus the loss's `reduction`, which every objective takes
+# (shdh.core.losses).
 LoopSettings = with_checks(
-    loop.LoopSettings,
-    "The deep methods' shared backbone and loop (shdh.loop.LoopSettings, checked).",
+    loop_settings.LoopSettings,
+    "The deep methods' shared backbone and loop "
+    "(shdh.training.loop_settings.LoopSettings, checked).",
     {
         "width": (number(0, open_low=True), "CNN-F width multiplier"),
         "image_size": (integer(8), "network input side"),
@@ -121,7 +127,7 @@ LoopSettings = with_checks(
         "lr_decay": (number(0, 1, open_low=True), "lr factor per decay step"),
         "lr_decay_every": (integer(1), "epochs between lr decays"),
         "grad_clip": (number(0), "gradient-norm clipping; 0 turns it off"),
-        "head_init": (choice(*loop.HEAD_INITS), "hashing head initialisation"),
+        "head_init": (choice(*HEAD_INITS), "hashing head initialisation"),
         "device": (TEXT, "auto, cpu or cuda[:N]"),
         "bf16": (BOOL, "bf16 autocast on CUDA"),
         "num_threads": (optional(integer(1)), "torch CPU threads"),
@@ -130,7 +136,7 @@ LoopSettings = with_checks(
         "fused_sgd": (BOOL, "SGD as one fused kernel (GPU)"),
         "checkpoint_seconds": (number(0), "seconds between checkpoints; 0: every epoch"),
         "val_size": (integer(0), "training items held out to score every epoch"),
-        "schedule": (choice(*loop.SCHEDULES), "step (fixed decay) or plateau"),
+        "schedule": (choice(*loop_settings.SCHEDULES), "step (fixed decay) or plateau"),
         "patience": (integer(0), "plateau: epochs without gain before a decay"),
         "min_delta": (number(0), "plateau: validation NDCG@100 gain that counts"),
         "max_decays": (integer(0), "plateau: decays before the fit stops"),
@@ -144,55 +150,56 @@ LoopSettings = with_checks(
     ],
 )
 
-# Each method's own settings: the fields of its declared `params` (shdh.methods), with
-# their defaults, and the check and meaning of each.
+# Each method's own settings: the fields of its declared `params` (shdh.hashers.method_catalogue),
+# with their defaults, and the check and meaning of each.
 PARAM_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
-    registry.ITQParams: {"n_iter": (integer(0), "rotation iterations")},
-    registry.KMHParams: {
+    method_catalogue.ITQParams: {"n_iter": (integer(0), "rotation iterations")},
+    method_catalogue.KMHParams: {
         "bits_per_subspace": (integer(1), "bits of each k-means subspace"),
         "lam": (number(0), "affinity-error weight"),
         "n_iter": (integer(0), "k-means iterations"),
     },
-    registry.KSHParams: {
+    method_catalogue.KSHParams: {
         "n_anchors": (integer(1), "kernel anchors"),
         "n_labelled": (integer(1), "labelled items whose pair labels are fitted"),
         "n_iter": (integer(0), "gradient steps per bit"),
         "tol": (number(0), "early-stop tolerance"),
     },
-    registry.LFHParams: {
+    method_catalogue.LFHParams: {
         "n_iter": (integer(0), "stochastic iterations"),
         "beta": (number(0, open_low=True), "prior variance"),
         "lam": (number(0), "ridge of the out-of-sample regression"),
         "n_sampled": (optional(integer(1)), "columns of S per iteration"),
     },
-    registry.COSDISHParams: {
+    method_catalogue.COSDISHParams: {
         "n_outer": (integer(1), "outer stochastic iterations"),
         "n_alternations": (integer(1), "alternations per iteration"),
         "n_sampled": (optional(integer(1)), "sampled columns"),
         "ridge": (number(0), "out-of-sample regulariser"),
         "balance": (BOOL, "weigh dissimilar pairs as much as similar ones"),
     },
-    registry.SHDHParams: {
+    method_catalogue.SHDHParams: {
         "layout": (choice(*LAYOUTS), "levels (K-1 segments) or paper (K)"),
         "memory_bank": (BOOL, "also pair the batch with past outputs"),
     },
-    registry.DPSHParams: {"memory_bank": (BOOL, "the original's bank of all outputs")},
-    registry.NoParams: {},
+    method_catalogue.DPSHParams: {"memory_bank": (BOOL, "the original's bank of all outputs")},
+    method_catalogue.NoParams: {},
 }
-# A deep method's loss settings, by its declared objective (shdh.methods; their defaults are
-# its fields'): the check and meaning of each but `reduction`, which every deep method shares.
+# A deep method's loss settings, by its declared objective (shdh.hashers.method_catalogue; their
+# defaults are its fields'): the check and meaning of each but `reduction`, which every deep method
+# shares.
 OBJECTIVE_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
-    registry.SHDHLossSettings: {
+    SHDHLossSettings: {
         "alpha": (number(0), "weight of E2"),
         "e1": (choice(*E1_MODES), "per-level fit or the matrix form"),
         "e2": (choice(*E2_MODES), "balance, trace or none"),
         "target": (choice(*TARGETS), "rho target when s^k = 0"),
     },
-    registry.DPSHLossSettings: {"eta": (number(0), "weight of the quantisation term")},
+    DPSHLossSettings: {"eta": (number(0), "weight of the quantisation term")},
 }
 
 
-def _objective_fields(method: registry.Method) -> list[tuple[str, Any, Any]]:
+def _objective_fields(method: method_catalogue.Method) -> list[tuple[str, Any, Any]]:
     """A deep method's loss settings as fields of its section, with their declared defaults."""
     if method.objective is None:
         return []
@@ -220,7 +227,7 @@ def _loop_overrides() -> list[tuple[str, Any, Any]]:
     ]
 
 
-def method_section(method: registry.Method) -> type:
+def method_section(method: method_catalogue.Method) -> type:
     """A method's section of params.yaml (train.shdh, baselines.ksh+h): its params, checked; a
     deep method's also its loss settings and every loop setting."""
     name = f"{method.params.__name__.removesuffix('Params')}Settings"
@@ -239,7 +246,7 @@ def method_section(method: registry.Method) -> type:
 def _method_fields(kind: str) -> list[tuple[str, Any, Any]]:
     """One nullable sub-section per method of a kind, under its name (ksh+h as ksh_h)."""
     found = []
-    for method in registry.METHODS:
+    for method in method_catalogue.METHODS:
         if method.kind == kind:
             check = section_of(method_section(method), nullable=True)
             key = method.name if not method.name.isidentifier() else None

@@ -6,4 +6,7 @@ outputs atomically.
 
 This package imports none of them, so that a step loads only the code it runs (and a DVC stage
 depends only on that code: dvc.yaml, tests/unit/test_layers.py).
+
+May import: core, data, features, hashers, nets, plan, ranking, reporting, runtime, tracking,
+training.
 """

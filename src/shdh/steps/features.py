@@ -7,16 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import check_writable
+from shdh.runtime.atomic import check_writable
 
 log = logging.getLogger(__name__)
 
 
 def features(prepared_dir: str | Path, out: str | Path, *, batch_size: int = 256) -> Path:
     """512-D GIST of every item (train and query alike), for the shallow baselines."""
-    from shdh.atomic import atomic_path
     from shdh.data.dataset import load_dataset
     from shdh.features.gist import gist_features
+    from shdh.runtime.atomic import atomic_path
 
     check_writable(out, "features.out")
     ds = load_dataset(Path(prepared_dir) / "dataset")

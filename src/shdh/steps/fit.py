@@ -1,6 +1,6 @@
 """The fit runner: every fit, deep or shallow, whichever front door asked for it, runs here.
 
-A fit (shdh.fits.Fit, made by the run plan) is trained the same way by the DVC stages (`shdh
+A fit (shdh.plan.fits.Fit, made by the run plan) is trained the same way by the DVC stages (`shdh
 train`, `shdh baselines`), the Kubeflow components and the offsite trainer on a bare GPU machine
 (shdh.bundle): on the training pool (a seeded prefix of the database order) with the pair labels
 of the S-matrix, in the mode the method asks for (training_items), through run_fit. A deep fit
@@ -15,8 +15,8 @@ bundle keeps codes and a record of its own. The inputs differ too: the deep meth
 features; each of those loads only its own methods' code, so the DVC stage that fits the shallow
 methods does not depend on the training loop, nor a deep one on the GIST features.
 
-This module imports nothing a bare GPU machine lacks: MLflow is imported by shdh.tracking inside
-the calls a tracked fit makes.
+This module imports nothing a bare GPU machine lacks: MLflow is imported by shdh.tracking.runs
+inside the calls a tracked fit makes.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from shdh import code_fingerprint, cpu_pin, tracking
-from shdh.atomic import atomic_write_text
 from shdh.data.splits import training_subset
-from shdh.fits import Fit
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
-from shdh.progress import bars
+from shdh.plan.fits import Fit
+from shdh.runtime import instruction_set, source_fingerprint
+from shdh.runtime.atomic import atomic_write_text
+from shdh.runtime.progress import bars
+from shdh.tracking import runs
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ OnEpoch = Callable[[dict[str, Any]], None]
 class Training:
     """How a deep fit trains, beyond its settings: resume (training.RESUME_MODES; "auto"
     continues a matching checkpoint and starts afresh otherwise), a progress bar, and a
-    shdh.checkpoint_store.FitCheckpoints that keeps the training files in an object store, so
-    that a fit on a disk that does not outlive it (a pod) resumes from there. A shallow fit
+    shdh.tracking.checkpoint_sync.FitCheckpoints that keeps the training files in an object store,
+    so that a fit on a disk that does not outlive it (a pod) resumes from there. A shallow fit
     ignores it."""
 
     resume: str = "never"
@@ -142,7 +143,7 @@ def run_fit(
         fitted = Fitted(fit, hasher, time.perf_counter() - start, len(X), started)
         if tracked is not None:
             hasher.save(fit.hasher_dir)
-            tracking.log_metrics({"fit_seconds": fitted.seconds})
+            runs.log_metrics({"fit_seconds": fitted.seconds})
             if tracked.keep is not None:
                 tracked.keep(fitted, X)
     if tracked is not None:
@@ -184,13 +185,13 @@ def _run_of(
         return
     run_id = None
     if training.resume != "never":
-        run_id = tracking.load_run_ref(fit.run_ref, tracked.parent_run_id)
+        run_id = runs.load_run_ref(fit.run_ref, tracked.parent_run_id)
     params = None if run_id else run_params(fit, tracked.settings, n_train, hasher, pairs)
-    with tracking.run(
+    with runs.run(
         run_name=fit.name,
         params=params,
         tags={
-            **tracking.method_tags(fit.method, fit.bits, fit.seed),
+            **runs.method_tags(fit.method, fit.bits, fit.seed),
             **started,
             **(tracked.tags or {}),
         },
@@ -198,7 +199,7 @@ def _run_of(
         parent_run_id=tracked.parent_run_id,
     ) as active:
         fit.out_dir.mkdir(parents=True, exist_ok=True)
-        tracking.save_run_ref(fit.run_ref, active)
+        runs.save_run_ref(fit.run_ref, active)
         yield on_epoch
 
 
@@ -238,7 +239,7 @@ def epoch_logger(name: str, epochs: int, *, tracked: bool) -> OnEpoch:
             100 * entry["flip_fraction"],
         )
         if tracked:
-            tracking.log_metrics(epoch_metrics(entry), step=int(entry["epoch"]))
+            runs.log_metrics(epoch_metrics(entry), step=int(entry["epoch"]))
 
     return on_epoch
 
@@ -266,8 +267,8 @@ def write_record(fitted: Fitted) -> None:
         "fit_seconds": round(fitted.seconds, 3),
         "n_train_items": fitted.n_train,
         **fitted.started,
-        **cpu_pin.describe(),
-        "code": code_fingerprint.fingerprint([type(fitted.hasher).__module__]),
+        **instruction_set.describe(),
+        "code": source_fingerprint.fingerprint([type(fitted.hasher).__module__]),
     }
     atomic_write_text(fit.record, json.dumps(record, indent=2) + "\n")
 
@@ -291,6 +292,6 @@ def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:
     """The code layout a hasher will have, known before fitting (for the run's params)."""
     if getattr(hasher, "layout", None) is None:
         return [hasher.n_bits]
-    from shdh.hierarchy import segment_sizes
+    from shdh.core.level_weights import segment_sizes
 
     return segment_sizes(hasher.n_bits, pairs.ancestors.shape[1], hasher.layout)

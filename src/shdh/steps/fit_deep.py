@@ -4,7 +4,7 @@ one code length on the uint8 images of the training pool, tracked in MLflow.
 The fit itself is the runner's (shdh.steps.fit.run_fit): checkpoints every epoch, resume
 (training.RESUME_MODES), each epoch's loss and speed. What a deep fit adds to its MLflow run is
 here: its settings objects by their own names, the checkpoint and history, and the encoder as an
-MLflow model (shdh.encoder_model).
+MLflow model (shdh.tracking.encoder_model).
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from shdh import convergence, tracking
-from shdh.atomic import atomic_write_text
-from shdh.checkpoint import RESUME_MODES
-from shdh.devices import resolve_device
-from shdh.encoder_model import log_encoder
-from shdh.errors import ConfigError
-from shdh.fits import Fit
+from shdh.core.objectives import flat_objective
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
-from shdh.loop import LoopSettings
-from shdh.losses import flat_objective
+from shdh.plan.fits import Fit
+from shdh.runtime.atomic import atomic_write_text
+from shdh.runtime.devices import resolve_device
+from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Fitted, Tracked, Training, run_fit, training_pool
+from shdh.tracking import runs
+from shdh.tracking.encoder_model import log_encoder
+from shdh.training import convergence
+from shdh.training.checkpoint import RESUME_MODES
+from shdh.training.loop_settings import LoopSettings
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def fit(
     resume (training.RESUME_MODES): "auto" continues a matching checkpoint and starts afresh
     otherwise (what `dvc repro` uses, so an interrupted pipeline picks up where it stopped).
 
-    checkpoints: a shdh.checkpoint_store.FitCheckpoints that keeps the training files in an
+    checkpoints: a shdh.tracking.checkpoint_sync.FitCheckpoints that keeps the training files in an
     object store, so that a fit on a disk that does not outlive it (a pod) resumes from the
     store; None keeps them in the work folder only.
     """
@@ -91,7 +92,7 @@ def logged_params(params: dict[str, Any]) -> dict[str, Any]:
     flat = {k: v for k, v in flat_objective(params).items() if k not in ("loop", "work_dir")}
     if "loop" in params:
         flat = {**dataclasses.asdict(params["loop"]), **flat}
-    return tracking.flatten(flat)
+    return runs.flatten(flat)
 
 
 def _log_training(fitted: Fitted, X: np.ndarray) -> None:
@@ -101,10 +102,8 @@ def _log_training(fitted: Fitted, X: np.ndarray) -> None:
     which fits the epoch cap cut short)."""
     fit = fitted.fit
     loop = fitted.hasher.loop
-    tracking.set_tags(
-        convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta)
-    )
-    tracking.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
+    runs.set_tags(convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta))
+    runs.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
     log_encoder(fit.hasher_dir, X[:ENCODER_EXAMPLE_ITEMS])
     history = json.dumps(fitted.hasher.history_, indent=2) + "\n"
     atomic_write_text(fit.out_dir / "history.json", history)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh import tracking
-from shdh.errors import ConfigError
-from shdh.fits import Fit
 from shdh.hashers.base import Hasher
 from shdh.hashers.shallow import shallow_hasher_class
 from shdh.hashers.supervision import PairSimilarity
+from shdh.plan.fits import Fit
+from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Tracked, run_fit, training_pool
 from shdh.steps.split_inputs import load_features
+from shdh.tracking import runs
 
 
 def training_inputs(
@@ -54,6 +54,6 @@ def fit(
         Path(features_path) if features_path else None,
         plan.n_train,
     )
-    settings = tracking.flatten(dict(plan.params))
+    settings = runs.flatten(dict(plan.params))
     run_fit(plan, cls, X, pairs, tracked=Tracked(settings, tags, parent_run_id))
     return plan.out_dir

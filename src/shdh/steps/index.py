@@ -1,5 +1,5 @@
 """The index step: the split's database encoded by one encoder and written as a search index
-(shdh.search), which `shdh serve` answers queries from.
+(shdh.ranking.search_index), which `shdh serve` answers queries from.
 
 The database is encoded as the score step encodes it (the same items in the same order, the
 same inputs, the hasher's own encode), and the segment sizes and level weights (Eq. 2) are the
@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shdh.atomic import check_writable
-from shdh.fits import HASHER_DIR, RUN_REF
-from shdh.search import ENCODER_FIELDS, write_index
+from shdh.plan.fits import HASHER_DIR, RUN_REF
+from shdh.ranking.index_file import ENCODER_FIELDS
+from shdh.ranking.search_index import write_index
+from shdh.runtime.atomic import check_writable
 from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def registered_encoder(name: str, alias: str) -> tuple[Any, dict[str, Any]]:
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from shdh.registry import load_by_alias
+    from shdh.tracking.model_registry import load_by_alias
 
     try:
         model = load_by_alias(name, alias)

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from shdh.atomic import atomic_dir, check_writable
-from shdh.data.registry import DATASETS, dataset_entry
-from shdh.hierarchy import LabelTree, TreeError
+from shdh.core.hierarchy import LabelTree
+from shdh.core.tree_fields import TreeError
+from shdh.data.dataset_catalogue import DATASETS, dataset_entry
+from shdh.runtime.atomic import atomic_dir, check_writable
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ READER_OPTIONS = ("image_size", "color", "skip_bad_images", "workers", "inner_la
 
 # The registry's dataset modules, spelled the way the import graph reads a lazy import, so that
 # the stages that prepare data (and those that import this step) depend on exactly them
-# (tests/unit/test_dataset_registry.py keeps it equal to shdh.data.registry.DATASETS).
+# (tests/unit/test_dataset_registry.py keeps it equal to shdh.data.dataset_catalogue.DATASETS).
 CODE = (
     "shdh.data.fashion_mnist:convert",
     "shdh.data.cifar100:convert",
@@ -40,7 +41,7 @@ CODE = (
 
 
 def dataset_module(dataset: str) -> ModuleType:
-    """The module that reads `dataset` (shdh.data.registry), imported now: a run loads only
+    """The module that reads `dataset` (shdh.data.dataset_catalogue), imported now: a run loads only
     its own dataset's reader and that reader's dependencies."""
     module = dataset_entry(dataset).module
     return importlib.import_module(module) if isinstance(module, str) else module

@@ -23,22 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from shdh import convergence, tracking
-from shdh.atomic import atomic_write_text
-from shdh.codes import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
-from shdh.figures import (
+from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
+from shdh.core.metrics import Curves
+from shdh.core.metrics import evaluate as score_codes
+from shdh.hashers import load_hasher
+from shdh.plan.fits import Fit, fit_name
+from shdh.reporting.figures import (
     CURVES_FILE,
     PLOTS_DIR,
     save_curves,
     wr_at_n_figure,
     write_figures,
 )
-from shdh.fits import Fit, fit_name
-from shdh.hashers import load_hasher
-from shdh.metrics import Curves
-from shdh.metrics import evaluate as score_codes
-from shdh.report import alpha_sweep, check_outputs, results_table, write_report
+from shdh.reporting.report import alpha_sweep, check_outputs, results_table, write_report
+from shdh.runtime.atomic import atomic_write_text
 from shdh.steps.split_inputs import Split, load_split
+from shdh.tracking import runs
+from shdh.training import convergence
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def _score_model(
     q, db = hasher.encode(X_q), hasher.encode(X_db)
     encode_s = time.perf_counter() - start
     codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
-    run_id = tracking.load_run_ref(plan.run_ref, context["parent_run_id"])
+    run_id = runs.load_run_ref(plan.run_ref, context["parent_run_id"])
     result = _score(
         codes,
         plan.method,
@@ -279,7 +280,7 @@ def _score(
         artifacts = _run_artifacts(Path(tmp), path, result, name)
         logged = {**metrics, **(extra or {})}
         if run_id:  # the fit's run: added to, not reopened, so its duration stays the fit's
-            tracking.log_to_run(run_id, logged, artifacts)
+            runs.log_to_run(run_id, logged, artifacts)
         else:
             _new_method_run(name, method, bits, seed, logged, artifacts, tags, parent_run_id)
     return result
@@ -312,22 +313,22 @@ def _new_method_run(
     parent_run_id: str | None,
 ) -> None:
     """A run of its own for scores with no fit run (random codes, codes trained elsewhere)."""
-    with tracking.run(
+    with runs.run(
         run_name=name,
         parent_run_id=parent_run_id,
         params={"method": method, "bits": bits, "seed": seed},
-        tags={**tracking.method_tags(method, bits, seed), **(tags or {})},
+        tags={**runs.method_tags(method, bits, seed), **(tags or {})},
     ):
-        tracking.log_metrics(metrics)
+        runs.log_metrics(metrics)
         for artifact, artifact_path in artifacts:
-            tracking.log_artifact(artifact, artifact_path)
+            runs.log_artifact(artifact, artifact_path)
 
 
 def eval_workers(value: int | None) -> int:
     """Ranking threads: null in params.yaml means one per CPU this process may use (ranking
     releases the GIL): the container's CPU limit in a pod, else the cores it may run on."""
     if value is None:
-        from shdh.cpu_limit import available_cpus
+        from shdh.runtime.cpu_quota import available_cpus
 
         return available_cpus()
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

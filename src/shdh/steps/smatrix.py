@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from shdh.atomic import check_writable
+from shdh.runtime.atomic import check_writable
 from shdh.steps.prepare import SPLIT_FILE
 from shdh.steps.tree import load_tree
 
@@ -26,8 +26,8 @@ def smatrix(
     Works alike for (N, K) ancestors and multi-label (N, K, M) ancestor sets. The sample comes
     from the database (the training pool), never from the queries.
     """
+    from shdh.core.smatrix import build_smatrix
     from shdh.data.splits import load_split
-    from shdh.similarity import build_smatrix
 
     check_writable(out, "smatrix.out")
     label_tree, ancestors = load_tree(tree_dir)
@@ -47,6 +47,6 @@ def smatrix(
 
 
 def load_smatrix(path: str | Path):
-    from shdh.similarity import SMatrix
+    from shdh.core.smatrix import SMatrix
 
     return SMatrix.load(path)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from shdh.codes import Codes
-from shdh.retrieval import pack_codes
+from shdh.core.codes_file import Codes
+from shdh.ranking.exact import pack_codes
 
 
 @dataclass

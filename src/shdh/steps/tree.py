@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.atomic import atomic_dir, check_writable
-from shdh.errors import ConfigError
-from shdh.hierarchy import LabelTree
+from shdh.core.hierarchy import LabelTree
+from shdh.runtime.atomic import atomic_dir, check_writable
+from shdh.runtime.errors import ConfigError
 from shdh.steps.prepare import LABEL_TREE_FILE, builtin_tree
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,8 @@ def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
     Single-label data gives the (N, K) ancestor matrix. When any item carries several label
     paths (joined by LABEL_SEP), every item gets (N, K, M) ancestor sets instead (-1 padded).
     """
+    from shdh.core.tree_fields import TreeError
     from shdh.data.dataset import LABEL_SEP, load_dataset
-    from shdh.hierarchy import TreeError
 
     check_writable(out_dir, "tree.out_dir")
     label_tree = load_tree_source(source, prepared_dir)

@@ -1,0 +1,53 @@
+"""The datasets `data.dataset` may name, each declared once: its name and the module that reads it.
+
+A dataset's module holds its whole recipe, by these names:
+  - `fetch_raw(raw_dir, sources=..., verify=...) -> Path`: bring the raw files into raw_dir;
+  - `convert(raw_dir, out, verify=..., table=..., **reader) -> LabelTree`: write the items as a
+    dataset directory at `out` and return the label tree they carry (`reader`: those of the
+    folder and table readers' options that the settings give, shdh.steps.prepare.READER_OPTIONS);
+  - `label_tree() -> LabelTree`, for a dataset whose tree is built in (`tree.source:
+    builtin:NAME`).
+
+Why a module's name and not a "module:function" string per recipe: the settings check
+`data.dataset` and `tree.source` against this registry in every command, and every DVC stage
+depends on the code its command can import (tests/import_graph.py counts a "module:function"
+string as a lazy import). Naming only the module keeps the readers out of the stages that never
+read raw data (features, register); shdh.steps.prepare.dataset_module imports the one a run
+uses, and shdh.steps.prepare.CODE spells them for the import graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from shdh.runtime.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """How to read one dataset: `module` is its module's dotted name, or the module itself (a
+    test's toy, made on the fly)."""
+
+    module: str | ModuleType
+    builtin_tree: bool = False  # whether its module has label_tree()
+
+
+DATASETS: dict[str, DatasetEntry] = {
+    "fashion-mnist-h": DatasetEntry("shdh.data.fashion_mnist", builtin_tree=True),
+    "cifar100": DatasetEntry("shdh.data.cifar100", builtin_tree=True),
+    "iaprtc12": DatasetEntry("shdh.data.iaprtc12"),
+    # your own data: images in one folder per label path, or a CSV/Parquet table of them
+    "folder": DatasetEntry("shdh.data.folder"),
+    "table": DatasetEntry("shdh.data.table"),
+}
+DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
+# The datasets whose tree `tree.source: builtin:NAME` names.
+BUILTIN_TREES: tuple[str, ...] = tuple(name for name, e in DATASETS.items() if e.builtin_tree)
+
+
+def dataset_entry(name: str) -> DatasetEntry:
+    """The registry's entry for `data.dataset`, or a ConfigError naming the known datasets."""
+    if name not in DATASETS:
+        raise ConfigError(f"data.dataset: unknown dataset '{name}' (known: {', '.join(DATASETS)})")
+    return DATASETS[name]

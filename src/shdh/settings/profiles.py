@@ -1,0 +1,110 @@
+"""Profiles: applying profiles/NAME.yaml to params.yaml (reading and checking params.yaml:
+shdh.settings).
+
+Every setting lives in one params.yaml so that DVC can track each key on its own (a change to
+`train.epochs` reruns only training). A profile is a small YAML file of overrides under
+profiles/; applying one rewrites params.yaml in place with ruamel's round-trip mode, which keeps
+the comments that explain each setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shdh.runtime.atomic import atomic_write_text
+from shdh.runtime.errors import ConfigError
+from shdh.settings import load_params
+
+PROFILES_DIR = Path("profiles")
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return base with overrides applied key by key (nested mappings merge, others replace)."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def profile_path(name: str, profiles_dir: str | Path = PROFILES_DIR) -> Path:
+    path = Path(profiles_dir) / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(profiles_dir).glob("*.yaml"))
+        raise ConfigError(f"unknown profile '{name}': no {path} (known: {', '.join(known)})")
+    return path
+
+
+def apply_profile(
+    name: str, params_file: str | Path = "params.yaml", profiles_dir: str | Path = PROFILES_DIR
+) -> dict[str, Any]:
+    """Rewrite params_file with the overrides of profiles/NAME.yaml; returns the overrides.
+
+    Keys a profile sets must already exist in params.yaml: a misspelt key in a profile would
+    otherwise add a setting that nothing reads.
+    """
+    from ruamel.yaml import YAML  # DVC depends on ruamel; imported lazily to keep import cheap
+
+    overrides = load_params(profile_path(name, profiles_dir))
+    overrides["profile"] = name
+    from ruamel.yaml.comments import CommentedSeq
+
+    rt = YAML()
+    rt.preserve_quotes = True
+    # Keep params.yaml's own style: `null` rather than an empty value, lists as [a, b].
+    rt.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    params_file = Path(params_file)
+    doc = rt.load(params_file.read_text())
+
+    def assign(node: Any, values: dict[str, Any], where: str) -> None:
+        for key, value in values.items():
+            if key not in node:
+                raise ConfigError(f"{where}: profile '{name}' sets unknown key '{key}'")
+            if isinstance(value, dict):
+                assign(node[key], value, f"{where}.{key}")
+            elif isinstance(value, list):
+                seq = CommentedSeq(value)
+                seq.fa.set_flow_style()
+                node[key] = seq
+            else:
+                node[key] = value
+
+    assign(doc, overrides, str(params_file))
+    _place_results(doc, _dumped(rt, doc))
+    text = _dumped(rt, doc)
+    from shdh import settings
+    from shdh.settings.locations import check_results_location
+
+    where = f"{params_file} (with profile '{name}')"
+    check_results_location(settings.validate(yaml.safe_load(text), where).params, where)
+    atomic_write_text(params_file, text)
+    return overrides
+
+
+def _dumped(rt: Any, doc: Any) -> str:
+    buffer = io.StringIO()
+    rt.dump(doc, buffer)
+    return buffer.getvalue()
+
+
+def _place_results(doc: Any, text: str) -> None:
+    """Point evaluate.results_dir and evaluate.report at this dataset's and profile's folder
+    unless they are already theirs (or a place of the user's own): a profile run on other data
+    must never write over the project's published results."""
+    from shdh.settings.locations import fitting_location
+
+    params = yaml.safe_load(text)
+    if not isinstance(params.get("evaluate"), dict) or not isinstance(params.get("data"), dict):
+        return  # settings.validate names what is missing
+    for key, value in fitting_location(params).items():
+        if key in doc["evaluate"] and doc["evaluate"][key] != value:
+            doc["evaluate"][key] = value

@@ -1,0 +1,237 @@
+"""A deep fit's checkpoint kept in an S3 object store, so that a preempted, evicted or retried
+training task resumes where it stopped instead of losing every epoch.
+
+A pod's disk dies with the pod. So after every epoch the fit's training files (the checkpoint
+and the record of the settings and data it was made with, both in the work folder) and its
+MLflow run reference are copied to s3://BUCKET/PREFIX/RUN/FIT/, and before the fit starts they
+are copied back. RUN is the pipeline run (a retried task, or a retried run, keeps it) and FIT
+is the fit's name (shdh.plan.fits.fit_name). The copy back goes through the check a local resume
+makes: a checkpoint made with other settings or on other data is refused, named, and never
+fetched or loaded; the fit then trains from the start and replaces it.
+
+The store is SHDH_CHECKPOINT_URL (s3://bucket/prefix); the endpoint and the credentials are
+the usual AWS variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), as for every other S3
+client of the stack. boto3 is imported only when a store is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from shdh.data.download import s3_endpoint
+from shdh.plan.fits import RUN_REF, WORK_DIR
+from shdh.runtime.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+STORE_ENV = "SHDH_CHECKPOINT_URL"
+EPOCH_KEY = "epoch"  # object metadata: the epoch a stored checkpoint ends
+_MISSING = ("404", "NoSuchKey", "NotFound")
+
+OnEpoch = Callable[[dict[str, Any]], None]
+
+
+class CheckpointStoreError(RuntimeError):
+    """The store cannot be used: a malformed URL, a missing bucket, refused credentials."""
+
+
+def from_env(run_id: str, fit: str) -> FitCheckpoints | None:
+    """The fit's place in the store named by SHDH_CHECKPOINT_URL, or None when it is unset
+    (a local run: checkpoints stay in the work folder)."""
+    url = os.environ.get(STORE_ENV, "").strip()
+    if not url:
+        return None
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise CheckpointStoreError(f"{STORE_ENV}: expected s3://bucket[/prefix], got {url!r}")
+    return FitCheckpoints(f"{url.rstrip('/')}/{run_id}/{fit}")
+
+
+def s3_client() -> Any:
+    """A boto3 S3 client for the stack's store: the endpoint from AWS_ENDPOINT_URL_S3 or
+    AWS_ENDPOINT_URL (MinIO, SeaweedFS) else AWS, addressed by path on a custom endpoint,
+    with botocore's standard retries for the transient errors of a busy server."""
+    import boto3
+    from botocore.config import Config
+
+    endpoint = s3_endpoint()
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        s3={"addressing_style": "path"} if endpoint else None,
+    )
+    # A new session each time: boto3's default one keeps the first credentials it found.
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+
+
+class StoreFolder:
+    """One folder of the object store, s3://BUCKET/KEY/: its objects fetched and put by name."""
+
+    def __init__(self, url: str, *, client: Any = None) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
+            raise CheckpointStoreError(f"checkpoint store: expected s3://bucket/key, got {url!r}")
+        self.url = url.rstrip("/")
+        self.bucket, self.prefix = parsed.netloc, parsed.path.strip("/")
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = s3_client()
+        return self._client
+
+    def object_url(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def download(self, name: str, dest: Path) -> dict[str, Any] | None:
+        """Fetch one object into dest (written atomically); its head, or None if absent."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        key = f"{self.prefix}/{name}"
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+            with atomic_path(dest) as tmp:
+                self.client.download_file(self.bucket, key, str(tmp))
+        except ClientError as exc:
+            if _error_code(exc) in _MISSING and self._bucket_exists():
+                return None
+            raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
+        except BotoCoreError as exc:
+            raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
+        return head
+
+    def _bucket_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _error_code(exc) in (*_MISSING, "NoSuchBucket"):
+                raise CheckpointStoreError(
+                    f"checkpoint store {self.url}: the bucket '{self.bucket}' does not exist; "
+                    "create it (k8s: S3_BUCKETS in the ConfigMap shdh-config)"
+                ) from exc
+            raise CheckpointStoreError(_describe(f"s3://{self.bucket}", exc)) from exc
+        return True
+
+    def upload(self, opened: list[Any], epoch: int) -> int:
+        """Upload in the order of `opened`: the checkpoint before its record, so that a record
+        in the store always has its own checkpoint (or an older one that it refuses)."""
+        with contextlib.ExitStack() as stack:
+            for handle in opened:
+                stack.enter_context(handle)
+            for handle in opened:
+                name = Path(handle.name).name
+                extra = {"Metadata": {EPOCH_KEY: str(epoch)}}
+                self.client.upload_fileobj(handle, self.bucket, f"{self.prefix}/{name}", extra)
+        log.info("epoch %d's checkpoint is in %s", epoch, self.url)
+        return epoch
+
+
+class FitCheckpoints(StoreFolder):
+    """One fit's training files at s3://BUCKET/KEY/: restore them before the fit, upload them
+    after every epoch (in the background, one upload at a time, while the next epoch trains)."""
+
+    # -- before the fit -----------------------------------------------------------------------
+
+    def restore(self, hasher: Any, X: Any, pairs: Any, out_dir: Path) -> int | None:
+        """Bring the stored training of this fit into out_dir when it was made with the
+        hasher's settings on this data; returns the epoch it ends (0 when its object does not
+        say), or None when nothing was restored. A matching training already in the work
+        folder is this machine's own, at least as recent as what it uploaded, and is kept."""
+        work = Path(out_dir) / WORK_DIR
+        if hasher.first_trained_as_here([work], X, pairs) is not None:
+            log.info("%s: continuing the checkpoint already there; not fetching %s", work, self.url)
+            return None
+        checkpoint, record = hasher.training_files
+        with tempfile.TemporaryDirectory(prefix=".store-", dir=_made(work)) as tmp:
+            staging = Path(tmp)
+            if not self.download(record, staging / record):
+                log.info("no checkpoint at %s yet; training from the first epoch", self.url)
+                return None
+            problem = hasher.resume_problem(staging, X, pairs)
+            if problem is not None:
+                log.warning(
+                    "%s: refused, made with other settings or data (%s); not loaded, "
+                    "training from the first epoch (this fit's checkpoints replace it)",
+                    self.object_url(checkpoint),
+                    problem,
+                )
+                return None
+            head = self.download(checkpoint, staging / checkpoint)
+            url = self.object_url(record)
+            if head is None:
+                log.warning("%s: no checkpoint beside it; training from the first epoch", url)
+                return None
+            for name in (checkpoint, record):  # the checkpoint first: never a record alone
+                os.replace(staging / name, work / name)
+        self.download(RUN_REF, Path(out_dir) / RUN_REF)  # the MLflow run to continue
+        epoch = int(head.get("Metadata", {}).get(EPOCH_KEY, 0))
+        log.info("restored the checkpoint of epoch %d from %s", epoch, self.object_url(checkpoint))
+        return epoch
+
+    # -- during the fit -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def syncing(self, hasher: Any, out_dir: Path, on_epoch: OnEpoch | None) -> Iterator[OnEpoch]:
+        """An on_epoch callback that uploads each epoch's training files, then calls
+        `on_epoch`; the last upload is waited for when the block ends.
+
+        The checkpoint file is opened when its epoch ends: the next epoch replaces it by a
+        rename, which leaves the open file, and so the upload, with this epoch's bytes. An
+        upload that fails is logged and the fit goes on: the next epoch's upload replaces it.
+        """
+        out_dir = Path(out_dir)
+        files = [out_dir / WORK_DIR / name for name in hasher.training_files] + [out_dir / RUN_REF]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-upload") as pool:
+            pending: list[Future] = []
+
+            def upload_then_log(entry: dict[str, Any]) -> None:
+                _settle(pending)  # at most one upload in flight
+                opened = [open(path, "rb") for path in files if path.is_file()]
+                pending.append(pool.submit(self.upload, opened, int(entry["epoch"])))
+                if on_epoch is not None:
+                    on_epoch(entry)
+
+            try:
+                yield upload_then_log
+            finally:
+                _settle(pending)
+
+
+def _settle(pending: list[Future]) -> None:
+    """Wait for the upload in flight; log it if it failed (the fit itself goes on)."""
+    while pending:
+        future = pending.pop()
+        error = future.exception()
+        if error is not None:
+            log.warning(
+                "a checkpoint upload failed (%s: %s); the next epoch's replaces it",
+                type(error).__name__,
+                error,
+            )
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _error_code(exc: Any) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def _describe(where: str, exc: Exception) -> str:
+    code = _error_code(exc)
+    hint = ""
+    if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+        hint = " (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+    return f"checkpoint store {where}: {type(exc).__name__}: {exc}{hint}"

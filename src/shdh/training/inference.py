@@ -1,0 +1,81 @@
+"""The trained network applied: its outputs and binary codes for a set of images, in eval mode,
+on a fixed number of CPU threads. Encoding, the training loop's probe codes and the hashers'
+`encode` all go through here, so every code is made the same way.
+"""
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from shdh.nets.cnnf import to_input
+from shdh.nets.hashing import HashingNet
+from shdh.runtime.devices import resolve_device
+
+
+@torch.no_grad()
+def forward_all(
+    model: nn.Module, images: np.ndarray, idx: np.ndarray, batch_size: int, device: torch.device
+) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(idx), batch_size):
+        x = to_input(images[idx[start : start + batch_size]], model.image_size, device)
+        out.append(model(x).float())  # (b, L)
+    model.train(was_training)
+    return torch.cat(out) if out else torch.zeros(0, model.n_bits, device=device)
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block on num_threads torch CPU threads (None: as set), then restore the count.
+
+    Float sums, and so trained weights and the signs of near-zero outputs, depend on the thread
+    count; pinning it makes runs agree bit for bit across processes and machines.
+    """
+    old = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def outputs(
+    model: HashingNet,
+    images: np.ndarray,
+    *,
+    batch_size: int = 512,
+    device: torch.device | str | None = None,
+    num_threads: int | None = None,
+) -> torch.Tensor:
+    """The network's outputs z (N, L), eval mode, no grad, in fp32 (even where training used
+    bf16, so that results do not depend on the precision of the card). `device` moves the model
+    there first; None keeps it where it is."""
+    if device is not None:
+        model.to(resolve_device(str(device)))
+    dev = next(model.parameters()).device
+    with torch_threads(num_threads):
+        return forward_all(model, images, np.arange(len(images)), batch_size, dev)
+
+
+def encode(
+    model: HashingNet,
+    images: np.ndarray,
+    *,
+    batch_size: int = 512,
+    device: torch.device | str | None = None,
+    num_threads: int | None = None,
+) -> np.ndarray:
+    """Codes sgn(z) in {-1, +1}, int8 (N, L), with sgn(0) = -1 (see `outputs`)."""
+    z = outputs(model, images, batch_size=batch_size, device=device, num_threads=num_threads)
+    return signs(z).numpy()
+
+
+def signs(z: torch.Tensor) -> torch.Tensor:
+    """sgn(z) in {-1, +1} as int8 on the host, with sgn(0) = -1."""
+    return torch.where(z > 0, 1, -1).to(torch.int8).cpu()

@@ -1,0 +1,61 @@
+"""What a training run carries from epoch to epoch and a checkpoint restores: the network, its
+optimiser and schedule, the history, the probe codes and the memory bank.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from shdh.nets.hashing import HashingNet
+from shdh.training.loop_settings import TrainConfig
+
+SGD_KERNELS = ("fused", "foreach")  # an SGD param group's implementation, not its arithmetic
+
+
+@dataclass
+class State:
+    """What a checkpoint restores: the network, its optimiser and schedule, the history, the
+    probe codes and the memory bank (empty without one)."""
+
+    model: HashingNet
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # StepLR or ReduceLROnPlateau (shdh.training.convergence.make_scheduler)
+    history: list[dict[str, float]]
+    probe_codes: torch.Tensor
+    bank_z: torch.Tensor
+    bank_filled: torch.Tensor
+    epoch: int = 0
+
+    def load(self, ckpt: dict[str, Any], memory_bank: bool, device: torch.device) -> None:
+        """Continue from a checkpoint: weights, optimiser, schedule, history and RNG state."""
+        self.model.load_state_dict(ckpt["model"])
+        # torch restores a group's kernel choice with its hyperparameters; the kernels are this
+        # run's to choose (a GPU fit's fused SGD would otherwise follow its checkpoint to a CPU)
+        kernels = [{k: g[k] for k in SGD_KERNELS if k in g} for g in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group, chosen in zip(self.optimizer.param_groups, kernels, strict=True):
+            group.update(chosen)
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.history, self.epoch = list(ckpt["history"]), int(ckpt["epoch"])
+        self.probe_codes = ckpt["probe_codes"]
+        if memory_bank:
+            self.bank_z.copy_(ckpt["bank_z"])
+            self.bank_filled.copy_(ckpt["bank_filled"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+        if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
+
+
+def make_optimizer(
+    config: TrainConfig, model: torch.nn.Module, device: torch.device
+) -> torch.optim.SGD:
+    """The paper's SGD with momentum and weight decay; one fused kernel where config.fused_sgd
+    asks for it on a GPU (fused=None keeps torch's choice: the CPU's fits stay bit for bit)."""
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        fused=True if config.fused_sgd and device.type == "cuda" else None,
+    )

@@ -1,0 +1,99 @@
+"""The training step on one batch: forward (bf16 autocast and channels_last on a GPU), the
+method's loss in fp32, backward, gradient clipping and SGD, replayed as one CUDA graph where
+asked; the memory bank's partners for the batch.
+"""
+
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from shdh.nets.cnnf import to_input
+from shdh.nets.hashing import HashingNet
+from shdh.training.cuda_graph_step import GraphedStep
+from shdh.training.loop_settings import TrainConfig
+from shdh.training.state import State
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[
+    [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
+    tuple[torch.Tensor, dict[str, torch.Tensor]],
+]
+
+
+class TrainStep:
+    """The training step on one batch: uint8 images (b, H, W[, C]) on the device and their
+    positions in the training set (on the device) -> the detached (loss, parts). Every step goes
+    through one GraphedStep; its CUDA graph replays the full batches where config.cuda_graph
+    asks for it (not with a memory bank, whose partners change in number from step to step) and
+    is off otherwise."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        device: torch.device,
+        state: State,
+        loss_fn: LossFn,
+        anc_train: torch.Tensor,
+    ) -> None:
+        self.config, self.device, self.state = config, device, state
+        self.loss_fn, self.anc_train = loss_fn, anc_train
+        self.model = step_model(state.model, config.compile)
+        self.graphed = config.cuda_graph and device.type == "cuda" and not config.memory_bank
+        self.step = GraphedStep(self._forward_backward, state.optimizer, device, graph=self.graphed)
+
+    def __call__(
+        self, images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """full: whether the batch has batch_size items (only those replay the graph)."""
+        inputs = (images, self.anc_train[pos_t], pos_t)
+        return self.step(*inputs) if full else self.step.eager(*inputs)
+
+    def _forward_backward(
+        self, images: torch.Tensor, anc: torch.Tensor, pos_t: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        config, device, state = self.config, self.device, self.state
+        x = to_input(images, config.image_size, device)  # (b, C, S, S)
+        if device.type == "cuda":
+            x = x.contiguous(memory_format=torch.channels_last)
+        autocast = torch.autocast(
+            device_type=device.type,
+            dtype=torch.bfloat16,
+            enabled=config.bf16 and device.type == "cuda",
+            cache_enabled=not self.graphed,  # a CUDA graph must not keep autocast's weight casts
+        )
+        with autocast:
+            z = self.model(x)  # (b, L)
+        bank = bank_partners(state, self.anc_train, pos_t)
+        loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(state.model.parameters(), config.grad_clip)
+        state.optimizer.step()
+        if config.memory_bank:
+            state.bank_z[pos_t] = z.detach().float()
+            state.bank_filled[pos_t] = True
+        return loss.detach(), {k: v.detach() for k, v in parts.items()}
+
+
+def step_model(model: HashingNet, compile_it: bool) -> nn.Module:
+    """The module the training steps call: the model, or its torch.compile'd form (the same
+    parameters; checkpoints and encoding use the model itself)."""
+    if not compile_it:
+        return model
+    log.info("compiling the network with torch.compile (the first steps take longer)")
+    return torch.compile(model)
+
+
+def bank_partners(
+    state: State, anc_train: torch.Tensor, pos_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The memory bank's partners for a batch: the filled entries, the batch's own left out
+    (it is already paired with itself). None without a bank."""
+    if len(state.bank_z) == 0:
+        return None
+    use = state.bank_filled.clone()
+    use[pos_t] = False
+    return state.bank_z[use], anc_train[use]
