@@ -4,7 +4,7 @@ kernels) and the two deep losses (convolutions, matmuls, reductions).
 
     python -m tests.unit.pinned_fits    # prints {name: digest} as JSON
 
-tests/unit/test_cpu_pin.py runs it in a child process under the CPU pin
+tests/unit/test_instruction_set.py runs it in a child process under the CPU pin
 (shdh.runtime.instruction_set), so the pin is applied before numpy and torch load as in every front
 door, and compares the digests with the ones an AVX2 machine gave: an AVX-512 machine must give the
 same.

@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from tests.unit.test_cpu_pin import assert_as_recorded, run_digests, unpinned_env
+from tests.unit.test_instruction_set import assert_as_recorded, run_digests, unpinned_env
 
 # tests/unit/pinned_ops.py under the pin, on each vendor's CPU: equal, as they must be.
 _OPS = {
@@ -52,8 +52,14 @@ EMULATED = ("Haswell", "EPYC-Rome")
 QEMU = "qemu-x86_64"
 
 
-def pinned_ops(*prefix: str) -> dict[str, str]:
-    return run_digests("tests.unit.pinned_ops", unpinned_env(), *prefix)
+# Left out under emulation: QEMU takes a minute over this one product (the real CPUs' recordings
+# cover it), and make test must stay short. The products of linear_512 and linear_head still take
+# MKL's matrix kernels there.
+NOT_EMULATED = ("linear_4096",)
+
+
+def pinned_ops(*prefix: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    return run_digests("tests.unit.pinned_ops", unpinned_env(), *prefix, args=skip)
 
 
 def test_this_cpu_computes_each_operation_as_both_vendors_did() -> None:
@@ -70,5 +76,6 @@ def test_an_emulated_cpu_of_either_vendor_computes_them_alike(model: str) -> Non
             "`make test` does) to emulate an Intel and an AMD CPU"
         )
     # The emulator's warnings about host features it cannot model go to stderr, not the JSON.
-    seen = pinned_ops(qemu, "-cpu", model)
-    assert_as_recorded(seen, {f"real CPUs' recordings, emulated as {model}": _OPS})
+    seen = pinned_ops(qemu, "-cpu", model, skip=NOT_EMULATED)
+    expected = {op: digest for op, digest in _OPS.items() if op not in NOT_EMULATED}
+    assert_as_recorded(seen, {f"real CPUs' recordings, emulated as {model}": expected})

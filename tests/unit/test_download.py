@@ -14,7 +14,7 @@ import urllib3.exceptions
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 
-from shdh.data import download
+from shdh.data import download, s3_source
 from shdh.data.download import DownloadError, fetch, md5sum, sha256sum
 
 PAYLOAD = np.random.default_rng(0).bytes(200_000)
@@ -444,7 +444,7 @@ def fake_s3(monkeypatch):
         state.made.append(endpoint_url)
         return state.client
 
-    monkeypatch.setattr(download, "_s3_client", make_client)
+    monkeypatch.setattr(s3_source, "s3_client", make_client)
     return state
 
 
@@ -511,14 +511,14 @@ def test_s3_client_endpoint_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    assert download._s3_client(None, 5).meta.endpoint_url.startswith("https://s3")
+    assert s3_source.s3_client(None, 5).meta.endpoint_url.startswith("https://s3")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    client = download._s3_client(None, 5)
+    client = s3_source.s3_client(None, 5)
     assert client.meta.endpoint_url == "http://127.0.0.1:9"
     assert client.meta.config.s3 == {"addressing_style": "path"}
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:10")
-    assert download._s3_client(None, 5).meta.endpoint_url == "http://127.0.0.1:10"
-    assert download._s3_client("http://127.0.0.1:11", 5).meta.endpoint_url == (
+    assert s3_source.s3_client(None, 5).meta.endpoint_url == "http://127.0.0.1:10"
+    assert s3_source.s3_client("http://127.0.0.1:11", 5).meta.endpoint_url == (
         "http://127.0.0.1:11"
     )
 

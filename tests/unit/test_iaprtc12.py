@@ -19,9 +19,9 @@ from shdh.data.iaprtc12 import (
     find_benchmark,
     iaprtc12_dataset,
     load_image,
-    parse_chain,
     read_index,
 )
+from shdh.data.iaprtc12_files import parse_chain
 from shdh.data.idx import DataFormatError
 
 WLIST = {

@@ -72,7 +72,9 @@ def imports() -> import_graph.Imports:
 
 
 def where(imports: import_graph.Imports, module: str, line: int) -> str:
-    return f"{imports.files[module].relative_to(import_graph.REPO)}:{line}"
+    path = imports.files[module]
+    shown = path.relative_to(import_graph.REPO) if path.is_relative_to(import_graph.REPO) else path
+    return f"{shown}:{line}"
 
 
 def test_every_unit_has_a_rule(imports):
@@ -196,3 +198,62 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
         import_graph.module_file("toy.commands", tmp_path, packages)
         == (tmp_path / "src/toy/commands/__init__.py").resolve()
     )
+
+
+def private_uses(imports: import_graph.Imports, module: str) -> list[str]:
+    """Where `module` reaches another project module's private name: `from m import _x`, or
+    `m._x` on a module it imported (dunder names such as __version__ are public)."""
+    path = imports.files[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = set(imports.files)
+    bound: dict[str, str] = {}  # local name -> the project module it is bound to
+    found = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in own:
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                if target in own:
+                    bound[alias.asname or alias.name] = target
+                elif private(alias.name) and node.module != module:
+                    found.append(
+                        f"{where(imports, module, node.lineno)}: {node.module}.{alias.name}"
+                    )
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in own and alias.asname:
+                    bound[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and bound[node.value.id] != module
+            and private(node.attr)
+        ):
+            found.append(
+                f"{where(imports, module, node.lineno)}: {bound[node.value.id]}.{node.attr}"
+            )
+    return found
+
+
+def test_no_module_uses_another_modules_private_names(imports):
+    found = [use for module in sorted(imports.files) for use in private_uses(imports, module)]
+    assert not found, "private names used across modules:\n  " + "\n  ".join(found)
+
+
+def test_private_uses_are_seen(tmp_path):
+    write_package(
+        tmp_path / "src",
+        {
+            "toy/__init__.py": "",
+            "toy/a.py": "_X = 1\n__version__ = '1'\n",
+            "toy/b.py": "from toy.a import _X, __version__\nfrom toy import a\nY = a._X\n",
+        },
+    )
+    found = import_graph.scan(tmp_path, (("src", "toy"),))
+    uses = private_uses(found, "toy.b")
+    assert [use.split(": ")[1] for use in uses] == ["toy.a._X", "toy.a._X"]

@@ -156,11 +156,16 @@ def test_register_best_without_candidates_names_the_run_and_the_metrics(store):
 def test_a_model_pickled_under_the_old_module_path_loads():
     """Models logged before the package had folders name shdh.encoder_model.EncoderModel in their
     pickle; that path must keep giving the encoder class."""
+    import importlib
     import pickle
+    import warnings
 
     import cloudpickle
 
     cls = encoder_model.encoder_model_class()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        importlib.import_module("shdh.encoder_model")  # as an unpickler would, first
     cls.__module__ = "shdh.encoder_model"  # what the class was called when those were logged
     try:
         old = cloudpickle.dumps(cls)

@@ -20,6 +20,7 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.hashers import DEEP
+from shdh.hashers.method_catalogue import PAPER_METHOD
 from shdh.plan.all_methods import method_bits, method_params, models_root
 from shdh.plan.runs import section_fits
 from shdh.runtime.atomic import check_writable
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--method",
         nargs="+",
-        default=["shdh"],
+        default=[PAPER_METHOD],
         choices=list(DEEP),
         metavar="METHOD",
         help=f"deep methods to train, in turn ({', '.join(DEEP)}); the shallow ones: "

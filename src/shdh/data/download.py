@@ -13,7 +13,6 @@ later step never reads a partial or corrupt download.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import logging
@@ -24,16 +23,23 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
 
+from shdh.data.resumable import (
+    CHUNK,
+    Opened,
+    PermanentError,
+    RangeNotSatisfiable,
+    is_permanent_status,
+    resumable_download,
+)
+from shdh.data.s3_source import fetch_s3
 from shdh.runtime.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 1 << 20
 _HEX_DIGITS = {"md5": 32, "sha256": 64}
 
 
@@ -43,14 +49,6 @@ class DownloadError(RuntimeError):
 
 class ChecksumError(DownloadError):
     """A source delivered a complete file whose size, md5 or sha256 is not the expected one."""
-
-
-class _PermanentError(Exception):
-    """Marks a failure that retrying the same source cannot fix."""
-
-
-class _RangeNotSatisfiable(Exception):
-    """The server refused the resume offset: the part is as long as, or longer than, its file."""
 
 
 @dataclass(frozen=True)
@@ -66,15 +64,7 @@ class _Expected:
         return self.md5 is not None or self.sha256 is not None
 
 
-class _Opened(NamedTuple):
-    """A response about to be streamed, as far as resuming needs to know it."""
-
-    body: BinaryIO
-    content_range: str | None  # the Content-Range of a 206 answer, None for a whole file
-    length: int | None  # bytes in this body, when the server says
-
-
-def _digests(path: Path, algorithms: Sequence[str], chunk: int = _CHUNK) -> dict[str, str]:
+def _digests(path: Path, algorithms: Sequence[str], chunk: int = CHUNK) -> dict[str, str]:
     """Hex digests of a file in one pass, read in chunks so large files need little memory."""
     hashers = {name: hashlib.new(name, usedforsecurity=False) for name in algorithms}
     with open(path, "rb") as f:
@@ -84,23 +74,14 @@ def _digests(path: Path, algorithms: Sequence[str], chunk: int = _CHUNK) -> dict
     return {name: hasher.hexdigest() for name, hasher in hashers.items()}
 
 
-def md5sum(path: str | os.PathLike[str], chunk: int = _CHUNK) -> str:
+def md5sum(path: str | os.PathLike[str], chunk: int = CHUNK) -> str:
     """Hex md5 of a file."""
     return _digests(Path(path), ["md5"], chunk)["md5"]
 
 
-def sha256sum(path: str | os.PathLike[str], chunk: int = _CHUNK) -> str:
+def sha256sum(path: str | os.PathLike[str], chunk: int = CHUNK) -> str:
     """Hex sha256 of a file."""
     return _digests(Path(path), ["sha256"], chunk)["sha256"]
-
-
-def _part_size(part: Path) -> int:
-    return part.stat().st_size if part.exists() else 0
-
-
-def _is_permanent_status(status: int) -> bool:
-    """4xx means this source will keep refusing (except a timeout or a rate limit)."""
-    return 400 <= status < 500 and status not in (408, 429)
 
 
 def _mismatch(path: Path, expected: _Expected) -> str | None:
@@ -125,67 +106,7 @@ def _verify(part: Path, dest: Path, expected: _Expected) -> None:
         raise ChecksumError(f"{dest.name}: {problem}")
 
 
-def _resume_offset(part: Path, size: int | None) -> int:
-    """Bytes of ``part`` worth keeping; a part longer than the expected size is discarded."""
-    have = _part_size(part)
-    if size is not None and have > size:
-        log.info("%s holds %d bytes, more than the expected %d; starting over", part, have, size)
-        part.unlink()
-        return 0
-    return have
-
-
-def _append_or_restart(part: Path, have: int, content_range: str | None, source: str) -> bool:
-    """True when the answer continues ``part`` at byte ``have``, False when it replaces it."""
-    if not have:
-        return False
-    if content_range is None:
-        log.info("%s ignored the Range request; downloading it whole", source)
-        return False
-    if not content_range.startswith(f"bytes {have}-"):
-        part.unlink()
-        raise OSError(f"server resumed at {content_range!r}, expected byte {have}")
-    log.info("resuming %s at byte %d", source, have)
-    return True
-
-
-def _resumable_download(
-    open_at: Callable[[int], _Opened], part: Path, size: int | None, source: str
-) -> bool:
-    """Stream a source into ``part``, continuing what is there; True when bytes were kept.
-
-    ``open_at(offset)`` opens the source at ``offset`` (0: the whole file) and raises
-    _RangeNotSatisfiable when the offset lies at or past its end. An interrupted transfer raises
-    OSError and keeps the part, so the next attempt resumes it.
-    """
-    have = _resume_offset(part, size)
-    if size is not None and have == size:
-        log.info("%s already holds the expected %d bytes", part, size)
-        return True
-    try:
-        opened = open_at(have)
-    except _RangeNotSatisfiable:
-        log.info("%s refused a resume at byte %d; downloading it whole", source, have)
-        part.unlink(missing_ok=True)
-        have = 0
-        opened = open_at(0)
-    with contextlib.closing(opened.body):
-        append = _append_or_restart(part, have, opened.content_range, source)
-        kept = have if append else 0
-        with open(part, "ab" if append else "wb") as f:
-            shutil.copyfileobj(opened.body, f, _CHUNK)
-    # A short part is kept for the next attempt to resume. Without a Content-Length only the
-    # expected size can tell a dropped connection from a finished transfer.
-    total = _part_size(part)
-    if opened.length is not None:
-        if total < kept + opened.length:
-            raise OSError(f"incomplete transfer: {total} of {kept + opened.length} bytes")
-    elif size is not None and total < size:
-        raise OSError(f"incomplete transfer: {total} of {size} bytes (no length announced)")
-    return append
-
-
-def _open_http(url: str, offset: int, timeout: float) -> _Opened:
+def _open_http(url: str, offset: int, timeout: float) -> Opened:
     request = urllib.request.Request(url, headers={"User-Agent": "shdh-fetch"})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
@@ -194,119 +115,18 @@ def _open_http(url: str, offset: int, timeout: float) -> _Opened:
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 416 and offset:
-            raise _RangeNotSatisfiable from exc
-        if _is_permanent_status(exc.code):
-            raise _PermanentError(f"HTTP {exc.code} {exc.reason}") from exc
+            raise RangeNotSatisfiable from exc
+        if is_permanent_status(exc.code):
+            raise PermanentError(f"HTTP {exc.code} {exc.reason}") from exc
         raise
     content_range = response.headers.get("Content-Range") if response.status == 206 else None
     length = response.headers.get("Content-Length")
-    return _Opened(response, content_range, None if length is None else int(length))
-
-
-def s3_endpoint(explicit: str | None = None) -> str | None:
-    """The S3 endpoint: the one given, else the AWS SDKs' environment settings (the S3-specific
-    one first), else None (AWS itself)."""
-    return (
-        explicit
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-        or None
-    )
-
-
-def _s3_client(endpoint_url: str | None, timeout: float):
-    """A boto3 S3 client; boto3 is imported here so that other sources never need it.
-
-    The endpoint is ``endpoint_url``, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (a MinIO or
-    SeaweedFS server), else AWS itself; credentials come from the usual AWS variables and files.
-    botocore's own retries are off: ``fetch`` retries, and then moves on to the next mirror.
-    """
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:
-        raise _PermanentError(f"s3:// sources need boto3: {exc}") from exc
-    endpoint = s3_endpoint(endpoint_url)
-    config = Config(
-        connect_timeout=timeout,
-        read_timeout=timeout,
-        retries={"total_max_attempts": 1},
-        # a custom server is addressed as host:port/bucket, never as bucket.host
-        s3={"addressing_style": "path"} if endpoint else None,
-    )
-    # A new session each time: boto3's default one keeps the first credentials it found.
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
-
-
-def _parse_s3(url: str) -> tuple[str, str]:
-    parsed = urllib.parse.urlparse(url)
-    bucket, key = parsed.netloc, parsed.path.lstrip("/")
-    if not bucket or not key:
-        raise _PermanentError(f"{url}: expected s3://bucket/key")
-    return bucket, key
-
-
-class _S3Body:
-    """An S3 object's body whose transfer errors are OSErrors, so ``fetch`` retries them."""
-
-    def __init__(self, body, errors: tuple[type[BaseException], ...]) -> None:
-        self._body, self._errors = body, errors
-
-    def read(self, amount: int = -1) -> bytes:
-        try:
-            return self._body.read(None if amount < 0 else amount)
-        except self._errors as exc:
-            raise OSError(f"S3 transfer interrupted: {exc}") from exc
-
-    def close(self) -> None:
-        self._body.close()
-
-
-def _fetch_s3(
-    url: str, part: Path, timeout: float, size: int | None, endpoint_url: str | None
-) -> bool:
-    """Download ``s3://bucket/key`` into ``part``, resuming with a ranged GET."""
-    bucket, key = _parse_s3(url)
-    client = _s3_client(endpoint_url, timeout)
-    import urllib3.exceptions
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        NoCredentialsError,
-        ParamValidationError,
-    )
-
-    def open_at(offset: int) -> _Opened:
-        request = {"Bucket": bucket, "Key": key}
-        if offset:
-            request["Range"] = f"bytes={offset}-"
-        try:
-            response = client.get_object(**request)
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-            if offset and (code == "InvalidRange" or status == 416):
-                raise _RangeNotSatisfiable from exc
-            message = f"S3 {code or status}: {error.get('Message') or exc}"
-            if _is_permanent_status(status) or code in ("NoSuchKey", "NoSuchBucket"):
-                raise _PermanentError(message) from exc
-            raise OSError(message) from exc
-        except (NoCredentialsError, ParamValidationError) as exc:
-            raise _PermanentError(str(exc)) from exc
-        except BotoCoreError as exc:  # connection problems: worth a retry
-            raise OSError(str(exc)) from exc
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        content_range = response.get("ContentRange") if status == 206 else None
-        body = _S3Body(response["Body"], (BotoCoreError, urllib3.exceptions.HTTPError))
-        return _Opened(body, content_range, response.get("ContentLength"))
-
-    return _resumable_download(open_at, part, size, url)
+    return Opened(response, content_range, None if length is None else int(length))
 
 
 def _copy_local(src: Path, part: Path) -> bool:
     if not src.is_file():
-        raise _PermanentError(f"{src}: no such file")
+        raise PermanentError(f"{src}: no such file")
     shutil.copyfile(src, part)
     return False
 
@@ -318,16 +138,16 @@ def _fetch_once(
     parsed = urllib.parse.urlparse(source)
     scheme = parsed.scheme.lower()
     if scheme in ("http", "https"):
-        return _resumable_download(
+        return resumable_download(
             lambda offset: _open_http(source, offset, timeout), part, size, source
         )
     if scheme == "s3":
-        return _fetch_s3(source, part, timeout, size, s3_endpoint_url)
+        return fetch_s3(source, part, timeout, size, s3_endpoint_url)
     if scheme == "file":
         return _copy_local(Path(urllib.request.url2pathname(parsed.path)), part)
     if scheme == "" or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
         return _copy_local(Path(source), part)
-    raise _PermanentError(f"unsupported source scheme {scheme!r}")
+    raise PermanentError(f"unsupported source scheme {scheme!r}")
 
 
 def _fetch_from(
@@ -367,7 +187,7 @@ def _fetch_from(
                 continue
             log.warning("%s: %s (not retrying this source)", source, exc)
             return str(exc)
-        except (_PermanentError, ValueError) as exc:
+        except (PermanentError, ValueError) as exc:
             log.warning("%s: %s (not retrying this source)", source, exc)
             return str(exc)
         except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets

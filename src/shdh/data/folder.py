@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -23,12 +24,10 @@ from shdh.data.idx import DataFormatError
 from shdh.data.images import (
     IMAGE_SUFFIXES,
     PATH_SEP,
-    ImageSpec,
+    ImageItems,
     check_name,
-    checked_tree,
     listed_problems,
     own_raw_dir,
-    write_image_dataset,
 )
 from shdh.runtime.atomic import atomic_dir
 
@@ -88,8 +87,19 @@ def list_folder_images(root: str | os.PathLike[str]) -> list[tuple[Path, str]]:
     return items
 
 
-def _dataset_name(root: Path, name: str | None) -> str:
-    return name if name is not None else (root.resolve().name or "root")
+def folder_items(root: str | os.PathLike[str], name: str | None = None) -> ImageItems:
+    """The images below root and their labels, the folders' names; `name` (default: the root
+    folder's name) names the dataset and the tree's root."""
+    root = Path(root)
+    listed = list_folder_images(root)
+    paths = [path for path, _ in listed]
+    return ImageItems(
+        paths=paths,
+        labels=[label for _, label in listed],
+        origins=[str(path) for path in paths],
+        source=str(root),
+        name=name if name is not None else (root.resolve().name or "root"),
+    )
 
 
 def check_folder(
@@ -98,52 +108,22 @@ def check_folder(
     """Every check of folder_dataset that needs no image decoded (the folders' names, the
     labels and their tree, the dataset's name); returns the image paths. The pipeline's inputs
     stage runs it, so that such errors stop `dvc repro` before it deletes the prepared data."""
-    root = Path(root)
-    items = list_folder_images(root)
-    paths = [path for path, _ in items]
-    checked_tree(
-        [label for _, label in items],
-        [str(path) for path in paths],
-        source=str(root),
-        name=_dataset_name(root, name),
-        inner_labels=inner_labels,
-    )
-    return paths
+    items = folder_items(root, name)
+    items.check(inner_labels=inner_labels)
+    return list(items.paths)
 
 
 def folder_dataset(
     root: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    image_size: int | tuple[int, int] = 32,
-    color: bool = True,
-    skip_bad_images: bool = False,
-    workers: int | None = None,
-    inner_labels: bool = False,
     name: str | None = None,
+    **options: Any,
 ) -> tuple[Path, LabelTree]:
     """Convert a folder tree of images into a dataset directory at out_dir; return the tree.
-
-    Images are resized to image_size (one side, or (height, width)), RGB (N,H,W,3) or, with
-    color=False, grayscale (N,H,W). `name` (default: the root folder's name) names the dataset
-    and the tree's root. See shdh.data.images.write_image_dataset for skip_bad_images, workers
-    and inner_labels.
-    """
-    root = Path(root)
-    items = list_folder_images(root)
-    paths = [path for path, _ in items]
-    return write_image_dataset(
-        paths,
-        [label for _, label in items],
-        [str(path) for path in paths],
-        out_dir,
-        source=str(root),
-        name=_dataset_name(root, name),
-        spec=ImageSpec.of(image_size, color),
-        skip_bad_images=skip_bad_images,
-        workers=workers,
-        inner_labels=inner_labels,
-    )
+    options: those of shdh.data.images.ImageItems.write (image_size, color, skip_bad_images,
+    workers, inner_labels)."""
+    return folder_items(root, name).write(out_dir, **options)
 
 
 # The prepare step's recipe for `data.dataset: folder` (shdh.data.dataset_catalogue).

@@ -343,63 +343,74 @@ def _refuse_inner_labels(
     )
 
 
-def checked_tree(
-    labels: Sequence[str],
-    origins: Sequence[str],
-    *,
-    source: str,
-    name: str,
-    inner_labels: bool,
-) -> LabelTree:
-    """The dataset name and the label tree checked, as write_image_dataset does before it
-    decodes anything; the readers' check functions (the inputs stage) run the same checks."""
-    check_name(name, "name")
-    return label_tree(labels, origins, source=source, root=name, inner_labels=inner_labels)
+@dataclass(frozen=True)
+class ImageItems:
+    """What a reader of your own data lists before any image is decoded: the image files, their
+    label paths, where each item came from (a path or a table row, for error messages), the
+    source and the dataset's name. A folder (shdh.data.folder) and a table (shdh.data.table)
+    differ only in how they list them; checking and writing are these, for both."""
 
+    paths: Sequence[Path]
+    labels: Sequence[str]
+    origins: Sequence[str]
+    source: str
+    name: str
 
-def write_image_dataset(
-    paths: Sequence[Path],
-    labels: Sequence[str],
-    origins: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    *,
-    source: str,
-    name: str,
-    spec: ImageSpec,
-    skip_bad_images: bool,
-    workers: int | None,
-    inner_labels: bool,
-) -> tuple[Path, LabelTree]:
-    """Stream the images into a dataset directory at out_dir and return the label tree.
-
-    Items keep their order; ids are their positions in it (a table's row numbers), so an id
-    always points back to its source even when bad images are skipped. The tree is checked
-    before any image is decoded, and rebuilt from the kept items if some were skipped.
-    """
-    tree = checked_tree(labels, origins, source=source, name=name, inner_labels=inner_labels)
-    kept: list[np.ndarray | None] = []
-
-    def fill(images: np.ndarray) -> np.ndarray | None:
-        kept.append(
-            stream_images(paths, images, spec, skip_bad_images=skip_bad_images, workers=workers)
+    def check(self, *, inner_labels: bool = False) -> LabelTree:
+        """The dataset name and the label tree checked, as `write` does before it decodes
+        anything; the readers' check functions (the inputs stage) run the same checks."""
+        check_name(self.name, "name")
+        return label_tree(
+            self.labels, self.origins, source=self.source, root=self.name, inner_labels=inner_labels
         )
-        return kept[0]
 
-    ids = np.arange(len(paths), dtype=np.int64)
-    labels_array = np.array(labels, dtype=np.str_)
-    out = write_dataset_streaming(out_dir, len(paths), spec.shape, labels_array, ids, name, fill)
-    n_items = len(paths)
-    if kept[0] is not None:  # a subset of a valid tree's labels: rebuilding cannot fail
-        n_items = len(kept[0])
-        tree = label_tree(
-            [labels[i] for i in kept[0]],
-            [origins[i] for i in kept[0]],
-            source=source,
-            root=name,
-            inner_labels=inner_labels,
-        )
-    log.info("wrote %s: %d items, tree K=%d", out, n_items, tree.height)
-    return out, tree
+    def write(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        image_size: int | tuple[int, int] = 32,
+        color: bool = True,
+        skip_bad_images: bool = False,
+        workers: int | None = None,
+        inner_labels: bool = False,
+    ) -> tuple[Path, LabelTree]:
+        """Stream the images into a dataset directory at out_dir and return the label tree.
+
+        Images are resized to image_size (one side, or (height, width)), RGB (N,H,W,3) or, with
+        color=False, grayscale (N,H,W). Items keep their order; ids are their positions in it (a
+        table's row numbers), so an id always points back to its source even when bad images are
+        skipped (skip_bad_images; otherwise an undecodable file is an error). The tree is checked
+        before any image is decoded, and rebuilt from the kept items if some were skipped.
+        workers: decoding processes (None: one per CPU); inner_labels: allow items labelled with
+        an inner node of the tree.
+        """
+        tree = self.check(inner_labels=inner_labels)
+        spec = ImageSpec.of(image_size, color)
+        kept: list[np.ndarray | None] = []
+
+        def fill(images: np.ndarray) -> np.ndarray | None:
+            kept.append(
+                stream_images(
+                    self.paths, images, spec, skip_bad_images=skip_bad_images, workers=workers
+                )
+            )
+            return kept[0]
+
+        n_items = len(self.paths)
+        ids = np.arange(n_items, dtype=np.int64)
+        labels = np.array(self.labels, dtype=np.str_)
+        out = write_dataset_streaming(out_dir, n_items, spec.shape, labels, ids, self.name, fill)
+        if kept[0] is not None:  # a subset of a valid tree's labels: rebuilding cannot fail
+            n_items = len(kept[0])
+            tree = label_tree(
+                [self.labels[i] for i in kept[0]],
+                [self.origins[i] for i in kept[0]],
+                source=self.source,
+                root=self.name,
+                inner_labels=inner_labels,
+            )
+        log.info("wrote %s: %d items, tree K=%d", out, n_items, tree.height)
+        return out, tree
 
 
 def own_raw_dir(raw_dir: Path, dataset: str) -> Path:

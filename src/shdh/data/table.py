@@ -18,16 +18,15 @@ import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from shdh.core.hierarchy import LabelTree
 from shdh.data.idx import DataFormatError
 from shdh.data.images import (
-    ImageSpec,
-    checked_tree,
+    ImageItems,
     listed_problems,
     own_raw_dir,
     parse_label_cell,
-    write_image_dataset,
 )
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -104,9 +103,14 @@ def _image_path(cell: object, base: Path, where: str) -> Path:
 
 
 def table_items(
-    table_path: str | os.PathLike[str], image_column: str = "image", label_column: str = "label"
-) -> tuple[list[Path], list[str], list[str]]:
-    """(image paths, normalised label cells, origins for errors) of every row, all checked.
+    table_path: str | os.PathLike[str],
+    image_column: str = "image",
+    label_column: str = "label",
+    name: str | None = None,
+) -> ImageItems:
+    """The image paths, normalised label cells and origins (for errors) of every row, all
+    checked; `name` (default: the table's file name without suffix) names the dataset and the
+    tree's root.
 
     Every row is checked (labels, image files present) before any image is decoded, so a typo
     in row 50,000 fails in seconds, and every bad row is named in one error (listed_problems),
@@ -144,11 +148,13 @@ def table_items(
     if problems:
         summary = f"{table_path}: {len(problems)} problems in {bad_rows} of {len(names)} rows:"
         raise DataFormatError(listed_problems(problems, summary))
-    return paths, labels, origins
-
-
-def _dataset_name(table_path: Path, name: str | None) -> str:
-    return name if name is not None else table_path.stem
+    return ImageItems(
+        paths=paths,
+        labels=labels,
+        origins=origins,
+        source=str(table_path),
+        name=name if name is not None else table_path.stem,
+    )
 
 
 def check_table(
@@ -162,16 +168,9 @@ def check_table(
     """Every check of table_dataset that needs no image decoded (the rows, the labels and
     their tree, the dataset's name); returns the image paths. The pipeline's inputs stage runs
     it, so that such errors stop `dvc repro` before it deletes the prepared data."""
-    table_path = Path(table_path)
-    paths, labels, origins = table_items(table_path, image_column, label_column)
-    checked_tree(
-        labels,
-        origins,
-        source=str(table_path),
-        name=_dataset_name(table_path, name),
-        inner_labels=inner_labels,
-    )
-    return paths
+    items = table_items(table_path, image_column, label_column, name)
+    items.check(inner_labels=inner_labels)
+    return list(items.paths)
 
 
 def table_dataset(
@@ -180,34 +179,18 @@ def table_dataset(
     *,
     image_column: str = "image",
     label_column: str = "label",
-    image_size: int | tuple[int, int] = 32,
-    color: bool = True,
-    skip_bad_images: bool = False,
-    workers: int | None = None,
-    inner_labels: bool = False,
     name: str | None = None,
+    **options: Any,
 ) -> tuple[Path, LabelTree]:
     """Convert a CSV/Parquet table into a dataset directory at out_dir; return the label tree.
 
     Every row is one item (see table_items for the checks made before decoding). A file that
     exists but cannot be decoded is an error unless skip_bad_images; a missing file always
-    is. `name` (default: the table's file name without suffix) names the dataset and the
-    tree's root. Other options as for shdh.data.folder.folder_dataset.
+    is. options: those of shdh.data.images.ImageItems.write (image_size, color,
+    skip_bad_images, workers, inner_labels).
     """
-    table_path = Path(table_path)
-    paths, labels, origins = table_items(table_path, image_column, label_column)
-    return write_image_dataset(
-        paths,
-        labels,
-        origins,
-        out_dir,
-        source=str(table_path),
-        name=_dataset_name(table_path, name),
-        spec=ImageSpec.of(image_size, color),
-        skip_bad_images=skip_bad_images,
-        workers=workers,
-        inner_labels=inner_labels,
-    )
+    items = table_items(table_path, image_column, label_column, name)
+    return items.write(out_dir, **options)
 
 
 # The prepare step's recipe for `data.dataset: table` (shdh.data.dataset_catalogue).

@@ -159,6 +159,9 @@ METHODS: tuple[Method, ...] = (
         reference=True,
     ),
 )
+# The method the paper proposes: what `shdh train` trains by default, and whose alpha sweep the
+# figures draw.
+PAPER_METHOD = "shdh"
 
 
 def _all(methods: tuple[Method, ...] | None) -> tuple[Method, ...]:

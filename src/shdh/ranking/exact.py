@@ -168,8 +168,9 @@ def iter_rank(
     (default: about 16 Mi distance cells); workers > 1 computes chunks in threads (numpy releases
     the GIL in its loops), keeping at most 2 * workers chunks in memory. The result does not depend
     on chunk or workers."""
-    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
-    n = _top_count(top_n, workers, db.shape[1])
+    q, db, layout, n = _prepare_ranking(
+        q_packed, db_packed, segment_sizes, int_weights, top_n, workers
+    )
     # Validation above runs at the call; the chunks are computed lazily.
     return _iter_chunks(q, db, layout, n, _chunk_size(chunk, db.shape[1]), workers)
 
@@ -188,9 +189,10 @@ def rank_with_distances(
 
     A top_n well below N goes through the fused kernel, which stores no distance matrix; larger
     ones through stored distances (as iter_rank). Both give the same result."""
-    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    q, db, layout, n = _prepare_ranking(
+        q_packed, db_packed, segment_sizes, int_weights, top_n, workers
+    )
     n_db = db.shape[1]
-    n = _top_count(top_n, workers, n_db)
     if n * _FUSED_RATIO < n_db:
         return _rank_fused(q, db, layout, n, chunk, workers)
     parts = list(_iter_chunks(q, db, layout, n, _chunk_size(chunk, n_db), workers))
@@ -199,28 +201,6 @@ def rank_with_distances(
     indices = np.concatenate([p.indices for p in parts])
     distances = np.concatenate([p.distances for p in parts])
     return indices, distances
-
-
-def rank(
-    q_packed: np.ndarray,
-    db_packed: np.ndarray,
-    segment_sizes: Sequence[int],
-    int_weights: Sequence[int],
-    *,
-    top_n: int | None = None,
-    chunk: int | None = None,
-    workers: int = 1,
-) -> np.ndarray:
-    """Database indices (Q, n) int64 by ascending distance, ties by ascending index."""
-    return rank_with_distances(
-        q_packed,
-        db_packed,
-        segment_sizes,
-        int_weights,
-        top_n=top_n,
-        chunk=chunk,
-        workers=workers,
-    )[0]
 
 
 # --- the checks and the distance layout, shared with the search index (shdh.ranking.search_index*)
@@ -336,6 +316,19 @@ def _prepare(
     check_n_bits(db, n_bits, "db_packed")
     # Database word-major (W, N) so each word's column is contiguous for the XOR.
     return _words(q), np.ascontiguousarray(_words(db).T), layout
+
+
+def _prepare_ranking(
+    q_packed: np.ndarray,
+    db_packed: np.ndarray,
+    segment_sizes: Sequence[int],
+    int_weights: Sequence[int],
+    top_n: int | None,
+    workers: int,
+) -> tuple[np.ndarray, np.ndarray, DistanceLayout, int]:
+    """What both ranking paths start from: the checked codes, the layout and how many to keep."""
+    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    return q, db, layout, _top_count(top_n, workers, db.shape[1])
 
 
 def _top_count(top_n: int | None, workers: int, n_db: int) -> int:

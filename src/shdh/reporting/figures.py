@@ -231,7 +231,7 @@ def load_alpha_sweep(path: str | Path) -> list[dict[str, Any]]:
         variant = row.get("variant", "") if isinstance(row, dict) else ""
         method, _, settings = variant.partition(":")
         alpha = dict(kv.partition("=")[::2] for kv in settings.split(",") if kv).get("alpha")
-        if method != "shdh" or alpha is None:
+        if method != method_catalogue.PAPER_METHOD or alpha is None:
             continue  # other variants of the same benchmark run (dpsh, the default shdh)
         missing = [k for k in ("ndcg@100", "ndcg_list@100") if k not in row]
         if missing:

@@ -1,7 +1,8 @@
 """Progress bars for the long loops, from tqdm when it is installed.
 
-The core takes a bar factory rather than importing tqdm (shdh.training.loop's `progress`), so that
-it runs where only PyTorch is; the steps and the front doors pass `bars(enabled)`.
+The training loop takes a bar factory (shdh.training.loop's `progress`) rather than making tqdm's
+bars itself, so that it runs where only PyTorch is; the steps and the front doors pass
+`bars(enabled)`, and `open_bar` gives the loop a bar that does nothing when none was asked for.
 """
 
 from __future__ import annotations
@@ -22,3 +23,18 @@ def bars(enabled: bool = True) -> Bars | None:
     except ImportError:
         return None
     return lambda total, desc: tqdm(total=total, desc=desc, leave=False)
+
+
+class NoBar:
+    """What a loop calls on a progress bar, doing nothing: no bar was asked for."""
+
+    def update(self, n: int = 1) -> None: ...
+
+    def set_postfix(self, **kwargs: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_bar(progress: Bars | None, total: int, description: str) -> Any:
+    """progress(total, description), or a NoBar without a factory."""
+    return progress(total, description) if progress is not None else NoBar()

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from shdh.data.download import s3_endpoint
+from shdh.data.s3_source import s3_endpoint
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ READER_OPTIONS = ("image_size", "color", "skip_bad_images", "workers", "inner_la
 
 # The registry's dataset modules, spelled the way the import graph reads a lazy import, so that
 # the stages that prepare data (and those that import this step) depend on exactly them
-# (tests/unit/test_dataset_registry.py keeps it equal to shdh.data.dataset_catalogue.DATASETS).
+# (tests/unit/test_dataset_catalogue.py keeps it equal to shdh.data.dataset_catalogue.DATASETS).
 CODE = (
     "shdh.data.fashion_mnist:convert",
     "shdh.data.cifar100:convert",

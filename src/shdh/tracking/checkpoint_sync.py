@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from shdh.data.download import s3_endpoint
+from shdh.data.s3_source import s3_endpoint
 from shdh.plan.fits import RUN_REF, WORK_DIR
 from shdh.runtime.atomic import atomic_path
 

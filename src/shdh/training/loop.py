@@ -35,6 +35,7 @@ import torch
 
 from shdh.nets.hashing import HashingNet
 from shdh.runtime.devices import resolve_device
+from shdh.runtime.progress import open_bar
 from shdh.runtime.source_fingerprint import fingerprint
 from shdh.training import convergence
 from shdh.training.batches import Batches
@@ -241,7 +242,7 @@ class _Epochs:
         losses = LossLog(math.ceil(n_train / config.batch_size), device)
         n_seen, t0 = 0, time.perf_counter()
         desc = f"epoch {epoch}/{config.epochs}"
-        bar = self.progress(losses.n_steps, desc) if self.progress else _NoBar()
+        bar = open_bar(self.progress, losses.n_steps, desc)
         for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
             pos = order[start : start + config.batch_size]
             if len(pos) < 2:  # a lone trailing item has no in-batch partner
@@ -365,14 +366,3 @@ def _cuda_speedups(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.backends.cudnn.benchmark = old
-
-
-class _NoBar:
-    """What the loop calls on a progress bar, doing nothing: no bar was asked for (the core
-    cannot use shdh.runtime.progress, whose bars come from tqdm)."""
-
-    def update(self, n: int = 1) -> None: ...
-
-    def set_postfix(self, **kwargs: Any) -> None: ...
-
-    def close(self) -> None: ...

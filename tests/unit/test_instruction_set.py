@@ -48,7 +48,7 @@ AVX512_CAPS = {
 @pytest.fixture(autouse=True)
 def no_cpu_limit(tmp_path_factory, monkeypatch) -> None:
     """No cgroup CPU limit, whatever the machine running the tests has: the pin then sets only
-    its own variables (the thread counts under a limit: tests/unit/test_cpu_limit.py)."""
+    its own variables (the thread counts under a limit: tests/unit/test_cpu_quota.py)."""
     monkeypatch.setattr("shdh.runtime.cpu_quota.CGROUP_ROOT", tmp_path_factory.mktemp("no-cgroup"))
 
 
@@ -204,12 +204,14 @@ def _is_component(function: ast.FunctionDef) -> bool:
     )
 
 
-def run_digests(module: str, env: dict[str, str], *prefix: str) -> dict[str, str]:
+def run_digests(
+    module: str, env: dict[str, str], *prefix: str, args: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The digests a module of tests/unit prints as JSON, run in a fresh process that its own
     front door pins (as every front door does); `prefix` runs it under another program (an
-    emulator)."""
+    emulator), `args` are the module's own."""
     out = subprocess.run(
-        [*prefix, sys.executable, "-m", module],
+        [*prefix, sys.executable, "-m", module, *args],
         env=env,
         cwd=REPO,
         capture_output=True,

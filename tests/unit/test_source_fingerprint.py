@@ -107,7 +107,7 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
     shutil.copytree(
         REPO / "src" / "shdh", src / "shdh", ignore=shutil.ignore_patterns("__pycache__")
     )
-    losses = src / "shdh" / "losses.py"
+    losses = src / "shdh" / "core" / "objectives.py"
     text = losses.read_text()
     assert "eta=float(self.eta)" in text
     losses.write_text(text.replace("eta=float(self.eta)", "eta=0.5 * float(self.eta)"))
@@ -120,8 +120,8 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
     )
     assert child.returncode == 0, child.stderr[-3000:]
     refused, retrained = (x for x in child.stdout.splitlines() if x.startswith(("REFUSED", "HIST")))
-    assert refused.startswith("REFUSED") and "shdh.core.losses changed since" in refused
-    assert "not resuming" in child.stdout and "shdh.core.losses" in child.stdout
+    assert refused.startswith("REFUSED") and "shdh.core.objectives changed since" in refused
+    assert "not resuming" in child.stdout and "shdh.core.objectives" in child.stdout
     history = json.loads(retrained.removeprefix("HISTORY "))
     assert len(history) == 2 and history[0] != first[0]
     code, here = (
@@ -129,4 +129,4 @@ def test_auto_retrains_after_a_loss_change_and_always_refuses(tmp_path: Path, ca
         fingerprint(["shdh.hashers.deep"]),
     )
     assert code.keys() == here.keys()
-    assert [m for m in code if code[m] != here[m]] == ["shdh.core.losses"]
+    assert [m for m in code if code[m] != here[m]] == ["shdh.core.objectives"]

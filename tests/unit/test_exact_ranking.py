@@ -11,12 +11,16 @@ from shdh.ranking.exact import (
     integer_weights,
     iter_rank,
     pack_codes,
-    rank,
     rank_with_distances,
     segment_masks,
     unpack_codes,
     weighted_hamming,
 )
+
+
+def rank(*args, **options) -> np.ndarray:
+    """The ranking's database indices alone."""
+    return rank_with_distances(*args, **options)[0]
 
 
 def random_codes(rng: np.random.Generator, n: int, n_bits: int) -> np.ndarray:

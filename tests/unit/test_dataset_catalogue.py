@@ -19,6 +19,7 @@ from shdh.data import dataset_catalogue
 from shdh.data.dataset import Dataset, load_dataset, save_dataset
 from shdh.data.dataset_catalogue import DatasetEntry
 from shdh.data.folder import folder_dataset
+from shdh.data.images import ImageItems
 from shdh.data.table import table_dataset
 from shdh.runtime.errors import ConfigError
 from shdh.steps import prepare as step
@@ -134,8 +135,9 @@ def test_the_readers_defaults_are_the_data_settings_defaults():
     from shdh.settings.sections import DataSettings
 
     documented = {f.name: f.default for f in dataclasses.fields(DataSettings)}
+    written = inspect.signature(ImageItems.write).parameters  # the options both readers pass on
     for reader in (folder_dataset, table_dataset):
-        parameters = inspect.signature(reader).parameters
+        parameters = {**written, **inspect.signature(reader).parameters}
         for option in step.READER_OPTIONS:
             assert parameters[option].default == documented[option], (reader.__name__, option)
 

@@ -1,5 +1,5 @@
 """The checkpoint store's settings and its uploader, with an in-memory client standing in for
-S3 (tests/integration/test_checkpoint_store.py runs it against a real server)."""
+S3 (tests/integration/test_checkpoint_sync.py runs it against a real server)."""
 
 from __future__ import annotations
 

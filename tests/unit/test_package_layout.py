@@ -1,0 +1,134 @@
+"""The package as docs/architecture.md draws it: its map names every module of src/shdh and no
+module that is gone, with the rule of each folder as tests/unit/test_layers.py holds it; the
+package's top holds few modules and no module is long; and the module paths of older releases
+still import, as compiled pipelines and logged MLflow models need.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from shdh.runtime.moved_modules import MOVED
+from tests.conftest import REPO
+from tests.unit.test_layers import ALLOWED
+
+PACKAGE = REPO / "src" / "shdh"
+MAX_TOP_MODULES = 8
+MAX_MODULE_LINES = 450
+MAP_ROW = re.compile(
+    r"^\| (`(?P<folder>\w+)/`|\(top\)) \|[^|]*\| (?P<modules>[^|]*) \| (?P<rule>[^|]*) \|$"
+)
+
+
+def map_rows(text: str) -> dict[str, tuple[set[str], str]]:
+    """{folder (or "" for the package's top): (its modules, its may-import cell)} from the table
+    under "## The map"."""
+    section = text.split("## The map", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        found = MAP_ROW.match(line.strip())
+        if found:
+            modules = {m.strip() for m in found["modules"].split(",") if m.strip()}
+            rows[found["folder"] or ""] = (modules, found["rule"].strip())
+    return rows
+
+
+def package_modules() -> dict[str, set[str]]:
+    """{folder (or "" for the top): its modules, packages' bodies left out}."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if path.name != "__init__.py":
+            found.setdefault(parts[0] if len(parts) > 1 else "", set()).add(path.stem)
+    return found
+
+
+def test_the_map_names_every_module_and_no_other():
+    rows = map_rows((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    drawn = {folder: modules for folder, (modules, _) in rows.items()}
+    actual = package_modules()
+    problems = [
+        f"{folder or '(top)'}/: the map misses {sorted(actual.get(folder, set()) - mods)}, "
+        f"names {sorted(mods - actual.get(folder, set()))} that are not there"
+        for folder in sorted(set(drawn) | set(actual))
+        for mods in [drawn.get(folder, set())]
+        if mods != actual.get(folder, set())
+    ]
+    assert not problems, "docs/architecture.md's map is out of date:\n  " + "\n  ".join(problems)
+
+
+def test_the_map_states_each_folders_rule():
+    rows = map_rows((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    wrong = {
+        folder: rule
+        for folder, (_, rule) in rows.items()
+        if folder and rule != (", ".join(sorted(ALLOWED[folder])) if ALLOWED[folder] else "nothing")
+    }
+    assert not wrong, f"map rows whose rule is not tests/unit/test_layers.py's: {wrong}"
+
+
+def test_the_map_is_read_from_its_table():
+    """A row the parser cannot read would pass the map test by being left out."""
+    rows = map_rows(
+        "## The map\n| `core/` | x | a, b | runtime |\n| (top) | y | cli | z |\n## Next\n"
+    )
+    assert rows == {"core": ({"a", "b"}, "runtime"), "": ({"cli"}, "z")}
+
+
+def test_few_modules_at_the_top_and_none_long():
+    top = package_modules()[""]
+    assert len(top) + 1 <= MAX_TOP_MODULES, f"src/shdh holds {sorted(top)} and __init__.py"
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_old_module_path_is_the_new_module(old):
+    new = importlib.import_module(MOVED[old])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        was = importlib.import_module(old)
+    assert was is new
+    assert (PACKAGE / Path(*old.split(".")[1:])).with_suffix(".py").exists() is False
+
+
+def test_importing_an_old_path_warns_with_the_new_one(monkeypatch):
+    monkeypatch.delitem(importlib.sys.modules, "shdh.cpu_pin", raising=False)
+    with pytest.warns(DeprecationWarning, match="shdh.runtime.instruction_set"):
+        importlib.import_module("shdh.cpu_pin")
+
+
+def component_imports() -> list[tuple[str, str, str]]:
+    """(component file, module, name) of every `from MODULE import NAME` in components/."""
+    found = []
+    for path in sorted((REPO / "components").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shdh"):
+                found += [(path.name, node.module, alias.name) for alias in node.names]
+    return found
+
+
+def test_what_compiled_components_import_is_there():
+    """The components' code is compiled into the pipeline's YAML as it is written; each name it
+    imports must resolve in this package, by an old path or a new one."""
+    missing = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for file, module, name in component_imports():
+            if not hasattr(importlib.import_module(module), name):
+                missing.append(f"{file}: from {module} import {name}")
+    assert len(component_imports()) > 20
+    from shdh import tracking  # a module when those were compiled; report.py calls this of it
+
+    assert callable(tracking.attach_text)
+    assert not missing, "component imports that no longer resolve:\n  " + "\n  ".join(missing)
