@@ -21,6 +21,7 @@ from tests.unit.test_layers import ALLOWED
 PACKAGE = REPO / "src" / "shdh"
 MAX_TOP_MODULES = 8
 MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60  # from `def` to the end, docstring included (test_unit_size counts code)
 MAP_ROW = re.compile(
     r"^\| (`(?P<folder>\w+)/`|\(top\)) \|[^|]*\| (?P<modules>[^|]*) \| (?P<rule>[^|]*) \|$"
 )
@@ -90,6 +91,17 @@ def test_few_modules_at_the_top_and_none_long():
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
+
+
+def test_no_function_is_longer_than_a_screen():
+    long = [
+        f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -328,6 +328,20 @@ def _same_finest(fin_a: torch.Tensor, fin_b: torch.Tensor) -> torch.Tensor:
     return fin_a[:, None] == fin_b[None, :]
 
 
+def _check_dpsh_inputs(
+    z: torch.Tensor, anc: torch.Tensor, eta: float, reduction: str
+) -> torch.Tensor:
+    """dpsh_loss's settings and shapes checked; anc as a tensor on z's device."""
+    check_choice("reduction", reduction, REDUCTIONS)
+    if not eta >= 0:
+        raise ValueError(f"dpsh_loss: eta must be >= 0, got {eta}")
+    if z.ndim != 2 or z.shape[0] < 1:
+        raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
+    anc = torch.as_tensor(anc, device=z.device)
+    check_ancestor_shape(anc.shape, "dpsh_loss: anc", rows=z.shape[0], rows_of="z has")
+    return anc
+
+
 def dpsh_loss(
     z: torch.Tensor,
     anc: torch.Tensor,
@@ -364,13 +378,7 @@ def dpsh_loss(
     a caller that ran `check_labelled` on all its rows once.
     Returns the scalar loss and detached {"e1": likelihood term, "e2": eta * quantisation term}.
     """
-    check_choice("reduction", reduction, REDUCTIONS)
-    if not eta >= 0:
-        raise ValueError(f"dpsh_loss: eta must be >= 0, got {eta}")
-    if z.ndim != 2 or z.shape[0] < 1:
-        raise ValueError(f"dpsh_loss: z must be (B, L) with B >= 1, got {tuple(z.shape)}")
-    anc = torch.as_tensor(anc, device=z.device)
-    check_ancestor_shape(anc.shape, "dpsh_loss: anc", rows=z.shape[0], rows_of="z has")
+    anc = _check_dpsh_inputs(z, anc, eta, reduction)
     dtype = torch.promote_types(z.dtype, torch.float32)  # bf16 autocast outputs -> float32
     u = z.to(dtype)  # (B, L)
     n_batch = u.shape[0]

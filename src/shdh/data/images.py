@@ -176,6 +176,23 @@ def _batch_decoder(
         yield lambda tasks: pool.imap(_decode_batch, tasks)
 
 
+def _check_decoded(undecodable: list[str], n_skipped: int, filled: int, n: int) -> None:
+    """One error naming every undecodable file (without skip_bad_images), or a warning that
+    counts the skipped ones, and an error when none decoded."""
+    if undecodable:
+        raise ImageDecodeError(
+            listed_problems(
+                undecodable,
+                f"{len(undecodable)} of {n} image files cannot be decoded; set "
+                "data.skip_bad_images: true (skip_bad_images=True in Python) to leave them out:",
+            )
+        )
+    if n_skipped:
+        log.warning("skipped %d undecodable image(s) of %d (skip_bad_images=True)", n_skipped, n)
+        if filled == 0:
+            raise ImageDecodeError(f"none of the {n} image files could be decoded")
+
+
 def stream_images(
     paths: Sequence[str | os.PathLike[str]],
     out: np.ndarray,
@@ -217,21 +234,8 @@ def stream_images(
             out[filled : filled + n_good] = batch[good] if bad else batch
             filled += n_good
             kept.append(start + np.flatnonzero(good))
-    if undecodable:
-        raise ImageDecodeError(
-            listed_problems(
-                undecodable,
-                f"{len(undecodable)} of {n} image files cannot be decoded; set "
-                "data.skip_bad_images: true (skip_bad_images=True in Python) to leave them out:",
-            )
-        )
     seconds = time.perf_counter() - t0
-    if bad_positions:
-        log.warning(
-            "skipped %d undecodable image(s) of %d (skip_bad_images=True)", len(bad_positions), n
-        )
-        if filled == 0:
-            raise ImageDecodeError(f"none of the {n} image files could be decoded")
+    _check_decoded(undecodable, len(bad_positions), filled, n)
     log.info(
         "decoded %d images to %s in %.1f s (%d worker process(es))",
         filled,

@@ -118,6 +118,24 @@ def _check_inputs(
         )
 
 
+def _identity(
+    images: np.ndarray,
+    train_idx: np.ndarray,
+    segment_sizes: list[int],
+    segment_levels: list[int],
+    layer_weights: list[float],
+) -> dict[str, Any]:
+    """What a checkpoint must agree on, besides the config, the loss and the code, to be
+    resumed: the input channels, the code layout and the training items."""
+    return {
+        "in_channels": 1 if images.ndim == 3 else int(images.shape[3]),
+        "segment_sizes": segment_sizes,
+        "segment_levels": segment_levels,
+        "layer_weights": layer_weights,
+        "train_idx_sha256": _sha256(train_idx),
+    }
+
+
 def train(
     config: TrainConfig,
     images: np.ndarray,
@@ -167,18 +185,9 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
     device = resolve_device(config.device)
-    in_channels = 1 if images.ndim == 3 else int(images.shape[3])
-    identity = {  # what a checkpoint must agree on, besides the config, to be resumed
-        "in_channels": in_channels,
-        "segment_sizes": segment_sizes,
-        "segment_levels": segment_levels,
-        "layer_weights": layer_weights,
-        "train_idx_sha256": _sha256(train_idx),
-        "loss": getattr(
-            loss_fn, "settings", None
-        ),  # a shdh.core.objectives.Loss names its settings
-        "code": code or fingerprint([__name__, type(loss_fn).__module__]),
-    }
+    identity = _identity(images, train_idx, segment_sizes, segment_levels, layer_weights)
+    identity["loss"] = getattr(loss_fn, "settings", None)  # an objectives.Loss names its settings
+    identity["code"] = code or fingerprint([__name__, type(loss_fn).__module__])
     ckpt = resumable_checkpoint(resume, ckpt_path, config, identity)
     run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate)
     cuda_devices = [device] if device.type == "cuda" else []
