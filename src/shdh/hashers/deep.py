@@ -6,8 +6,8 @@ code, weighted Hamming Eq. 4) or DPSH's pairwise likelihood (one segment, plain 
 original memory bank of past outputs is a switch, off by default: see DPSH). These classes are
 the one place where a method's hyper-parameters become a `TrainConfig` and a loss, so the
 pipeline, the tests and a notebook train exactly the same thing. A method takes its settings as
-objects: the loop's as one `loop.LoopSettings`, its loss's as one `objective` (a settings
-class of shdh.core.losses), each also given as the mapping a saved params.json holds.
+objects: the loop's as one `loop_settings.LoopSettings`, its loss's as one `objective` (a settings
+class of shdh.core.objectives), each also given as the mapping a saved params.json holds.
 
 Checkpoints go to `work_dir` (a temporary directory when it is None). `fit(..., resume=...)`
 continues a checkpoint there when its record agrees (shdh.hashers.deep_folder). Saved state (no
