@@ -171,9 +171,12 @@ def test_evaluate_codes_file_matches_metrics_evaluate(tmp_path: Path) -> None:
         codes.segment_sizes,
         codes.segment_weights,
         n=10,
+        map_depths=(1000, None),
+        mahp_depths=(2500,),
     )
     assert result == expected
     keys = {"acg@10", "dcg@10", "ndcg@10", "ndcg_list@10", "wr@100", "wr@1000", "wr@5000"}
+    keys |= {"map@1000", "map@all", "mahp@2500"}  # the peers' metrics, beside the paper's
     assert set(json.loads(json.dumps(result))) == keys
 
 

@@ -397,6 +397,12 @@ def _brute_metrics(c: Codes, n: int) -> dict[str, float]:
     u = _eq2(c.query_ancestors.shape[1])
     n_db = len(bits_db)
     sums = dict.fromkeys(["acg", "dcg", "ndcg", "ndcg_list", "wr100", "wr1000", "wr5000"], 0.0)
+    peers = dict.fromkeys(["map@1000", "map@all", "mahp@2500"], 0.0)
+
+    def finest(sets: np.ndarray) -> set[int]:  # the labels at the deepest level with one
+        levels = [{int(x) for x in level if x >= 0} for level in sets]
+        return next((nodes for nodes in reversed(levels) if nodes), set())
+
     for i in range(len(bits_q)):
         dist = [int(((bits_q[i] != bits_db[j]) * seg).sum()) for j in range(n_db)]
         order = sorted(range(n_db), key=lambda j: (dist[j], j))
@@ -414,8 +420,20 @@ def _brute_metrics(c: Codes, n: int) -> dict[str, float]:
         sums["ndcg_list"] += dcg(top) / ideal_list if ideal_list > 0 else 0.0
         for m in (100, 1000, 5000):
             sums[f"wr{m}"] += sum(gain[:m]) / sum(gain) if sum(gain) > 0 else 0.0
+        hits, precisions = 0, []  # the whole database is under 1,000: @1000 and @all agree
+        for rank, j in enumerate(order, start=1):
+            if finest(c.query_ancestors[i]) & finest(c.db_ancestors[j]):
+                hits += 1
+                precisions.append(hits / rank)
+        ap = sum(precisions) / hits if hits else 0.0
+        peers["map@1000"] += ap
+        peers["map@all"] += ap
+        best = sorted(rel, reverse=True)
+        hp = [sum(rel[:k]) / sum(best[:k]) if sum(best[:k]) else 0.0 for k in range(1, n_db + 1)]
+        peers["mahp@2500"] += (sum(hp) - (hp[0] + hp[-1]) / 2) / n_db if best[0] else 0.0
     out = {f"{k}@{n}": v / len(bits_q) for k, v in sums.items() if not k.startswith("wr")}
     out.update({f"wr@{m}": sums[f"wr{m}"] / len(bits_q) for m in (100, 1000, 5000)})
+    out.update({k: v / len(bits_q) for k, v in peers.items()})
     return out
 
 

@@ -66,6 +66,18 @@ def test_results_doc_has_the_paper_table_1_layout_beside_the_paper():
     assert "Table 2, IAPRTC-12" in iapr and "ACG@100 128" in iapr and "![" not in iapr
 
 
+def test_results_doc_sets_the_peers_metrics_beside_the_papers_when_the_run_has_them():
+    peers = {"map@1000": 0.71, "map@all": 0.52, "mahp@2500": 0.83}
+    metrics = {"shdh": {"32": {**_row(2.5, 0.96), **peers}}, "kmh": {"32": _row(1.5, 0.8)}}
+    doc = results_doc(metrics, dataset="fashion-mnist-h", n=100)
+    table = doc.split("mAHP@R with shared levels as relevance (HPDH):")[1].split("\n\n")[1]
+    lines = table.splitlines()
+    assert lines[0] == "| method | mAP@1000 32 | mAP@all 32 | mAHP@2500 32 |"
+    assert lines[2:] == ["| KMH | - | - | - |", "| SHDH | 0.7100 | 0.5200 | 0.8300 |"]
+    older = results_doc({"shdh": {"32": _row(2.5, 0.96)}}, dataset="fashion-mnist-h", n=100)
+    assert "mAP@" not in older  # a metrics.json from before these metrics: no empty table
+
+
 def test_update_generated_section_keeps_the_hand_written_analysis(tmp_path):
     path = tmp_path / "results.md"
     update_generated_section(path, f"{BEGIN_MARK}\nfirst\n{END_MARK}\n", title="Results")

@@ -8,7 +8,7 @@ import json
 from shdh.commands.common import script_main
 from shdh.core.codes_file import evaluate_codes_file
 
-HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG and WR as JSON"
+HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG, WR and the peers' mAP and mAHP as JSON"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

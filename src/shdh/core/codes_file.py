@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from shdh.core.metrics import evaluate
+from shdh.core.peer_metrics import MAHP_DEPTHS, MAP_DEPTHS
 from shdh.core.similarity import check_ancestors
 from shdh.ranking.exact import integer_weights
 from shdh.runtime.atomic import atomic_path
@@ -114,6 +115,8 @@ def evaluate_codes_file(
         c.segment_weights,
         n=n,
         workers=workers,
+        map_depths=MAP_DEPTHS,
+        mahp_depths=MAHP_DEPTHS,
     )
     return result
 

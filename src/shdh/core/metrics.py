@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shdh.core.level_weights import layer_weights
-from shdh.core.similarity import check_pair, iter_level_matches
+from shdh.core.peer_metrics import average_hierarchical_precision, average_precision, depth_name
+from shdh.core.similarity import check_pair, finest_match, iter_level_matches
 from shdh.ranking.exact import integer_weights, iter_rank
 
 # --- relevance and gain -----------------------------------------------------------------------
@@ -187,6 +188,8 @@ def evaluate(
     chunk: int | None = None,
     workers: int = 1,
     radius_queries: int | None = None,
+    map_depths: Sequence[int | None] = (),
+    mahp_depths: Sequence[int] = (),
 ) -> tuple[dict[str, float], Curves]:
     """All metrics of docs/method.md for packed codes, as means over queries.
 
@@ -199,20 +202,25 @@ def evaluate(
     radius_queries: average the WR-by-radius curve (a figure, not a table metric) over the first
     this many queries only (None: all). Queries come in a seeded random order, so they are a
     random sample; the curve's histogram over every database item is the costliest part of
-    the evaluation, and 1,000 queries draw it to within a fraction of a percent."""
+    the evaluation, and 1,000 queries draw it to within a fraction of a percent.
+
+    map_depths, mahp_depths: the peers' metrics to add (shdh.core.peer_metrics), "map@R" and
+    "mahp@R" for each R (None: the whole database, "map@all", which ranks all of it)."""
     q_anc, x_anc = _check_ancestors(query_anc, db_anc, query_codes_packed, db_codes_packed)
     _check_depths(n, curve_max, wr_ns)
+    _check_peer_depths(map_depths, mahp_depths)
     n_q, n_db = q_anc.shape[0], x_anc.shape[0]
     if n_q == 0 or n_db == 0:
         raise ValueError(f"need at least one query and one database item, got {n_q} and {n_db}")
     int_w = integer_weights(segment_weights)
     scores = _Sums(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries)
+    scores.peers = _PeerSums(scores.rows_u, n_db, map_depths, mahp_depths)
     ranked = iter_rank(  # checks codes and layout now; ranks lazily, chunk by chunk
         query_codes_packed,
         db_codes_packed,
         segment_sizes,
         int_w,
-        top_n=max(scores.n_top, scores.curve_len, *scores.wr_depths.values()),
+        top_n=max(scores.n_top, scores.gain_depth, scores.peers.depth),
         chunk=chunk,
         workers=workers,
     )
@@ -225,6 +233,16 @@ def _check_depths(n: int, curve_max: int, wr_ns: Sequence[int]) -> None:
     for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise ValueError(f"{name} must hold positive ints, got {value!r}")
+
+
+def _check_peer_depths(map_depths: Sequence[int | None], mahp_depths: Sequence[int]) -> None:
+    for name, depths in (
+        ("map_depths", [d for d in map_depths if d is not None]),
+        ("mahp_depths", mahp_depths),
+    ):
+        for value in depths:
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{name} must hold positive ints (or None for map), got {value!r}")
 
 
 class _Sums:
@@ -247,6 +265,8 @@ class _Sums:
         self.n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
         if self.n_radius < 1:
             raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
+        self.gain_depth = max(self.curve_len, *self.wr_depths.values())
+        self.peers = _PeerSums(self.rows_u, n_db, (), ())  # evaluate sets those it asks for
 
     def add(self, part) -> None:
         """One chunk of ranked queries: part.indices (Qc, depth), part.all_distances."""
@@ -256,8 +276,8 @@ class _Sums:
         total = gain_u @ self.row_count
 
         picked = np.arange(qa.shape[0])[:, None], self.row_of[part.indices]
-        rel = rel_u[picked][:, : self.n_top]
-        gains = gain_u[picked]
+        rel = rel_u[picked[0], picked[1][:, : self.n_top]]
+        gains = gain_u[picked[0], picked[1][:, : self.gain_depth]]
         self.sums["acg"] += acg(rel).sum()
         self.sums["dcg"] += dcg(rel).sum()
         self.sums["ndcg"] += ndcg(rel, database_ideal(rel_counts, self.n_top)).sum()
@@ -275,11 +295,13 @@ class _Sums:
                 total[:rows],
                 self.max_radius,
             )
+        self.peers.add(qa, picked, rel_u, rel_counts)
 
     def means(self, real_per_unit: float) -> tuple[dict[str, float], Curves]:
         n, n_q = self.n, self.n_q
         result = {f"{name}@{n}": float(value / n_q) for name, value in self.sums.items()}
         result.update({f"wr@{m}": float(value / n_q) for m, value in self.wr_sums.items()})
+        result.update({name: float(value / n_q) for name, value in self.peers.sums.items()})
         radius = np.arange(self.max_radius + 1)
         curves = Curves(
             wr_at_n=self.curve_sum / n_q,
@@ -288,6 +310,30 @@ class _Sums:
             wr_at_radius=self.radius_sum / self.n_radius,
         )
         return result, curves
+
+
+class _PeerSums:
+    """mAP@R (relevant: the query's finest label) and mAHP@R summed over queries
+    (shdh.core.peer_metrics), beside _Sums' metrics and from the same ranking."""
+
+    def __init__(self, rows_u, n_db, map_depths, mahp_depths) -> None:
+        self.rows_u = rows_u
+        self.map_depths = {f"map@{depth_name(d)}": min(d or n_db, n_db) for d in map_depths}
+        self.mahp_depths = {f"mahp@{d}": min(d, n_db) for d in mahp_depths}
+        self.sums = dict.fromkeys([*self.map_depths, *self.mahp_depths], 0.0)
+        self.depth = max([0, *self.map_depths.values(), *self.mahp_depths.values()])
+
+    def add(self, qa, picked, rel_u, rel_counts) -> None:
+        """One chunk: picked = (query rows, each ranked item's distinct ancestor row)."""
+        if self.map_depths:
+            relevant = finest_match(qa, self.rows_u)[picked]  # (Qc, depth) in rank order
+            for name, d in self.map_depths.items():
+                self.sums[name] += average_precision(relevant[:, :d]).sum()
+        for name, d in self.mahp_depths.items():
+            rel = rel_u[picked[0], picked[1][:, :d]]
+            self.sums[name] += average_hierarchical_precision(
+                rel, database_ideal(rel_counts, d)
+            ).sum()
 
 
 def _distinct_rows(x_anc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

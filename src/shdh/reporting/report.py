@@ -97,8 +97,13 @@ def _table1(
     n: int,
     metrics=_TABLE1_METRICS,
 ) -> str:
-    """Rows = methods, columns = each metric at each bit length: the paper's Table 1 layout."""
-    head = "| method | " + " | ".join(f"{m}@{n} {b}" for m, _, _ in metrics for b in bits) + " |"
+    """Rows = methods, columns = each metric at each bit length: the paper's Table 1 layout. A
+    metric's name is taken at n unless it names its own depth (mAP@1000)."""
+
+    def label(name: str, b: int) -> str:
+        return f"{name} {b}" if "@" in name else f"{name}@{n} {b}"
+
+    head = "| method | " + " | ".join(label(m, b) for m, _, _ in metrics for b in bits) + " |"
     lines = [head, "|---|" + "---:|" * (len(metrics) * len(bits))]
     for method in ordered_methods(rows):
         cells = []
@@ -143,6 +148,7 @@ def results_doc(
         f"NDCG@{n} normalised by the ideal order of the whole database (the stricter, standard "
         "form):\n",
         _table1(ours, bits, n, (("NDCG", "ndcg", 4),)),
+        *_peers_section(ours, bits, n),
         f"### The paper ({paper_name}), for reference\n",
         _table1(paper_rows, list(paper_bits), n, paper_metrics),
         *_claims_section(ours, bits, paper_rows, list(paper_bits), n),
@@ -150,6 +156,26 @@ def results_doc(
         END_MARK,
     ]
     return "\n".join(parts) + "\n"
+
+
+def _peers_section(
+    ours: dict[str, dict[int, dict[str, Any]]], bits: list[int], n: int
+) -> list[str]:
+    """The metrics other hashing work reports (shdh.core.peer_metrics), where the run has them."""
+    present = {key for by_bits in ours.values() for row in by_bits.values() for key in row}
+    columns = [
+        (key.replace("mahp", "mAHP").replace("map", "mAP"), key, 4)
+        for key in sorted(present, key=lambda k: (k.startswith("mahp"), k))
+        if key.startswith(("map@", "mahp@")) and not key.endswith("_sd")
+    ]
+    if not columns:
+        return []
+    intro = (
+        "The metrics other hashing work reports, for setting these numbers beside theirs: mAP@R "
+        "with the finest label as relevance (DeepHash-pytorch, cisip-FIRe; @all: the whole "
+        "database) and mAHP@R with shared levels as relevance (HPDH):\n"
+    )
+    return [intro, _table1(ours, bits, n, tuple(columns))]
 
 
 # The paper's claims as (name, better side, worse side); a side is a method or a group, of which

@@ -26,6 +26,7 @@ import numpy as np
 from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
 from shdh.core.metrics import Curves
 from shdh.core.metrics import evaluate as score_codes
+from shdh.core.peer_metrics import MAHP_DEPTHS, MAP_DEPTHS
 from shdh.hashers import load_hasher
 from shdh.plan.fits import Fit, fit_name
 from shdh.reporting.figures import (
@@ -273,6 +274,8 @@ def _score(
         curve_max=min(eval_params.get("curve_max", 5000), n_db),
         workers=eval_workers(eval_params.get("workers")),
         radius_queries=eval_params.get("radius_queries"),
+        map_depths=MAP_DEPTHS,
+        mahp_depths=MAHP_DEPTHS,
     )
     result = Scored(method, bits, metrics, curves, path, seed)
     log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
