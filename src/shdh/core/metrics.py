@@ -207,14 +207,15 @@ def evaluate(
     map_depths, mahp_depths: the peers' metrics to add (shdh.core.peer_metrics), "map@R" and
     "mahp@R" for each R (None: the whole database, "map@all", which ranks all of it)."""
     q_anc, x_anc = _check_ancestors(query_anc, db_anc, query_codes_packed, db_codes_packed)
-    _check_depths(n, curve_max, wr_ns)
-    _check_peer_depths(map_depths, mahp_depths)
+    _check_depths(
+        n=[n], curve_max=[curve_max], wr_ns=wr_ns, map_depths=map_depths, mahp_depths=mahp_depths
+    )
     n_q, n_db = q_anc.shape[0], x_anc.shape[0]
     if n_q == 0 or n_db == 0:
         raise ValueError(f"need at least one query and one database item, got {n_q} and {n_db}")
     int_w = integer_weights(segment_weights)
-    scores = _Sums(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries)
-    scores.peers = _PeerSums(scores.rows_u, n_db, map_depths, mahp_depths)
+    peers = _PeerSums(n_db, map_depths, mahp_depths)
+    scores = _Sums(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries, peers)
     ranked = iter_rank(  # checks codes and layout now; ranks lazily, chunk by chunk
         query_codes_packed,
         db_codes_packed,
@@ -229,33 +230,27 @@ def evaluate(
     return scores.means(real_per_unit=float(np.sum(segment_weights)) / float(int_w.sum()))
 
 
-def _check_depths(n: int, curve_max: int, wr_ns: Sequence[int]) -> None:
-    for name, value in [("n", n), ("curve_max", curve_max), *[("wr_ns", m) for m in wr_ns]]:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must hold positive ints, got {value!r}")
-
-
-def _check_peer_depths(map_depths: Sequence[int | None], mahp_depths: Sequence[int]) -> None:
-    for name, depths in (
-        ("map_depths", [d for d in map_depths if d is not None]),
-        ("mahp_depths", mahp_depths),
-    ):
-        for value in depths:
+def _check_depths(**depths: Sequence[int | None]) -> None:
+    """Every depth a positive int (None, the whole database, where map_depths has it)."""
+    for name, values in depths.items():
+        for value in values:
+            if value is None and name == "map_depths":
+                continue
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"{name} must hold positive ints (or None for map), got {value!r}")
+                raise ValueError(f"{name} must hold positive ints, got {value!r}")
 
 
 class _Sums:
     """The metrics summed over the queries of each ranked chunk, then averaged (`means`)."""
 
-    def __init__(self, q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries):
+    def __init__(self, q_anc, x_anc, int_w, sizes, n, wr_ns, curve_max, radius_queries, peers):
         n_q, n_db = q_anc.shape[0], x_anc.shape[0]
         self.q_anc, self.n_q, self.n = q_anc, n_q, n
         self.u = layer_weights(q_anc.shape[1])
         self.n_top = min(n, n_db)
         self.wr_depths = {m: min(m, n_db) for m in wr_ns}
         self.curve_len = min(curve_max, n_db)
-        self.max_radius = int((int_w * np.asarray(segment_sizes, dtype=np.int64)).sum())
+        self.max_radius = int((int_w * np.asarray(sizes, dtype=np.int64)).sum())
         self.rows_u, self.row_of, self.row_count = _distinct_rows(x_anc)
         self.n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
         self.sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
@@ -266,7 +261,7 @@ class _Sums:
         if self.n_radius < 1:
             raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
         self.gain_depth = max(self.curve_len, *self.wr_depths.values())
-        self.peers = _PeerSums(self.rows_u, n_db, (), ())  # evaluate sets those it asks for
+        self.peers = peers
 
     def add(self, part) -> None:
         """One chunk of ranked queries: part.indices (Qc, depth), part.all_distances."""
@@ -295,7 +290,7 @@ class _Sums:
                 total[:rows],
                 self.max_radius,
             )
-        self.peers.add(qa, picked, rel_u, rel_counts)
+        self.peers.add(qa, self.rows_u, picked, rel_u, rel_counts)
 
     def means(self, real_per_unit: float) -> tuple[dict[str, float], Curves]:
         n, n_q = self.n, self.n_q
@@ -316,17 +311,16 @@ class _PeerSums:
     """mAP@R (relevant: the query's finest label) and mAHP@R summed over queries
     (shdh.core.peer_metrics), beside _Sums' metrics and from the same ranking."""
 
-    def __init__(self, rows_u, n_db, map_depths, mahp_depths) -> None:
-        self.rows_u = rows_u
+    def __init__(self, n_db, map_depths, mahp_depths) -> None:
         self.map_depths = {f"map@{depth_name(d)}": min(d or n_db, n_db) for d in map_depths}
         self.mahp_depths = {f"mahp@{d}": min(d, n_db) for d in mahp_depths}
         self.sums = dict.fromkeys([*self.map_depths, *self.mahp_depths], 0.0)
         self.depth = max([0, *self.map_depths.values(), *self.mahp_depths.values()])
 
-    def add(self, qa, picked, rel_u, rel_counts) -> None:
-        """One chunk: picked = (query rows, each ranked item's distinct ancestor row)."""
+    def add(self, qa, rows_u, picked, rel_u, rel_counts) -> None:
+        """One chunk: picked = (query rows, each ranked item's distinct ancestor row, rows_u)."""
         if self.map_depths:
-            relevant = finest_match(qa, self.rows_u)[picked]  # (Qc, depth) in rank order
+            relevant = finest_match(qa, rows_u)[picked]  # (Qc, depth) in rank order
             for name, d in self.map_depths.items():
                 self.sums[name] += average_precision(relevant[:, :d]).sum()
         for name, d in self.mahp_depths.items():

@@ -121,18 +121,18 @@ def _check_inputs(
 def _identity(
     images: np.ndarray,
     train_idx: np.ndarray,
-    segment_sizes: list[int],
-    segment_levels: list[int],
-    layer_weights: list[float],
+    layout: dict[str, list],
+    loss_fn: LossFn,
+    code: dict[str, str] | None,
 ) -> dict[str, Any]:
-    """What a checkpoint must agree on, besides the config, the loss and the code, to be
-    resumed: the input channels, the code layout and the training items."""
+    """What a checkpoint must agree on, besides the config, to be resumed: the input channels,
+    the code layout, the training items, the loss's settings and the code that trains."""
     return {
         "in_channels": 1 if images.ndim == 3 else int(images.shape[3]),
-        "segment_sizes": segment_sizes,
-        "segment_levels": segment_levels,
-        "layer_weights": layer_weights,
+        **layout,
         "train_idx_sha256": _sha256(train_idx),
+        "loss": getattr(loss_fn, "settings", None),  # an objectives.Loss names its settings
+        "code": code or fingerprint([__name__, type(loss_fn).__module__]),
     }
 
 
@@ -173,21 +173,19 @@ def train(
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)
-    segment_sizes = [int(s) for s in segment_sizes]
-    segment_levels = [int(k) for k in segment_levels]
-    layer_weights = [float(w) for w in layer_weights]
-    _check_inputs(
-        config, images, ancestors, train_idx, segment_sizes, segment_levels, layer_weights
-    )
+    layout = {
+        "segment_sizes": [int(s) for s in segment_sizes],
+        "segment_levels": [int(k) for k in segment_levels],
+        "layer_weights": [float(w) for w in layer_weights],
+    }
+    _check_inputs(config, images, ancestors, train_idx, *layout.values())
     if config.val_size > 0 and validate is None:
         raise ValueError("train: val_size > 0 needs a validate function to score held-out items")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
     device = resolve_device(config.device)
-    identity = _identity(images, train_idx, segment_sizes, segment_levels, layer_weights)
-    identity["loss"] = getattr(loss_fn, "settings", None)  # an objectives.Loss names its settings
-    identity["code"] = code or fingerprint([__name__, type(loss_fn).__module__])
+    identity = _identity(images, train_idx, layout, loss_fn, code)
     ckpt = resumable_checkpoint(resume, ckpt_path, config, identity)
     run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate)
     cuda_devices = [device] if device.type == "cuda" else []
