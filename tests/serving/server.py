@@ -56,15 +56,24 @@ def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str = "run-a")
     )
 
 
-def make_dataset(folder: Path, index_dir: Path, seed: int = 0) -> Path:
-    """A prepare step's folder whose dataset holds the index's items (its ids), with random 8x8
-    RGB images."""
-    ids = SearchIndex.load(index_dir).item_ids.astype(np.int64)  # held as int32 where they fit
+def make_dataset(
+    folder: Path, index_dir: Path, seed: int = 0, image_shape: tuple[int, ...] = IMAGE_SHAPE
+) -> Path:
+    """A prepare step's folder whose dataset holds the index's items (its ids), with random
+    images (8x8 RGB unless told) and the label paths of their ancestors in the index
+    (make_index's tree: group g at level 2 is node 1 + g, leaf l at level 3 is node 3 + l)."""
+    index = SearchIndex.load(index_dir)
+    ids = index.item_ids.astype(np.int64)  # held as int32 where they fit
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, (len(ids), *IMAGE_SHAPE), dtype=np.uint8)
-    labels = np.array([f"group{i % 2}/leaf{i % 6}" for i in range(len(ids))])
+    images = rng.integers(0, 256, (len(ids), *image_shape), dtype=np.uint8)
+    labels = np.array([label_path(row) for row in np.asarray(index.ancestors)])
     save_dataset(Dataset(images=images, labels=labels, ids=ids, name="toy"), folder / "dataset")
     return folder
+
+
+def label_path(ancestors: np.ndarray) -> str:
+    """The label path of an item of make_index's tree, from its ancestor row."""
+    return f"group{ancestors[1] - 1}/leaf{ancestors[2] - 3}"
 
 
 class PixelEncoder:

@@ -1,12 +1,17 @@
 """The search service over HTTP (real uvicorn on loopback): its answers equal the offline
-ranking, ties included; readiness; the token; the limits; images decoded as the pipeline
-decodes them; and a reload under load that drops nothing."""
+ranking, ties included; readiness; the token; the limits, a streamed (chunked) body's
+included; images decoded as the pipeline decodes them; and a reload under load that drops
+nothing."""
 
 from __future__ import annotations
 
+import http.client
 import io
+import json
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -201,7 +206,12 @@ def test_bad_images_are_refused_with_the_reason(url):
     cases = [
         (png(pixels), "image/png", 413, "image: 10x300 pixels is over the limit"),
         (png(pixels[:20])[:-30], "image/png", 400, "image: cannot decode image"),
-        (b"not an image", "image/png", 400, "image: not a readable image"),
+        (
+            b"not an image",
+            "image/png",
+            400,
+            "image: the upload is not a PNG or JPEG image: cannot identify image data (12 bytes)",
+        ),
         (png(pixels[:20], "GIF"), "image/png", 415, "image: GIF image; send PNG or JPEG"),
         (png(pixels[:20]), "image/gif", 415, "Content-Type image/gif"),
     ]
@@ -209,6 +219,90 @@ def test_bad_images_are_refused_with_the_reason(url):
         response = post(url, "/search/image", data=data, headers={"Content-Type": kind})
         assert response.status_code == status, response.text
         assert response.json()["detail"].startswith(reason), response.text
+        assert "object at 0x" not in response.text
+
+
+def test_text_sent_as_an_image_is_refused_naming_the_upload_not_a_python_object(url):
+    """Pillow names bytes it cannot identify by their repr, an object address."""
+    text = b"hello, this is a text file\n"
+    one = post(url, "/search/image", data=text, headers={"Content-Type": "image/png"})
+    batch = post(
+        url, "/search/images", json={"images": [b64(png(np.zeros((8, 8, 3), "u1"))), b64(text)]}
+    )
+    assert (one.status_code, batch.status_code) == (400, 400)
+    assert one.json()["detail"] == (
+        "image: the upload is not a PNG or JPEG image: cannot identify image data (27 bytes)"
+    )
+    assert batch.json()["detail"].startswith(
+        "images[1]: the upload is not a PNG or JPEG image: cannot identify image data"
+    )
+    assert "object at" not in one.text + batch.text
+
+
+@pytest.mark.parametrize("item", [2**70, 2**63, -(2**63) - 1])
+def test_an_id_outside_int64_is_out_of_range_naming_the_field_and_the_range(url, item):
+    """Not "not an integer", and 2**63 is not taken for -2**63 (which wraps around)."""
+    response = post(url, "/search/ids", json={"ids": [1000, item], "k": 3})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "ids", "1"]
+    assert error["msg"] == (
+        f"item id {item} is out of range: ids are 64-bit signed integers, "
+        "from -9223372036854775808 to 9223372036854775807"
+    )
+    assert post(url, "/search/ids", json={"ids": [-(2**63)], "k": 3}).status_code == 404
+
+
+def post_chunked(url: str, path: str, content_type: str, prefix: bytes, total: int):
+    """POST a body of `total` bytes (`prefix`, then filler) with Transfer-Encoding: chunked and
+    no Content-Length, over a plain socket; (status, JSON body) of the answer. Sending stops
+    early if the server stops reading: its answer is still read."""
+    address = urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=60) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: {content_type}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n"
+        )
+        block = b"A" * (1 << 16)
+        try:
+            sock.sendall(head.encode() + b"%x\r\n%s\r\n" % (len(prefix), prefix))
+            for _ in range((total - len(prefix)) // len(block)):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+            sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        return answer.status, json.loads(answer.read())
+
+
+@pytest.fixture(scope="module")
+def default_limits_url(index_dir):
+    app = create_app(index_dir, encoder=PixelEncoderSource(), token=TOKEN)
+    with serving(app) as base:
+        yield base
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type", "prefix"),
+    [
+        ("/search/ids", "application/json", b'{"ids": [1000, '),
+        ("/search/images", "application/json", b'{"images": ["'),
+        ("/search/image", "image/png", b"\x89PNG\r\n\x1a\n"),
+        ("/search/codes", "application/json", b'{"codes": ["'),
+    ],
+)
+def test_a_50_mb_chunked_body_is_refused_413_naming_the_limit(
+    default_limits_url, path, content_type, prefix
+):
+    """With no Content-Length the limit is met while the body streams in; FastAPI's body
+    parsing, which answered such a cut-off body with a 400, does not get to answer."""
+    status, body = post_chunked(default_limits_url, path, content_type, prefix, 50 << 20)
+    assert status == 413, body
+    limit = Limits().max_body_bytes
+    assert body == {"detail": f"request body over the limit of {limit} bytes (--max-body-bytes)"}
+    assert requests.get(f"{default_limits_url}/healthz", timeout=5).ok
 
 
 def test_a_reload_under_load_drops_nothing_and_each_answer_is_one_version(tmp_path):

@@ -8,12 +8,14 @@ controller and CRDs. A plain Deployment runs the same project image the pipeline
 with ordinary probes. A search service is also not one model's predict(): it answers from an
 index beside the model, by code and by item id as well as by image, which KServe's V1/V2
 inference protocols have no place for. FastAPI gives the typed request checks and the OpenAPI
-page (/docs); both are already in requirements.lock.
+page (/docs, its Swagger UI files from fastapi-offline, so it needs no CDN); all are in
+requirements.lock.
 
 Modules: `app` (routes, create_app), `state` (the loaded index and encoder; the switch on
 reload), `encoders` (a hasher folder or a registered model), `uploads` (image checks and
-decoding), `queries` (request and response bodies), `auth` (the bearer token), `limits`
-(request limits), `page` (the web page at /).
+decoding), `queries` (request and response bodies), `labels` (the answers' label paths),
+`auth` (the bearer token), `limits` (request limits), `page` (the web page at /), `api_docs`
+(/docs and /redoc served offline).
 
 May import: core, data, hashers, nets, ranking, runtime, tracking, training.
 """

@@ -23,9 +23,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from shdh.serving import queries
+from shdh.serving.api_docs import add_docs
 from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
+from shdh.serving.labels import ItemLabels
 from shdh.serving.limits import BodyLimit, Limits
 from shdh.serving.metrics import (
     CONTENT_TYPE,
@@ -59,10 +61,12 @@ def create_app(
 ) -> FastAPI:
     """The service over the index in `index_dir`, with image queries when `encoder` is given;
     every route but the probes, the docs and the page needs `token` when one is given; `images`
-    (the prepared dataset) serves the database's images for the page's thumbnails. The index
-    and encoder load in the background once the server starts (see /readyz)."""
+    (the prepared dataset) serves the database's images for the page's thumbnails and gives
+    the answers their label paths. The index and encoder load in the background once the
+    server starts (see /readyz)."""
     limits = limits or Limits()
     service = Service(index_dir, encoder)
+    labels = None if images is None else images.labels
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -72,16 +76,20 @@ def create_app(
     app = FastAPI(
         title="shdh search",
         description="Exact weighted-Hamming top-k search over the hash codes of a database. "
-        "Send `Authorization: Bearer <token>` on every route but /, /healthz, /readyz and /docs.",
+        "Send `Authorization: Bearer <token>` on every route but /, /healthz, /readyz, /docs "
+        "and /redoc.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load Swagger UI and ReDoc from a CDN: add_docs's do not
+        redoc_url=None,
     )
+    add_docs(app)
     app.state.service = service  # shdh serve reloads it on SIGHUP
     metrics = RequestMetrics()
-    by_codes = _codes_endpoint(service, limits)
+    by_codes = _codes_endpoint(service, limits, labels)
     routers = [
         _probes(service, token),
         _metrics_route(service, metrics),
-        _search_routes(service, limits, by_codes),
+        _search_routes(service, limits, by_codes, labels),
         _item_routes(images),
     ]
     for router in routers:
@@ -143,7 +151,7 @@ def _probes(service: Service, token: str | None) -> APIRouter:
     return router
 
 
-def _codes_endpoint(service: Service, limits: Limits):
+def _codes_endpoint(service: Service, limits: Limits, labels: ItemLabels | None):
     """POST /search/codes: concurrent queries ranked in batches (shdh.serving.batching)."""
     batcher = CodeBatcher(max_queries=limits.max_batch)
 
@@ -153,12 +161,14 @@ def _codes_endpoint(service: Service, limits: Limits):
         queries.check_request(len(body.codes), body.k, limits)
         packed = queries.code_rows(body.codes, loaded.index.n_bits)
         rows, distances = await batcher.rank(loaded.index, packed, body.k)
-        return queries.code_answer(loaded.describe(), loaded.index, rows, distances)
+        return queries.code_answer(loaded.describe(), loaded.index, rows, distances, labels)
 
     return by_codes
 
 
-def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
+def _search_routes(
+    service: Service, limits: Limits, by_codes, labels: ItemLabels | None
+) -> APIRouter:
     router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
     router.post(
         "/search/codes",
@@ -175,7 +185,7 @@ def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
             hits = loaded.index.search_ids(body.ids, body.k)
         except KeyError as exc:
             raise QueryError(404, str(exc.args[0])) from None
-        return _answer(loaded, hits, body.ids)
+        return _answer(loaded, hits, labels, body.ids)
 
     @router.post(
         "/search/image",
@@ -188,7 +198,7 @@ def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
         if kind not in CONTENT_TYPES:
             raise QueryError(415, f"Content-Type {kind or '(none)'}: send image/png or image/jpeg")
         data = await request.body()
-        return await run_in_threadpool(_image_answer, service, limits, {"image": data}, k)
+        return await run_in_threadpool(_image_answer, service, limits, {"image": data}, k, labels)
 
     @router.post(
         "/search/images",
@@ -200,7 +210,7 @@ def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
             f"images[{i}]": queries.decode_base64(text, f"images[{i}]")
             for i, text in enumerate(body.images)
         }
-        return _image_answer(service, limits, datas, body.k)
+        return _image_answer(service, limits, datas, body.k, labels)
 
     @router.post("/admin/reload", summary="load the index and encoder anew, then switch to them")
     def reload() -> dict[str, Any]:
@@ -242,7 +252,11 @@ def _item_routes(images: DatasetImages | None) -> APIRouter:
 
 
 def _image_answer(
-    service: Service, limits: Limits, datas: dict[str, bytes], k: int
+    service: Service,
+    limits: Limits,
+    datas: dict[str, bytes],
+    k: int,
+    labels: ItemLabels | None,
 ) -> dict[str, Any]:
     loaded = _ready(service)
     if loaded.encoder is None:
@@ -254,7 +268,7 @@ def _image_answer(
     shape = loaded.encoder.image_shape
     images = np.stack([decode_upload(data, name, shape, limits) for name, data in datas.items()])
     packed = loaded.encoder.encode(images)
-    return _answer(loaded, loaded.index.search_codes(packed, k))
+    return _answer(loaded, loaded.index.search_codes(packed, k), labels)
 
 
 def _ready(service: Service) -> Loaded:
@@ -264,8 +278,10 @@ def _ready(service: Service) -> Loaded:
     return loaded
 
 
-def _answer(loaded: Loaded, hits: list, query_ids: list[int] | None = None) -> dict[str, Any]:
-    return {"version": loaded.describe(), "results": queries.results(hits, query_ids)}
+def _answer(
+    loaded: Loaded, hits: list, labels: ItemLabels | None, query_ids: list[int] | None = None
+) -> dict[str, Any]:
+    return {"version": loaded.describe(), "results": queries.results(hits, query_ids, labels)}
 
 
 async def _refused(request: Request, exc: Exception) -> JSONResponse:

@@ -2,8 +2,9 @@
 
 Checked in middleware, before routing and body parsing, so an unauthenticated request learns
 nothing (not whether its body would have parsed, nor whether an item exists): every refusal is
-the same 401 with the same one-word reason. The probes, the OpenAPI docs and the page itself are
-open; the page asks for the token and sends it with its own requests.
+the same 401 with the same one-word reason. The probes, the OpenAPI docs (with their scripts
+and styles) and the page itself are open; the page asks for the token and sends it with its own
+requests.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from shdh.serving.api_docs import ASSETS, PAGES
 from shdh.serving.limits import send_json
 
 TOKEN_ENV = "SHDH_SERVE_TOKEN"
-OPEN_PATHS = frozenset(
-    {"/", "/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json"}
-)
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/openapi.json", *PAGES})
+# The docs' scripts and styles: a browser loads them with no token, as it loads the docs page.
+OPEN_PREFIXES = (ASSETS + "/",)
 MIN_TOKEN_CHARS = 16
 
 
@@ -45,6 +47,11 @@ def check_token(token: str, where: str) -> str:
     return token
 
 
+def is_open(path: str) -> bool:
+    """Whether `path` is served without the token (the probes, the page, the docs)."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 def carries_token(authorization: bytes, token: str | None) -> bool:
     """Whether an Authorization header's value is `Bearer <token>` (always true when the
     service runs without a token). compare_digest: the time taken does not tell how much of a
@@ -60,7 +67,7 @@ class BearerAuth:
         self.token = token
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or is_open(scope["path"]):
             return await self.app(scope, receive, send)
         if carries_token(dict(scope["headers"]).get(b"authorization", b""), self.token):
             return await self.app(scope, receive, send)

@@ -43,7 +43,11 @@ async def send_json(send: Any, status: int, detail: str, headers: list | None = 
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over `max_bytes`, declared or streamed."""
+    """ASGI middleware: 413 for a body over `max_bytes`, declared or streamed.
+
+    A streamed body (chunked, no Content-Length) is cut off by raising from `receive`; what the
+    app answers then is dropped and the 413 sent instead, because a handler may catch the error
+    while it reads the body (FastAPI's body parsing turns any error into a 400)."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -52,31 +56,43 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = f"request body over the limit of {self.max_bytes} bytes"
+        too_large = f"request body over the limit of {self.max_bytes} bytes (--max-body-bytes)"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and not declared.isdigit():
             return await send_json(send, 400, "Content-Length is not a number")
         if declared is not None and int(declared) > self.max_bytes:
             return await send_json(send, 413, too_large)
-        received = 0
-        started = False
-
-        async def limited_receive() -> dict:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: dict) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        guard = _StreamGuard(receive, send, self.max_bytes)
         try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await send_json(send, 413, too_large)
+            await self.app(scope, guard.receive, guard.send)
+        except Exception:
+            if not guard.over:
+                raise
+        if guard.over and not guard.started:
+            await send_json(send, 413, too_large)
+
+
+class _StreamGuard:
+    """`receive` and `send` of one request: counts the body's bytes as they arrive, and once
+    they pass the limit holds back the app's own answer."""
+
+    def __init__(self, receive: Any, send: Any, max_bytes: int) -> None:
+        self._receive, self._send, self.max_bytes = receive, send, max_bytes
+        self.received = 0
+        self.over = False
+        self.started = False
+
+    async def receive(self) -> dict:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.max_bytes:
+                self.over = True
+                raise _TooLarge
+        return message
+
+    async def send(self, message: dict) -> None:
+        if self.over and not self.started:
+            return  # the app's answer to a body it could not read whole: the 413 replaces it
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)

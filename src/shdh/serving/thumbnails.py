@@ -1,6 +1,7 @@
 """The database's own images, for the page's thumbnails: read from the prepare step's folder
 (data.prepared_dir: its dataset/images.npy, memory-mapped read-only, so serving them costs no
-copy of the dataset), looked up by item id (ids.npy), and sent as PNG encoded in memory."""
+copy of the dataset), looked up by item id (ids.npy), and sent as PNG encoded in memory. The
+same dataset gives the answers their label paths (labels.npy, shdh.serving.labels)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 from shdh.data.dataset import load_dataset
+from shdh.serving.labels import ItemLabels
 
 
 class DatasetImages:
@@ -19,6 +21,7 @@ class DatasetImages:
         self.images = dataset.images
         self._order = np.argsort(dataset.ids, kind="stable")
         self._sorted_ids = np.asarray(dataset.ids)[self._order]
+        self.labels = ItemLabels(dataset.ids, dataset.labels)
 
     def png(self, item_id: int) -> bytes:
         """The item's image as PNG bytes; KeyError naming an id the dataset does not hold."""

@@ -11,6 +11,7 @@ decompression bomb) is refused without allocating it. Everything happens in memo
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 from PIL import Image
@@ -19,6 +20,11 @@ from shdh.data.images import ImageDecodeError, ImageSpec, decode_image
 from shdh.serving.limits import Limits
 
 CONTENT_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG"}
+
+# Pillow names the file it could not read by its repr, which for bytes in memory is an object
+# address ("<_io.BytesIO object at 0x7f...>"): meaningless to the sender, who is told which
+# upload it was instead.
+_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 
 class UploadError(Exception):
@@ -57,7 +63,7 @@ def decode_upload(
     try:
         image = decode_image(_Upload(data, name), spec_for(image_shape))
     except ImageDecodeError as exc:
-        raise UploadError(400, str(exc)) from None
+        raise UploadError(400, _without_objects(str(exc))) from None
     return image.reshape(image_shape)
 
 
@@ -69,8 +75,16 @@ def _check_header(data: bytes, name: str, limits: Limits) -> None:
             found, (width, height) = img.format, img.size
     except Image.DecompressionBombError:
         raise UploadError(413, f"{name}: image has too many pixels") from None
+    except Image.UnidentifiedImageError:
+        raise UploadError(
+            400,
+            f"{name}: the upload is not a PNG or JPEG image: cannot identify image data "
+            f"({len(data)} bytes)",
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise UploadError(400, f"{name}: not a readable image: {exc}") from None
+        raise UploadError(
+            400, f"{name}: not a readable image: {_without_objects(str(exc))}"
+        ) from None
     if found not in CONTENT_TYPES.values():
         raise UploadError(415, f"{name}: {found} image; send PNG or JPEG")
     if max(width, height) > limits.max_image_side or width * height > limits.max_image_pixels:
@@ -79,3 +93,7 @@ def _check_header(data: bytes, name: str, limits: Limits) -> None:
             f"{name}: {width}x{height} pixels is over the limit ({limits.max_image_side} per "
             f"side, {limits.max_image_pixels} in all)",
         )
+
+
+def _without_objects(message: str) -> str:
+    return _OBJECT_REPR.sub("", message)
