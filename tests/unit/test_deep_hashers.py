@@ -99,7 +99,9 @@ def test_load_refuses_the_state_of_another_bit_length_or_width(fitted, tmp_path:
     params = json.loads((tmp_path / "shdh" / "params.json").read_text())
     params["params"]["loop"]["width"] = 0.25
     (tmp_path / "shdh" / "params.json").write_text(json.dumps(params))
-    with pytest.raises(ValueError, match="network weights do not fit shdh with width=0.25"):
+    with pytest.raises(
+        ValueError, match="network weights do not fit shdh with backbone=cnnf, width=0.25"
+    ):
         SHDH.load(tmp_path / "shdh")
 
 

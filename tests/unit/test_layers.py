@@ -55,6 +55,8 @@ CORE_THIRD_PARTY = frozenset({"torch", "numpy", "numba"})
 LAZY_EXTRAS = {
     "scipy": frozenset({"shdh.hashers.ksh", "shdh.hashers.cosdish", "shdh.hashers.lfh"}),
     "tqdm": frozenset({"shdh.runtime.progress"}),  # bars when installed, none without it
+    # the torchvision backbones, their weights names and the augmented views; the CNN-F without
+    "torchvision": frozenset({"shdh.nets.backbones", "shdh.nets.pretrained", "shdh.nets.views"}),
 }
 
 

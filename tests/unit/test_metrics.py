@@ -202,6 +202,17 @@ def test_evaluate_matches_brute_force(sizes, weights, int_w) -> None:
     np.testing.assert_allclose(curves.radius_real, curves.radius * weights[-1] / int_w[-1])
 
 
+def test_evaluate_without_weighted_recall_depths() -> None:
+    """A run that asks for no WR@n (evaluate.wr_ns all deeper than a tiny database drop out of
+    the score step) still gets its NDCG."""
+    q, db, q_anc, db_anc = make_case(1)
+    kwargs = {"n": 10, "wr_ns": (), "curve_max": 30}
+    result, _ = evaluate(pack_codes(q), pack_codes(db), q_anc, db_anc, [13], (1.0,), **kwargs)
+    expected, _, _ = brute_evaluate(q, db, q_anc, db_anc, [13], [1], **kwargs)
+    assert set(result) == set(expected) == {"acg@10", "dcg@10", "ndcg@10", "ndcg_list@10"}
+    assert result["ndcg@10"] == pytest.approx(expected["ndcg@10"], abs=1e-12)
+
+
 def test_evaluate_curves_are_monotone_and_reach_one() -> None:
     q, db, q_anc, db_anc = make_case(2, n_db=40)
     result, curves = evaluate(

@@ -91,6 +91,8 @@ ERRORS = [
     ("data.query_fraction", 1, "data.query_fraction: expected a number > 0 and < 1, got 1"),
     ("data.inner_labels", "yes", "data.inner_labels: expected true or false, got 'yes'"),
     ("data.name", "a/b", "data.name: expected null or a name without '/' or '|', got 'a/b'"),
+    ("data.shard_mb", 0, "data.shard_mb: expected null or a number > 0, got 0"),
+    ("train.loader_workers", -1, "train.loader_workers: expected an integer >= 0, got -1"),
     ("tree.source", "builtin:cifar", "tree.source: unknown built-in tree 'builtin:cifar'"),
     ("evaluate", None, "evaluate: expected a mapping of settings, got null"),
     ("trian", {}, "unknown setting trian; did you mean train?"),

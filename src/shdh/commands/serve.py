@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--alias", default=DEFAULT_ALIAS, help=f"with --model (default: {DEFAULT_ALIAS})"
     )
     parser.add_argument(
-        "--images", help="the prepare step's folder (data.prepared_dir), for the page's thumbnails"
+        "--images",
+        help="the prepare step's folder (data.prepared_dir): the page's thumbnails and every "
+        "hit's label path",
     )
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine)")
     parser.add_argument("--port", type=int, default=8000, help="default: 8000")

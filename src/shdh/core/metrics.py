@@ -260,7 +260,7 @@ class _Sums:
         self.n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
         if self.n_radius < 1:
             raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
-        self.gain_depth = max(self.curve_len, *self.wr_depths.values())
+        self.gain_depth = max([self.curve_len, *self.wr_depths.values()])
         self.peers = peers
 
     def add(self, part) -> None:

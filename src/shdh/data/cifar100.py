@@ -384,7 +384,7 @@ def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
 
 
 def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
-    """The dataset directory at `out`; the readers' options do not apply."""
+    """The dataset directory at `out`; of the readers' options only shard_mb applies."""
     ds, tree = cifar100_dataset(raw_dir, verify=verify)
-    save_dataset(ds, out)
+    save_dataset(ds, out, shard_mb=reader.get("shard_mb"))
     return tree

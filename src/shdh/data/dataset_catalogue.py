@@ -31,6 +31,7 @@ class DatasetEntry:
 
     module: str | ModuleType
     builtin_tree: bool = False  # whether its module has label_tree()
+    own: bool = False  # the user's own data: nothing to download, read where data.raw_dir is
 
 
 DATASETS: dict[str, DatasetEntry] = {
@@ -38,8 +39,8 @@ DATASETS: dict[str, DatasetEntry] = {
     "cifar100": DatasetEntry("shdh.data.cifar100", builtin_tree=True),
     "iaprtc12": DatasetEntry("shdh.data.iaprtc12"),
     # your own data: images in one folder per label path, or a CSV/Parquet table of them
-    "folder": DatasetEntry("shdh.data.folder"),
-    "table": DatasetEntry("shdh.data.table"),
+    "folder": DatasetEntry("shdh.data.folder", own=True),
+    "table": DatasetEntry("shdh.data.table", own=True),
 }
 DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
 # The datasets whose tree `tree.source: builtin:NAME` names.

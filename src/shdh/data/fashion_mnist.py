@@ -235,7 +235,7 @@ def fashion_mnist_h_dataset(raw_dir: str | os.PathLike[str]) -> Dataset:
 
 
 def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
-    """The dataset directory at `out` and the built-in tree; the readers' options do not apply
-    and the raw files were verified when fetched."""
-    save_dataset(fashion_mnist_h_dataset(raw_dir), out)
+    """The dataset directory at `out` and the built-in tree; of the readers' options only
+    shard_mb applies, and the raw files were verified when fetched."""
+    save_dataset(fashion_mnist_h_dataset(raw_dir), out, shard_mb=reader.get("shard_mb"))
     return label_tree()

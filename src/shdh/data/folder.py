@@ -122,7 +122,7 @@ def folder_dataset(
 ) -> tuple[Path, LabelTree]:
     """Convert a folder tree of images into a dataset directory at out_dir; return the tree.
     options: those of shdh.data.images.ImageItems.write (image_size, color, skip_bad_images,
-    workers, inner_labels)."""
+    workers, inner_labels, shard_mb)."""
     return folder_items(root, name).write(out_dir, **options)
 
 

@@ -336,8 +336,9 @@ def fetch_raw(raw_dir: Path, *, sources: Sequence[str], verify: bool) -> Path:
 
 
 def convert(raw_dir: Path, out: Path, *, verify: bool, table: dict | None, **reader) -> LabelTree:
-    """The dataset directory at `out`; of the readers' options only skip_bad_images applies."""
+    """The dataset directory at `out`; of the readers' options only skip_bad_images and
+    shard_mb apply."""
     given = {key: reader[key] for key in ("skip_bad_images",) if key in reader}
     ds, tree = iaprtc12_dataset(raw_dir, **given)
-    save_dataset(ds, out)
+    save_dataset(ds, out, shard_mb=reader.get("shard_mb"))
     return tree

@@ -5,9 +5,10 @@ they find the images and their labels; everything after that is here, so both fo
 labels, decode, skip bad files and build the label tree the same way.
 
 Images are decoded in batches, by a small process pool when there are many, and written straight
-into the memory-mapped images.npy of write_dataset_streaming, so converting 60,000 images never
-holds more than one copy of the final array. The pool returns batches in submission order, so
-the output does not depend on the number of workers.
+into the memory-mapped images.npy (or shards) of write_dataset_streaming, so converting 60,000
+images never holds more than one copy of the final array, and a million never all at once.
+The pool returns batches in submission order, so the output does not depend on the number of
+workers.
 """
 
 from __future__ import annotations
@@ -377,6 +378,7 @@ class ImageItems:
         skip_bad_images: bool = False,
         workers: int | None = None,
         inner_labels: bool = False,
+        shard_mb: float | None = None,
     ) -> tuple[Path, LabelTree]:
         """Stream the images into a dataset directory at out_dir and return the label tree.
 
@@ -386,7 +388,8 @@ class ImageItems:
         skipped (skip_bad_images; otherwise an undecodable file is an error). The tree is checked
         before any image is decoded, and rebuilt from the kept items if some were skipped.
         workers: decoding processes (None: one per CPU); inner_labels: allow items labelled with
-        an inner node of the tree.
+        an inner node of the tree; shard_mb: store the images as shards of about that many MiB
+        (shdh.data.shards; None: one images.npy).
         """
         tree = self.check(inner_labels=inner_labels)
         spec = ImageSpec.of(image_size, color)
@@ -403,7 +406,9 @@ class ImageItems:
         n_items = len(self.paths)
         ids = np.arange(n_items, dtype=np.int64)
         labels = np.array(self.labels, dtype=np.str_)
-        out = write_dataset_streaming(out_dir, n_items, spec.shape, labels, ids, self.name, fill)
+        out = write_dataset_streaming(
+            out_dir, n_items, spec.shape, labels, ids, self.name, fill, shard_mb=shard_mb
+        )
         if kept[0] is not None:  # a subset of a valid tree's labels: rebuilding cannot fail
             n_items = len(kept[0])
             tree = label_tree(

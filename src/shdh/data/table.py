@@ -187,7 +187,7 @@ def table_dataset(
     Every row is one item (see table_items for the checks made before decoding). A file that
     exists but cannot be decoded is an error unless skip_bad_images; a missing file always
     is. options: those of shdh.data.images.ImageItems.write (image_size, color,
-    skip_bad_images, workers, inner_labels).
+    skip_bad_images, workers, inner_labels, shard_mb).
     """
     items = table_items(table_path, image_column, label_column, name)
     return items.write(out_dir, **options)

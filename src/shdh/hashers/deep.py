@@ -156,6 +156,7 @@ class _DeepTraining:
             raise
         self.model_ = result.model.eval()
         self.history_ = result.history
+        self.pretrained_sha256_ = result.pretrained_sha256
 
 
 class _TrainingRun:
@@ -232,6 +233,15 @@ class DeepHasher(
         """The network's output segments: the code's own, except for a method whose network
         outputs something else than the code (the classifier oracle's class scores)."""
         return sizes, levels
+
+    def network_record(self) -> dict[str, Any]:
+        """What the fit record and the MLflow run say of the network: the backbone and the
+        pretrained weights it started from, by their SHA-256 (None: from scratch)."""
+        return {
+            "backbone": self.loop.backbone,
+            "pretrained": self.loop.pretrained,
+            "pretrained_sha256": getattr(self, "pretrained_sha256_", None),
+        }
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return inference.encode(  # (N, L) int8 +-1

@@ -34,6 +34,7 @@ RUN_FILE = "hasher.json"  # in work_dir: what the checkpoint there was trained w
 # Parameters that do not change what is computed, so a resumed run may differ in them (the
 # training loop lets `epochs` grow, to extend a finished run).
 _RUNTIME_PARAMS = ("epochs", *RUNTIME_FIELDS, "work_dir")
+FINGERPRINT_BYTES = 64 * 2**20  # pixels hashed at a time
 
 
 class TrainingFolder:
@@ -143,8 +144,12 @@ class ReusedTraining:
 
 
 def check_images(name: str, X: Any) -> np.ndarray:
-    if not isinstance(X, np.ndarray) or X.dtype != np.uint8 or X.ndim not in (3, 4):
-        desc = f"{X.dtype} {X.shape}" if isinstance(X, np.ndarray) else type(X).__name__
+    """X as uint8 (N, H, W[, C]) images: an np.ndarray, or an array-like of rows read when
+    indexed (a dataset's shards, shdh.data.shards), which the training loop and encoding only
+    ever index by rows."""
+    array_like = all(hasattr(X, a) for a in ("dtype", "ndim", "shape", "__getitem__"))
+    if not array_like or X.dtype != np.uint8 or X.ndim not in (3, 4):
+        desc = f"{X.dtype} {X.shape}" if array_like else type(X).__name__
         raise ValueError(f"{name}: images must be a uint8 (N, H, W[, C]) array, got {desc}")
     if len(X) == 0:
         raise ValueError(f"{name}: images are empty")
@@ -152,9 +157,15 @@ def check_images(name: str, X: Any) -> np.ndarray:
 
 
 def _fingerprint(images: np.ndarray, pairs: Any) -> str:
-    """sha256 of the pixels, the ancestors, u and the pair mode: the data a checkpoint saw."""
+    """sha256 of the pixels, the ancestors, u and the pair mode: the data a checkpoint saw. The
+    pixels are hashed a block of rows at a time (the same digest as all at once), so images
+    larger than memory are never read whole."""
     h = hashlib.sha256()
-    for arr in (images, np.asarray(pairs.ancestors), np.asarray(pairs.weights, np.float64)):
+    h.update(f"{images.dtype}{images.shape}".encode())
+    block = max(1, FINGERPRINT_BYTES // max(1, int(np.prod(images.shape[1:]))))
+    for start in range(0, len(images), block):
+        h.update(np.ascontiguousarray(images[start : start + block]).data)
+    for arr in (np.asarray(pairs.ancestors), np.asarray(pairs.weights, np.float64)):
         h.update(f"{arr.dtype}{arr.shape}".encode())
         h.update(np.ascontiguousarray(arr).data)
     h.update(str(pairs.mode).encode())

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from shdh.hashers.base import Hasher
-from shdh.nets.hashing import build_model
+from shdh.training.checkpoint import build_model_for
 
 NET_PREFIX = "net."  # state.npz keys of the network weights
 STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
@@ -60,20 +60,14 @@ class SavedNetwork:
             raise _StateError(f"missing fields {missing or ['net.*']}")
         net_sizes = _net_sizes(self, net)
         shape = [int(s) for s in self.image_shape_]
-        model = build_model(
-            in_channels=shape[2] if len(shape) == 3 else 1,
-            n_bits=sum(net_sizes),
-            width=self.loop.width,
-            image_size=self.loop.image_size,
-            head_init=self.loop.head_init,
-            segment_sizes=net_sizes,
-        )
+        model = build_model_for(self.loop, shape[2] if len(shape) == 3 else 1, net_sizes)
         try:
             model.load_state_dict(net, strict=True)
         except RuntimeError as err:
             raise _StateError(
-                f"the network weights do not fit {self.name} with width={self.loop.width}, "
-                f"image_size={self.loop.image_size}: {err}"
+                f"the network weights do not fit {self.name} with backbone="
+                f"{self.loop.backbone}, width={self.loop.width}, image_size="
+                f"{self.loop.image_size}: {err}"
             ) from err
         self.model_ = model.eval()
         self.history_ = []  # the epoch history lives in the checkpoint, not in the model

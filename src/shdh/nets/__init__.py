@@ -1,10 +1,14 @@
-"""The networks: the CNN-F backbone (cnnf) and the segmented hashing head (hashing).
+"""The networks: the backbones (cnnf, the torchvision ones and EfficientNet-Lite0 in backbones),
+their pretrained weights (pretrained), the input views of training and encoding (views) and the
+segmented hashing head (hashing).
 
-HEAD_INITS is here, in a package body that imports nothing, because the training loop's settings
-(shdh.training.loop_settings, torch-free so that checking params.yaml loads no PyTorch) offer
-the same choices the hashing head takes.
+HEAD_INITS and BACKBONES are here, in a package body that imports nothing, because the training
+loop's settings (shdh.training.loop_settings, torch-free so that checking params.yaml loads no
+PyTorch) offer the same choices the hashing network takes.
 
 May import: core, ranking, runtime.
 """
 
 HEAD_INITS = ("default", "paper")  # the hashing head's initialisation (shdh.nets.hashing)
+# The networks under the hashing head (shdh.nets.backbones); cnnf is the paper's, from scratch.
+BACKBONES = ("cnnf", "alexnet", "resnet18", "resnet50", "vit_b_16", "efficientnet_lite0")

@@ -9,11 +9,16 @@ that encoding and retrieval cannot use a different split from training.
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
+from shdh.core.image_input import to_input
 from shdh.nets import HEAD_INITS
-from shdh.nets.cnnf import CNNF
+from shdh.nets.backbones import build_backbone
+from shdh.nets.views import eval_view
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class HashingNet(nn.Module):
@@ -23,6 +28,10 @@ class HashingNet(nn.Module):
     paper says. Then every z is a tiny positive number, tanh(z) ~ z ~ 0 for all items: that is the
     h~ = 0 saddle docs/method.md measured (the codes never left it with a mean-normalised E1), so
     the default keeps PyTorch's fan-in initialisation, which starts with codes that differ per item.
+
+    centre_crop: encode the centre view (shdh.nets.views.eval_view) of each image, the counterpart
+    of training on random crops. freeze_bn: the backbone's batch-norm layers keep their running
+    statistics in training too (what fine-tuning from pretrained weights with small batches wants).
     """
 
     def __init__(
@@ -31,6 +40,9 @@ class HashingNet(nn.Module):
         n_bits: int,
         segment_sizes: Sequence[int],
         head_init: str = "default",
+        *,
+        centre_crop: bool = False,
+        freeze_bn: bool = False,
     ) -> None:
         super().__init__()
         if not hasattr(backbone, "out_features"):
@@ -49,6 +61,7 @@ class HashingNet(nn.Module):
         self.backbone = backbone
         self.n_bits = n_bits
         self.segment_sizes = sizes
+        self.centre_crop, self.freeze_bn = centre_crop, freeze_bn
         self.head = nn.Linear(backbone.out_features, n_bits)
         if head_init == "paper":
             nn.init.uniform_(self.head.weight, 0.0, 1e-3)
@@ -57,6 +70,24 @@ class HashingNet(nn.Module):
     @property
     def image_size(self) -> int:
         return int(self.backbone.image_size)
+
+    def train(self, mode: bool = True) -> "HashingNet":
+        super().train(mode)
+        if mode and self.freeze_bn:
+            for module in self.backbone.modules():
+                if isinstance(module, _BATCH_NORMS):
+                    module.eval()
+        return self
+
+    def encoding_input(
+        self, images: np.ndarray | torch.Tensor, device: torch.device | str | None
+    ) -> torch.Tensor:
+        """uint8 images (B, H, W[, C]) -> the network's float input on `device`, the fixed view
+        that encoding shows it."""
+        if not self.centre_crop:
+            return to_input(images, self.image_size, device)
+        x = eval_view(torch.as_tensor(images).to(device), self.image_size)
+        return to_input(x, self.image_size, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats = self.backbone(x)  # (B, F)
@@ -71,8 +102,14 @@ def build_model(
     image_size: int = 32,
     head_init: str = "default",
     segment_sizes: Sequence[int] | None = None,
+    backbone: str = "cnnf",
+    centre_crop: bool = False,
+    freeze_bn: bool = False,
 ) -> HashingNet:
-    """CNN-F backbone + hashing layer; `segment_sizes` None means one segment of n_bits."""
-    backbone = CNNF(in_channels, width=width, image_size=image_size)
+    """A backbone (shdh.nets.backbones, random weights) + hashing layer; `segment_sizes` None
+    means one segment of n_bits."""
+    net = build_backbone(backbone, in_channels, width, image_size)
     sizes = (n_bits,) if segment_sizes is None else segment_sizes
-    return HashingNet(backbone, n_bits, sizes, head_init=head_init)
+    return HashingNet(
+        net, n_bits, sizes, head_init=head_init, centre_crop=centre_crop, freeze_bn=freeze_bn
+    )

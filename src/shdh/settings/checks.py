@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,11 @@ def number(
 
 BOOL = Check("true or false", "true/false values", lambda v: isinstance(v, bool))
 TEXT = Check("a non-empty text", "non-empty texts", lambda v: isinstance(v, str) and bool(v))
+SHA256 = Check(
+    "64 hex digits",
+    "SHA-256 digests",
+    lambda v: isinstance(v, str) and re.fullmatch("[0-9a-fA-F]{64}", v) is not None,
+)
 
 
 def choice(*values: str) -> Check:

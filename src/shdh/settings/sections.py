@@ -21,9 +21,10 @@ from shdh.core.loss_settings import (
 )
 from shdh.data.dataset_catalogue import DATASET_NAMES
 from shdh.hashers import method_catalogue
-from shdh.nets import HEAD_INITS
+from shdh.nets import BACKBONES, HEAD_INITS
 from shdh.settings.checks import (
     BOOL,
+    SHA256,
     TEXT,
     Check,
     choice,
@@ -81,6 +82,11 @@ class DataSettings:
     workers: int | None = setting(
         optional(integer(0)), "folder/table: decoding processes (null: one per core)", None
     )
+    shard_mb: float | None = setting(
+        optional(number(0, open_low=True)),
+        "images as shards of about this many MiB (null: one images.npy)",
+        None,
+    )
     table: TableSettings = setting(
         section_of(TableSettings), "table: the image and label columns", TableSettings()
     )
@@ -117,6 +123,12 @@ LoopSettings = with_checks(
     "The deep methods' shared backbone and loop "
     "(shdh.training.loop_settings.LoopSettings, checked).",
     {
+        "backbone": (choice(*BACKBONES), "the network under the hashing head"),
+        "pretrained": (TEXT, "none, a weights file, s3://, https:// or a torchvision name"),
+        "pretrained_sha256": (optional(SHA256), "the weights file's SHA-256"),
+        "backbone_lr": (number(0), "the backbone's lr as a multiple of lr"),
+        "freeze_bn": (BOOL, "keep the backbone's batch-norm statistics"),
+        "augment": (BOOL, "random resized crops and flips in training"),
         "width": (number(0, open_low=True), "CNN-F width multiplier"),
         "image_size": (integer(8), "network input side"),
         "epochs": (integer(1), "passes over the training set"),
@@ -131,6 +143,7 @@ LoopSettings = with_checks(
         "device": (TEXT, "auto, cpu or cuda[:N]"),
         "bf16": (BOOL, "bf16 autocast on CUDA"),
         "num_threads": (optional(integer(1)), "torch CPU threads"),
+        "loader_workers": (integer(0), "processes that gather batches ahead; 0: in the loop"),
         "compile": (BOOL, "torch.compile the network for training (GPU)"),
         "cuda_graph": (BOOL, "replay each training step as a CUDA graph (GPU)"),
         "fused_sgd": (BOOL, "SGD as one fused kernel (GPU)"),

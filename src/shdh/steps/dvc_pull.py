@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from shdh.data.dataset_catalogue import dataset_entry
 from shdh.data.s3_source import s3_endpoint
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,9 @@ class DataVersionError(RuntimeError):
 
 @dataclass(frozen=True)
 class RawData:
-    path: Path  # data.raw_dir, inside the scratch folder
+    path: Path  # data.raw_dir, inside the scratch folder (where it is, for "local")
     md5: str  # the DVC hash of the tracked folder, as data.dvc records it
-    source: str  # "dvc" (pulled) or "download" (the public download)
+    source: str  # "dvc" (pulled), "download" (the public download) or "local" (your own data)
 
 
 def data_version(root: str | Path = ".") -> str:
@@ -231,9 +232,22 @@ def _local_config(dest: Path, remote: str) -> None:
             log.info("DVC remote '%s': endpoint %s from the environment", remote, endpoint)
 
 
+def _own_data(raw_dir: Path, dataset: str) -> RawData:
+    """A local run's own data (a folder or table, no data version): read where data.raw_dir
+    names it, as `dvc repro` reads it; hashed as DVC would hash it."""
+    from shdh.data.download import md5sum
+    from shdh.steps.prepare import fetch
+    from shdh.tracking.runs import dvc_dir_md5
+
+    raw = fetch(raw_dir, dataset=dataset)  # checks that it is there
+    log.info("no data version was given (a local run): your own data at %s", raw)
+    return RawData(raw, dvc_dir_md5(raw) if raw.is_dir() else md5sum(raw), "local")
+
+
 def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawData:
     """The raw data for the `data` section: the pulled data version when one is given, else
-    (a local run) the public download (shdh fetch from data.sources), said in the log.
+    (a local run) your own data where data.raw_dir is, or the public download (shdh fetch from
+    data.sources), said in the log.
 
     A pull that fails raises DataVersionError, unless data.download_fallback is true: then the
     public download takes over, with a warning that says what failed.
@@ -268,6 +282,8 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
             FALLBACK_SETTING,
             sources,
         )
+    elif dataset_entry(data["dataset"]).own:
+        return _own_data(Path(data["raw_dir"]), data["dataset"])
     else:
         log.info("%s: the public download from data.sources %s", failure, sources)
     try:

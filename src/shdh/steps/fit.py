@@ -267,6 +267,7 @@ def write_record(fitted: Fitted) -> None:
         "fit_seconds": round(fitted.seconds, 3),
         "n_train_items": fitted.n_train,
         **fitted.started,
+        **(fitted.hasher.network_record() if _is_deep(type(fitted.hasher)) else {}),
         **instruction_set.describe(),
         "code": source_fingerprint.fingerprint([type(fitted.hasher).__module__]),
     }

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shdh.core.objectives import flat_objective
+from shdh.data.shards import select_rows
 from shdh.hashers import get_hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.supervision import PairSimilarity
@@ -26,6 +27,7 @@ from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.devices import resolve_device
 from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Fitted, Tracked, Training, run_fit, training_pool
+from shdh.steps.weights import fetch_weights
 from shdh.tracking import runs
 from shdh.tracking.encoder_model import log_encoder
 from shdh.training import convergence
@@ -40,9 +42,10 @@ ENCODER_EXAMPLE_ITEMS = 2  # training images stored with a logged encoder as its
 def training_inputs(
     cls: type[Hasher], prepared_dir: Path, smatrix_path: Path, n_train: int | None
 ) -> tuple[np.ndarray, PairSimilarity]:
-    """(X, pairs) for the training pool: its images and the S-matrix's pair labels."""
+    """(X, pairs) for the training pool: its images and the S-matrix's pair labels. Images in
+    shards are not gathered: X reads the pool's rows batch by batch (select_rows)."""
     ds, train_idx, pairs = training_pool(cls, prepared_dir, smatrix_path, n_train)
-    return np.asarray(ds.images[train_idx]), pairs
+    return select_rows(ds.images, train_idx), pairs
 
 
 def fit(
@@ -72,7 +75,9 @@ def fit(
     if cls.input_kind != "images":
         raise ConfigError(f"{plan.method}: not a deep method (shdh.steps.fit_shallow fits it)")
     # An explicit cuda without a usable GPU stops before any work.
-    resolve_device(LoopSettings.of(plan.params.get("loop")).device)
+    loop = LoopSettings.of(plan.params.get("loop"))
+    resolve_device(loop.device)
+    fetch_weights(loop)  # remote pretrained weights, before any work that needs them
     X, pairs = training_inputs(cls, Path(prepared_dir), Path(smatrix_path), plan.n_train)
     run_fit(
         plan,
@@ -103,6 +108,8 @@ def _log_training(fitted: Fitted, X: np.ndarray) -> None:
     fit = fitted.fit
     loop = fitted.hasher.loop
     runs.set_tags(convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta))
+    sha = fitted.hasher.network_record()["pretrained_sha256"]
+    runs.set_tags({"backbone": loop.backbone, "pretrained_sha256": sha or "none (from scratch)"})
     runs.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
     log_encoder(fit.hasher_dir, X[:ENCODER_EXAMPLE_ITEMS])
     history = json.dumps(fitted.hasher.history_, indent=2) + "\n"

@@ -24,8 +24,17 @@ log = logging.getLogger(__name__)
 SPLIT_FILE = "split.npz"
 LABEL_TREE_FILE = "label_tree.json"  # in prepared_dir: the tree the data came with
 # The folder and table readers' options: data settings of the same names. Those left out take
-# the readers' own defaults (shdh.data.folder.folder_dataset).
-READER_OPTIONS = ("image_size", "color", "skip_bad_images", "workers", "inner_labels", "name")
+# the readers' own defaults (shdh.data.folder.folder_dataset). The built-in datasets take only
+# shard_mb (and iaprtc12 skip_bad_images).
+READER_OPTIONS = (
+    "image_size",
+    "color",
+    "skip_bad_images",
+    "workers",
+    "inner_labels",
+    "name",
+    "shard_mb",
+)
 
 
 # The registry's dataset modules, spelled the way the import graph reads a lazy import, so that
@@ -102,7 +111,9 @@ def prepare(
     and training pool. `max_items` keeps a seeded random subset, for quick runs. The label tree
     the data carries (built in, or read from the data) is written beside it for the tree step.
     `reader`: the folder and table readers' options (READER_OPTIONS: image_size, color,
-    skip_bad_images, workers, inner_labels, name), the pipeline's data settings of those names.
+    skip_bad_images, workers, inner_labels, name, shard_mb), the pipeline's data settings of those
+    names; with shard_mb the images are stored as shards (shdh.data.shards), the subset of
+    `max_items` too, copied a block of rows at a time.
     """
     module = dataset_module(dataset)
     unknown = sorted(set(reader) - set(READER_OPTIONS))
@@ -110,7 +121,7 @@ def prepare(
         raise TypeError(
             f"prepare: unknown reader options {unknown} (known: {list(READER_OPTIONS)})"
         )
-    from shdh.data.dataset import Dataset, load_dataset, save_dataset
+    from shdh.data.dataset import load_dataset, save_subset
     from shdh.data.splits import make_split, save_split
 
     out_dir = Path(out_dir)
@@ -123,14 +134,7 @@ def prepare(
         if max_items is not None and max_items < len(ds.ids):
             rng = np.random.default_rng(seed)
             keep = np.sort(rng.choice(len(ds.ids), max_items, replace=False))
-            subset = Dataset(
-                images=np.asarray(ds.images[keep]),
-                labels=ds.labels[keep],
-                ids=ds.ids[keep],
-                name=ds.name,
-            )
-            save_dataset(subset, tmp / "dataset")
-            ds = subset
+            ds = save_subset(ds, keep, tmp / "dataset", shard_mb=reader.get("shard_mb"))
         split = make_split(len(ds.ids), query_fraction=query_fraction, seed=seed)
         save_split(split, tmp / SPLIT_FILE)
         label_tree.save(tmp / LABEL_TREE_FILE)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shdh.core.codes_file import Codes
+from shdh.data.shards import select_rows
 from shdh.ranking.exact import pack_codes
 
 
@@ -50,10 +51,11 @@ class Split:
         }
 
     def encoded(self, kind: str, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(queries, database) of one input kind, gathered once for every method."""
+        """(queries, database) of one input kind, gathered once for every method (images in
+        shards are not gathered, but read batch by batch as they are encoded: select_rows)."""
         if kind not in cache:
             X = self.inputs[kind]
-            cache[kind] = (np.asarray(X[self.q_idx]), np.asarray(X[self.db_idx]))
+            cache[kind] = (select_rows(X, self.q_idx), select_rows(X, self.db_idx))
         return cache[kind]
 
 

@@ -17,7 +17,7 @@ import torch
 from shdh.nets.hashing import HashingNet, build_model
 from shdh.runtime.source_fingerprint import differing
 from shdh.training.checkpoint_writer import CheckpointWriter
-from shdh.training.loop_settings import RUNTIME_FIELDS, TrainConfig
+from shdh.training.loop_settings import RUNTIME_FIELDS, LoopSettings, TrainConfig
 from shdh.training.state import State
 
 log = logging.getLogger(__name__)
@@ -86,15 +86,20 @@ def load_checkpoint(
 
 
 def build_model_for(
-    config: TrainConfig, in_channels: int, segment_sizes: Sequence[int]
+    config: LoopSettings, in_channels: int, segment_sizes: Sequence[int]
 ) -> HashingNet:
+    """The network these settings describe, with random weights (the one place that reads them
+    into build_model: training, checkpoints and saved hashers agree on it)."""
     return build_model(
         in_channels=in_channels,
-        n_bits=config.n_bits,
+        n_bits=sum(int(s) for s in segment_sizes),
         width=config.width,
         image_size=config.image_size,
         head_init=config.head_init,
         segment_sizes=segment_sizes,
+        backbone=config.backbone,
+        centre_crop=config.augment,
+        freeze_bn=config.freeze_bn,
     )
 
 

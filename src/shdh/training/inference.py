@@ -10,9 +10,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HashingNet
 from shdh.runtime.devices import resolve_device
+
+# uint8 pixels turned into network input at a time. A batch of 512 photos at 224 px is 77 MB
+# of uint8 and four times that in float before it is resized to the network's side; converting
+# it in parts bounds that, and the network still sees the whole batch at once.
+INPUT_BYTES = 4 * 2**20
 
 
 @torch.no_grad()
@@ -23,10 +27,26 @@ def forward_all(
     model.eval()
     out = []
     for start in range(0, len(idx), batch_size):
-        x = to_input(images[idx[start : start + batch_size]], model.image_size, device)
+        x = _network_input(model, images, idx[start : start + batch_size], device)
         out.append(model(x).float())  # (b, L)
     model.train(was_training)
     return torch.cat(out) if out else torch.zeros(0, model.n_bits, device=device)
+
+
+def _network_input(
+    model: nn.Module, images: np.ndarray, rows: np.ndarray, device: torch.device
+) -> torch.Tensor:
+    """The network's input for images[rows], converted at most INPUT_BYTES of pixels at a time
+    (each image is converted on its own, so the parts joined are the input of one conversion)."""
+    part = max(1, INPUT_BYTES // max(1, int(np.prod(images.shape[1:])) * images.itemsize))
+    if len(rows) <= part:
+        return model.encoding_input(images[rows], device)
+    parts = [
+        model.encoding_input(images[rows[s : s + part]], device) for s in range(0, len(rows), part)
+    ]
+    channels_last = parts[0].is_contiguous(memory_format=torch.channels_last)
+    x = torch.cat(parts)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from shdh.nets.hashing import HashingNet
+from shdh.nets.pretrained import Weights
 from shdh.runtime.devices import resolve_device
 from shdh.runtime.progress import open_bar
 from shdh.runtime.source_fingerprint import fingerprint
@@ -51,7 +52,7 @@ from shdh.training.loop_settings import TrainConfig
 from shdh.training.loss_log import SYNC_EVERY, LossLog
 from shdh.training.probe_codes import Probe
 from shdh.training.state import State, make_optimizer
-from shdh.training.step import LossFn, TrainStep
+from shdh.training.step import LossFn, TrainStep, seeded_generator
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +66,11 @@ class TrainResult:
     model: HashingNet
     history: list[dict[str, float]]
     checkpoint_path: Path
+    pretrained_sha256: str | None = None  # the SHA-256 of the weights the backbone started from
 
 
 def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).hexdigest()
-
-
-def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    state = np.random.SeedSequence([seed, epoch]).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 def _check_inputs(
@@ -124,12 +121,15 @@ def _identity(
     layout: dict[str, list],
     loss_fn: LossFn,
     code: dict[str, str] | None,
+    weights: Weights | None,
 ) -> dict[str, Any]:
     """What a checkpoint must agree on, besides the config, to be resumed: the input channels,
-    the code layout, the training items, the loss's settings and the code that trains."""
+    the code layout, the pretrained weights it started from, the training items, the loss's
+    settings and the code that trains."""
     return {
         "in_channels": 1 if images.ndim == 3 else int(images.shape[3]),
         **layout,
+        "pretrained_sha256": weights.sha256 if weights else None,
         "train_idx_sha256": _sha256(train_idx),
         "loss": getattr(loss_fn, "settings", None),  # an objectives.Loss names its settings
         "code": code or fingerprint([__name__, type(loss_fn).__module__]),
@@ -185,9 +185,10 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
     device = resolve_device(config.device)
-    identity = _identity(images, train_idx, layout, loss_fn, code)
+    weights = Weights.of(config)
+    identity = _identity(images, train_idx, layout, loss_fn, code, weights)
     ckpt = resumable_checkpoint(resume, ckpt_path, config, identity)
-    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate)
+    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate, weights)
     cuda_devices = [device] if device.type == "cuda" else []
     # Seeds stay local to this run.
     with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
@@ -202,9 +203,12 @@ def _restore(
     ckpt: dict[str, Any] | None,
     n_train: int,
     probe: "Probe",
+    weights: Weights | None,
 ) -> State:
     """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
     model = build_model_for(config, identity["in_channels"], identity["segment_sizes"])
+    if ckpt is None and weights is not None:  # a checkpoint holds the weights it went on to
+        weights.load(model.backbone)
     model = model.to(device)
     if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
         model = model.to(memory_format=torch.channels_last)
@@ -243,9 +247,11 @@ class _Epochs:
         config, device = self.config, self.batches.device
         n_train = len(self.batches.train_idx)
         state.model.train()
+        self.step.start_epoch(epoch)
         lr = state.optimizer.param_groups[0]["lr"]
-        order = torch.randperm(n_train, generator=_epoch_generator(config.seed, epoch))
+        order = torch.randperm(n_train, generator=seeded_generator(config.seed, epoch))
         order_on_device = order.to(device)  # one copy per epoch, none per step
+        fetch = self.batches.for_epoch(order)  # gather, or the loader's batches of this order
         losses = LossLog(math.ceil(n_train / config.batch_size), device)
         n_seen, t0 = 0, time.perf_counter()
         desc = f"epoch {epoch}/{config.epochs}"
@@ -256,7 +262,7 @@ class _Epochs:
                 continue
             pos_t = order_on_device[start : start + config.batch_size]
             full = len(pos) == config.batch_size
-            loss, parts = self.step(self.batches.gather(pos, pos_t), pos_t, full=full)
+            loss, parts = self.step(fetch(pos, pos_t), pos_t, full=full)
             losses.add(step, loss, parts)
             n_seen += len(pos)
             if len(losses.steps) % SYNC_EVERY == 0:
@@ -303,6 +309,7 @@ class _Run:
     progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
     on_epoch: Callable[[dict[str, float]], None] | None
     validate: Validate | None = None
+    weights: Weights | None = None  # pretrained weights for the backbone, loaded on a fresh start
 
     def __call__(
         self,
@@ -320,8 +327,8 @@ class _Run:
         # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
         anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
         probe = Probe.choose(images, train_idx, config.seed, device)
-        state = _restore(config, device, self.identity, ckpt, len(train_idx), probe)
-        batches = Batches(images, train_idx, device, config.batch_size)
+        state = _restore(config, device, self.identity, ckpt, len(train_idx), probe, self.weights)
+        batches = Batches(images, train_idx, device, config.batch_size, config.loader_workers)
         step = TrainStep(config, device, state, self.loss_fn, anc_train)
         epochs = _Epochs(config, step, batches, self.progress, self.ckpt_path)
         checkpoints = Checkpoints(self.ckpt_path, config, device, self.identity)
@@ -341,7 +348,12 @@ class _Run:
         checkpoints.wait()
         _warn_if_cut_short(config, state.history)
         state.model.eval()
-        return TrainResult(model=state.model, history=state.history, checkpoint_path=self.ckpt_path)
+        return TrainResult(
+            model=state.model,
+            history=state.history,
+            checkpoint_path=self.ckpt_path,
+            pretrained_sha256=self.weights.sha256 if self.weights else None,
+        )
 
 
 def _warn_if_cut_short(config: TrainConfig, history: list[dict]) -> None:

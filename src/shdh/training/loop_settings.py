@@ -1,4 +1,5 @@
-"""The deep methods' shared settings: the CNN-F backbone and the training loop.
+"""The deep methods' shared settings: the network (backbone, starting weights, views) and the
+training loop.
 
 One dataclass, `LoopSettings`, is these settings everywhere: params.yaml's `train` section
 holds them (shdh.settings checks each value), every deep hasher takes one as its `loop`
@@ -10,11 +11,12 @@ Torch-free, so that checking a params file does not load PyTorch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from shdh.nets import HEAD_INITS
+from shdh.nets import BACKBONES, HEAD_INITS
 
 # "step": the paper's fixed decay (lr *= lr_decay every lr_decay_every epochs) for `epochs`
 # epochs. "plateau": the convergence rule (docs/results-gpu.md): lr *= lr_decay once the
@@ -25,9 +27,62 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class LoopSettings:
+class NetworkSettings:
+    """The network a deep fit trains: its backbone, the weights it starts from and how it sees
+    the images. Checked on construction, as the loop's settings are (`LoopSettings` adds
+    its own checks through the same three hooks)."""
+
+    backbone: str = "cnnf"  # the network under the hashing head (shdh.nets.backbones)
+    # "none", a weights file, an s3:// or https:// location, or a torchvision weights name
+    # (shdh.nets.pretrained); loaded into the backbone when a fit starts
+    pretrained: str = "none"
+    pretrained_sha256: str | None = None  # the weights file's SHA-256; needed for https://
+    backbone_lr: float = 1.0  # the backbone's learning rate as a multiple of lr (the head's)
+    freeze_bn: bool = False  # the backbone's batch-norm statistics stay as loaded
+    augment: bool = False  # random resized crops and flips in training; centre crop to encode
     width: float = 1.0  # CNN-F width multiplier; 1.0 = conv 64/256, fc 4096
     image_size: int = 32  # network input side; 28x28 inputs are padded to it
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for key, choices in self._choices().items():
+            if getattr(self, key) not in choices:
+                raise ValueError(
+                    f"{name}.{key} must be one of {choices}, got {getattr(self, key)!r}"
+                )
+        for key, ok in self._in_range().items():
+            if not ok:
+                raise ValueError(f"{name}.{key} is out of range: {getattr(self, key)!r}")
+        for problem in self._conflicts():
+            raise ValueError(f"{name}.{problem}")
+
+    def _choices(self) -> dict[str, tuple[str, ...]]:
+        return {"backbone": BACKBONES}
+
+    def _in_range(self) -> dict[str, bool]:
+        sha = self.pretrained_sha256
+        return {
+            "pretrained": bool(self.pretrained),
+            "pretrained_sha256": sha is None or bool(re.fullmatch("[0-9a-fA-F]{64}", sha)),
+            "backbone_lr": self.backbone_lr >= 0,
+            "width": self.width > 0,
+            "image_size": self.image_size >= 8,
+        }
+
+    def _conflicts(self) -> list[str]:
+        """Values each fine alone that do not go together, as '<key> ...: why'."""
+        if self.pretrained.startswith(("https://", "http://")) and self.pretrained_sha256 is None:
+            return [
+                f"pretrained {self.pretrained!r}: weights from the web need pretrained_sha256, "
+                "checked before they are used"
+            ]
+        return []
+
+
+@dataclass(frozen=True)
+class LoopSettings(NetworkSettings):
+    """The network's settings and the loop's: params.yaml's `train` section, a hasher's `loop`."""
+
     epochs: int = 10
     batch_size: int = 128  # paper: minibatch 128
     lr: float = 0.01  # paper: 0.01
@@ -40,6 +95,7 @@ class LoopSettings:
     device: str = "auto"  # "auto" = cuda when available, else cpu
     bf16: bool = True  # bf16 autocast for the network on CUDA (never on CPU)
     num_threads: int | None = None  # torch CPU threads for this run; None = leave as is
+    loader_workers: int = 0  # processes that gather training batches ahead; 0 = in the loop
     compile: bool = False  # torch.compile the network for the training steps (GPU; opt-in)
     cuda_graph: bool = False  # replay each training step as one CUDA graph (GPU; opt-in)
     # SGD as one fused kernel over every parameter (GPU; opt-in): the per-tensor-list kernels of
@@ -55,25 +111,12 @@ class LoopSettings:
     min_delta: float = 0.001  # "plateau": the validation NDCG@100 gain that counts
     max_decays: int = 2  # "plateau": the plateau after this many decays ends the fit
 
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        for key, choices in (("head_init", HEAD_INITS), ("schedule", SCHEDULES)):
-            if getattr(self, key) not in choices:
-                raise ValueError(
-                    f"{name}.{key} must be one of {choices}, got {getattr(self, key)!r}"
-                )
-        for key, ok in self._in_range().items():
-            if not ok:
-                raise ValueError(f"{name}.{key} is out of range: {getattr(self, key)!r}")
-        if self.schedule == "plateau" and self.val_size == 0:
-            raise ValueError(
-                f"{name}.schedule 'plateau' follows the validation score: it needs val_size > 0"
-            )
+    def _choices(self) -> dict[str, tuple[str, ...]]:
+        return {**super()._choices(), "head_init": HEAD_INITS, "schedule": SCHEDULES}
 
     def _in_range(self) -> dict[str, bool]:
         return {
-            "width": self.width > 0,
-            "image_size": self.image_size >= 8,
+            **super()._in_range(),
             "epochs": self.epochs >= 1,
             "batch_size": self.batch_size >= 2,
             "lr": self.lr > 0,
@@ -83,12 +126,18 @@ class LoopSettings:
             "lr_decay_every": self.lr_decay_every >= 1,
             "grad_clip": self.grad_clip >= 0,
             "num_threads": self.num_threads is None or self.num_threads >= 1,
+            "loader_workers": self.loader_workers >= 0,
             "val_size": self.val_size >= 0,
             "patience": self.patience >= 0,
             "min_delta": self.min_delta >= 0,
             "max_decays": self.max_decays >= 0,
             "checkpoint_seconds": self.checkpoint_seconds >= 0,
         }
+
+    def _conflicts(self) -> list[str]:
+        if self.schedule == "plateau" and self.val_size == 0:
+            return ["schedule 'plateau' follows the validation score: it needs val_size > 0"]
+        return super()._conflicts()
 
     @classmethod
     def of(cls, value: LoopSettings | dict[str, Any] | None) -> LoopSettings:
@@ -120,6 +169,7 @@ LOOP_FIELDS = tuple(f.name for f in fields(LoopSettings))
 RUNTIME_FIELDS = (
     "device",
     "num_threads",
+    "loader_workers",
     "compile",
     "cuda_graph",
     "fused_sgd",

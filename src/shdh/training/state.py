@@ -51,9 +51,16 @@ def make_optimizer(
     config: TrainConfig, model: torch.nn.Module, device: torch.device
 ) -> torch.optim.SGD:
     """The paper's SGD with momentum and weight decay; one fused kernel where config.fused_sgd
-    asks for it on a GPU (fused=None keeps torch's choice: the CPU's fits stay bit for bit)."""
+    asks for it on a GPU (fused=None keeps torch's choice: the CPU's fits stay bit for bit).
+    With config.backbone_lr != 1 the head (group 0, whose lr the history logs) and the backbone
+    (group 1, lr x backbone_lr) are two groups; the schedule scales both."""
+    params: Any = model.parameters()
+    if config.backbone_lr != 1.0:
+        head = [p for name, p in model.named_parameters() if not name.startswith("backbone.")]
+        body = [p for name, p in model.named_parameters() if name.startswith("backbone.")]
+        params = [{"params": head}, {"params": body, "lr": config.lr * config.backbone_lr}]
     return torch.optim.SGD(
-        model.parameters(),
+        params,
         lr=config.lr,
         momentum=config.momentum,
         weight_decay=config.weight_decay,

@@ -6,11 +6,13 @@ asked; the memory bank's partners for the batch.
 import logging
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HashingNet
+from shdh.nets.views import train_view
 from shdh.training.cuda_graph_step import GraphedStep
 from shdh.training.loop_settings import TrainConfig
 from shdh.training.state import State
@@ -43,11 +45,22 @@ class TrainStep:
         self.model = step_model(state.model, config.compile)
         self.graphed = config.cuda_graph and device.type == "cuda" and not config.memory_bank
         self.step = GraphedStep(self._forward_backward, state.optimizer, device, graph=self.graphed)
+        self.views: torch.Generator | None = None
+
+    def start_epoch(self, epoch: int) -> None:
+        """Seed the epoch's random views from (seed, epoch): a run resumed at an epoch's start
+        draws the crops the uninterrupted run drew."""
+        if self.config.augment:
+            self.views = seeded_generator(self.config.seed, epoch, 1)
 
     def __call__(
         self, images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """full: whether the batch has batch_size items (only those replay the graph)."""
+        if self.config.augment:  # outside the graph: the crops differ from step to step
+            if self.views is None:
+                raise RuntimeError("TrainStep: start_epoch must come before an augmented step")
+            images = train_view(images, self.config.image_size, self.views)
         inputs = (images, self.anc_train[pos_t], pos_t)
         return self.step(*inputs) if full else self.step.eager(*inputs)
 
@@ -76,6 +89,14 @@ class TrainStep:
             state.bank_z[pos_t] = z.detach().float()
             state.bank_filled[pos_t] = True
         return loss.detach(), {k: v.detach() for k, v in parts.items()}
+
+
+def seeded_generator(*key: int) -> torch.Generator:
+    """A torch generator of its own stream for `key`: (seed, epoch) is an epoch's order, (seed,
+    epoch, 1) its crops and flips, apart from each other and from torch's global generator
+    (dropout)."""
+    state = np.random.SeedSequence(list(key)).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 def step_model(model: HashingNet, compile_it: bool) -> nn.Module:
