@@ -38,7 +38,7 @@ from shdh.nets.pretrained import Weights
 from shdh.runtime.devices import resolve_device
 from shdh.runtime.progress import open_bar
 from shdh.runtime.source_fingerprint import fingerprint
-from shdh.training import convergence
+from shdh.training import convergence, distributed
 from shdh.training.batches import Batches
 from shdh.training.checkpoint import (
     CHECKPOINT_NAME,
@@ -47,6 +47,7 @@ from shdh.training.checkpoint import (
     resumable_checkpoint,
 )
 from shdh.training.convergence import Schedule, Validate
+from shdh.training.distributed import ONE_PROCESS, World
 from shdh.training.inference import torch_threads
 from shdh.training.loop_settings import TrainConfig
 from shdh.training.loss_log import SYNC_EVERY, LossLog
@@ -184,16 +185,29 @@ def train(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / CHECKPOINT_NAME
-    device = resolve_device(config.device)
+    device, world = _placed(config)
     weights = Weights.of(config)
     identity = _identity(images, train_idx, layout, loss_fn, code, weights)
     ckpt = resumable_checkpoint(resume, ckpt_path, config, identity)
-    run = _Run(config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate, weights)
+    run = _Run(
+        config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate, weights, world
+    )
     cuda_devices = [device] if device.type == "cuda" else []
     # Seeds stay local to this run.
     with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(config.seed)
         return run(images, ancestors, train_idx, ckpt)
+
+
+def _placed(config: TrainConfig) -> tuple[torch.device, World]:
+    """The training device, and this process's place among the fit's: one, or torchrun's
+    (then joined to the others, on its local GPU where there are GPUs)."""
+    device = resolve_device(config.device)
+    world = World.from_env()
+    if world.distributed:
+        distributed.check_settings(config)
+        device = distributed.join(world, device)
+    return device, world
 
 
 def _restore(
@@ -204,11 +218,14 @@ def _restore(
     n_train: int,
     probe: "Probe",
     weights: Weights | None,
+    world: World,
 ) -> State:
     """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
     model = build_model_for(config, identity["in_channels"], identity["segment_sizes"])
     if ckpt is None and weights is not None:  # a checkpoint holds the weights it went on to
         weights.load(model.backbone)
+    if world.distributed:
+        model = distributed.synced_batch_norm(model, device)
     model = model.to(device)
     if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
         model = model.to(memory_format=torch.channels_last)
@@ -241,30 +258,33 @@ class _Epochs:
     batches: Batches
     progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
     ckpt_path: Path  # named when a non-finite loss stops the fit
+    world: World = ONE_PROCESS
 
     def run(self, epoch: int, state: State) -> dict[str, float]:
         """One epoch's history entry: the mean losses, the lr and the throughput."""
         config, device = self.config, self.batches.device
         n_train = len(self.batches.train_idx)
+        world = self.world
         state.model.train()
         self.step.start_epoch(epoch)
+        if world.distributed:
+            distributed.seed_epoch(config.seed, epoch, world)
         lr = state.optimizer.param_groups[0]["lr"]
         order = torch.randperm(n_train, generator=seeded_generator(config.seed, epoch))
         order_on_device = order.to(device)  # one copy per epoch, none per step
-        fetch = self.batches.for_epoch(order)  # gather, or the loader's batches of this order
-        losses = LossLog(math.ceil(n_train / config.batch_size), device)
+        # gather, or the loader's batches of this rank's positions
+        fetch = self.batches.for_epoch(world.own_order(order, config.batch_size))
+        losses = LossLog(math.ceil(n_train / (config.batch_size * world.size)), device)
         n_seen, t0 = 0, time.perf_counter()
         desc = f"epoch {epoch}/{config.epochs}"
         bar = open_bar(self.progress, losses.n_steps, desc)
-        for step, start in enumerate(range(0, n_train, config.batch_size), start=1):
-            pos = order[start : start + config.batch_size]
-            if len(pos) < 2:  # a lone trailing item has no in-batch partner
-                continue
-            pos_t = order_on_device[start : start + config.batch_size]
+        for step, mine, whole in world.steps(n_train, config.batch_size):
+            pos, pos_t = order[mine], order_on_device[mine]
             full = len(pos) == config.batch_size
-            loss, parts = self.step(fetch(pos, pos_t), pos_t, full=full)
+            batch = fetch(pos, pos_t)
+            loss, parts = self.step(batch, pos_t, full=full, batch_pos=order_on_device[whole])
             losses.add(step, loss, parts)
-            n_seen += len(pos)
+            n_seen += whole.stop - whole.start if world.distributed else len(pos)
             if len(losses.steps) % SYNC_EVERY == 0:
                 self._guard(losses, epoch, bar)
             bar.update(1)
@@ -310,6 +330,7 @@ class _Run:
     on_epoch: Callable[[dict[str, float]], None] | None
     validate: Validate | None = None
     weights: Weights | None = None  # pretrained weights for the backbone, loaded on a fresh start
+    world: World = ONE_PROCESS  # this process among the fit's (shdh.training.distributed)
 
     def __call__(
         self,
@@ -327,10 +348,13 @@ class _Run:
         # (n, K) ancestor ids, or (n, K, M) ancestor sets of multi-label items
         anc_train = torch.as_tensor(ancestors[train_idx], dtype=torch.long, device=device)
         probe = Probe.choose(images, train_idx, config.seed, device)
-        state = _restore(config, device, self.identity, ckpt, len(train_idx), probe, self.weights)
+        world = self.world
+        state = _restore(
+            config, device, self.identity, ckpt, len(train_idx), probe, self.weights, world
+        )
         batches = Batches(images, train_idx, device, config.batch_size, config.loader_workers)
-        step = TrainStep(config, device, state, self.loss_fn, anc_train)
-        epochs = _Epochs(config, step, batches, self.progress, self.ckpt_path)
+        step = TrainStep(config, device, state, self.loss_fn, anc_train, world)
+        epochs = _Epochs(config, step, batches, self.progress, self.ckpt_path, world)
         checkpoints = Checkpoints(self.ckpt_path, config, device, self.identity)
         stopped = bool(state.history) and bool(state.history[-1].get(convergence.STOP_KEY))
         with _cuda_speedups(device):
@@ -342,9 +366,11 @@ class _Run:
                 stopped = schedule.after_epoch(entry, state)
                 state.history.append(entry)
                 state.epoch = epoch
-                checkpoints.after_epoch(state, last=stopped or epoch == config.epochs)
-                if self.on_epoch is not None:
-                    self.on_epoch(state.history[-1])
+                if world.main:  # one writer and one log for the fit
+                    checkpoints.after_epoch(state, last=stopped or epoch == config.epochs)
+                    if self.on_epoch is not None:
+                        self.on_epoch(state.history[-1])
+                distributed.barrier(world)
         checkpoints.wait()
         _warn_if_cut_short(config, state.history)
         state.model.eval()

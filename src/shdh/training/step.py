@@ -13,7 +13,9 @@ from torch import nn
 from shdh.nets.cnnf import to_input
 from shdh.nets.hashing import HashingNet
 from shdh.nets.views import train_view
+from shdh.training import distributed
 from shdh.training.cuda_graph_step import GraphedStep
+from shdh.training.distributed import ONE_PROCESS, World
 from shdh.training.loop_settings import TrainConfig
 from shdh.training.state import State
 
@@ -39,29 +41,31 @@ class TrainStep:
         state: State,
         loss_fn: LossFn,
         anc_train: torch.Tensor,
+        world: World = ONE_PROCESS,
     ) -> None:
         self.config, self.device, self.state = config, device, state
-        self.loss_fn, self.anc_train = loss_fn, anc_train
-        self.model = step_model(state.model, config.compile)
+        self.loss_fn, self.anc_train, self.world = loss_fn, anc_train, world
+        self.model = step_model(state.model, config.compile, world, device)
         self.graphed = config.cuda_graph and device.type == "cuda" and not config.memory_bank
         self.step = GraphedStep(self._forward_backward, state.optimizer, device, graph=self.graphed)
-        self.views: torch.Generator | None = None
+        self.views = Views(config)
 
     def start_epoch(self, epoch: int) -> None:
-        """Seed the epoch's random views from (seed, epoch): a run resumed at an epoch's start
-        draws the crops the uninterrupted run drew."""
-        if self.config.augment:
-            self.views = seeded_generator(self.config.seed, epoch, 1)
+        self.views.start_epoch(epoch)
 
     def __call__(
-        self, images: torch.Tensor, pos_t: torch.Tensor, *, full: bool
+        self,
+        images: torch.Tensor,
+        pos_t: torch.Tensor,
+        *,
+        full: bool,
+        batch_pos: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """full: whether the batch has batch_size items (only those replay the graph)."""
-        if self.config.augment:  # outside the graph: the crops differ from step to step
-            if self.views is None:
-                raise RuntimeError("TrainStep: start_epoch must come before an augmented step")
-            images = train_view(images, self.config.image_size, self.views)
-        inputs = (images, self.anc_train[pos_t], pos_t)
+        """full: whether the batch has batch_size items (only those replay the graph).
+        batch_pos: the positions of the whole global batch, whose codes the loss pairs, when
+        this process holds part of it (shdh.training.distributed); None: pos_t."""
+        images = self.views(images)  # outside the graph: the crops differ from step to step
+        inputs = (images, self.anc_train[pos_t if batch_pos is None else batch_pos], pos_t)
         return self.step(*inputs) if full else self.step.eager(*inputs)
 
     def _forward_backward(
@@ -79,6 +83,8 @@ class TrainStep:
         )
         with autocast:
             z = self.model(x)  # (b, L)
+        if self.world.distributed:
+            z = distributed.gathered(z)  # (world x b, L): the global batch, with gradients
         bank = bank_partners(state, self.anc_train, pos_t)
         loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
         loss.backward()
@@ -99,13 +105,40 @@ def seeded_generator(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def step_model(model: HashingNet, compile_it: bool) -> nn.Module:
-    """The module the training steps call: the model, or its torch.compile'd form (the same
-    parameters; checkpoints and encoding use the model itself)."""
-    if not compile_it:
-        return model
-    log.info("compiling the network with torch.compile (the first steps take longer)")
-    return torch.compile(model)
+def step_model(
+    model: HashingNet,
+    compile_it: bool,
+    world: World = ONE_PROCESS,
+    device: torch.device | None = None,
+) -> nn.Module:
+    """The module the training steps call: the model, or its torch.compile'd form, within
+    DistributedDataParallel when several processes train it (the same parameters; checkpoints
+    and encoding use the model itself)."""
+    if compile_it:
+        log.info("compiling the network with torch.compile (the first steps take longer)")
+        model = torch.compile(model)
+    return distributed.parallel(model, device) if world.distributed else model
+
+
+class Views:
+    """The images a training step shows the network: as they are, or (train.augment) a random
+    resized crop and flip of each, drawn from (seed, epoch): a run resumed at an epoch's start
+    draws the crops the uninterrupted run drew."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self.generator: torch.Generator | None = None
+
+    def start_epoch(self, epoch: int) -> None:
+        if self.config.augment:
+            self.generator = seeded_generator(self.config.seed, epoch, 1)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if not self.config.augment:
+            return images
+        if self.generator is None:
+            raise RuntimeError("TrainStep: start_epoch must come before an augmented step")
+        return train_view(images, self.config.image_size, self.generator)
 
 
 def bank_partners(
