@@ -35,11 +35,11 @@ RESULTS = Path("results/photos/photos-smoke")
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
-    """The clone with data/photos (12 leaves x 8 photos of 64 px), the seeded weights file and the
+    """The clone with data/photos (12 leaves x 5 photos of 64 px), the seeded weights file and the
     photos-smoke profile, after `dvc exp run` with the issue's settings spelt out."""
     dest = tmp_path_factory.mktemp("photos") / "shdh"
     env = clone_repo(dest)
-    make_shapes_folder(dest / "data" / "photos", n_per_leaf=8, size=64)
+    make_shapes_folder(dest / "data" / "photos", n_per_leaf=5, size=64)
     (dest / "weights").mkdir()
     torch.manual_seed(0)
     torch.save(models.resnet18(weights=None).state_dict(), dest / WEIGHTS)

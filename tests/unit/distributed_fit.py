@@ -21,7 +21,7 @@ from shdh.training.distributed import World
 from shdh.training.loop import train
 from shdh.training.loop_settings import TrainConfig
 
-N_ITEMS, SIZES, LEVELS = 64, [8, 8], [2, 3]
+N_ITEMS, SIZES, LEVELS = 32, [8, 8], [2, 3]
 
 
 def data() -> tuple[np.ndarray, np.ndarray]:

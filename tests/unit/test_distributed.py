@@ -70,16 +70,16 @@ def fit(tmp_path, name: str, processes: int, batch_size: int, epochs: int, resum
 
 @pytest.mark.slow
 def test_two_processes_match_one_with_the_doubled_batch_and_resume_exactly(tmp_path):
-    one, one_history = fit(tmp_path, "one", 1, 16, 2)
-    two, two_history = fit(tmp_path, "two", 2, 8, 2)
+    one, one_history = fit(tmp_path, "one", 1, 8, 2)
+    two, two_history = fit(tmp_path, "two", 2, 4, 2)
     for key, value in one.items():
         if value.is_floating_point():
             np.testing.assert_allclose(two[key], value, atol=WEIGHT_TOLERANCE, err_msg=key)
     for a, b in zip(one_history, two_history, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
     assert any((two[k] - v).abs().max() > 0 for k, v in one.items() if v.is_floating_point())
-    fit(tmp_path, "resumed", 2, 8, 1)
-    resumed, history = fit(tmp_path, "resumed", 2, 8, 2, resume="always")
+    fit(tmp_path, "resumed", 2, 4, 1)
+    resumed, history = fit(tmp_path, "resumed", 2, 4, 2, resume="always")
     timings = ("seconds", "images_per_sec")
     assert [{k: v for k, v in e.items() if k not in timings} for e in history] == [
         {k: v for k, v in e.items() if k not in timings} for e in two_history
