@@ -7,6 +7,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+ARRAY_ATTRIBUTES = ("dtype", "ndim", "shape", "__getitem__")
+
+
+def is_image_array(images: object) -> bool:
+    """An np.ndarray or an array-like read by rows when indexed (a dataset's shards,
+    shdh.data.shards): what the features, the training loop and encoding accept, since they
+    only ever index images by rows."""
+    return all(hasattr(images, name) for name in ARRAY_ATTRIBUTES)
+
+
 # A smaller image is zero-padded (not resized) when it fits with at most this border per side,
 # e.g. 28x28 Fashion-MNIST -> 32x32: exact and cheap, no interpolation blur.
 _MAX_PAD = 2

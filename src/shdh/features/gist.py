@@ -251,7 +251,9 @@ def gist_features(
 def _check_images(images: np.ndarray) -> None:
     """An np.ndarray, or an array-like read by rows (a dataset's shards): only slices of
     batch_size rows are read."""
-    if not all(hasattr(images, a) for a in ("dtype", "ndim", "shape", "__getitem__")):
+    from shdh.core.image_input import is_image_array  # torch loads only when features run
+
+    if not is_image_array(images):
         raise ValueError(f"gist: images must be a numpy array, got {type(images).__name__}")
     if images.dtype != np.uint8:
         raise ValueError(f"gist: images must be uint8, got dtype {images.dtype}")

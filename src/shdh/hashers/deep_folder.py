@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from shdh.core.image_input import is_image_array
 from shdh.core.objectives import flat_objective
 from shdh.runtime import source_fingerprint as code_fingerprint
 from shdh.runtime.atomic import atomic_path, atomic_write_text
@@ -147,7 +148,7 @@ def check_images(name: str, X: Any) -> np.ndarray:
     """X as uint8 (N, H, W[, C]) images: an np.ndarray, or an array-like of rows read when
     indexed (a dataset's shards, shdh.data.shards), which the training loop and encoding only
     ever index by rows."""
-    array_like = all(hasattr(X, a) for a in ("dtype", "ndim", "shape", "__getitem__"))
+    array_like = is_image_array(X)
     if not array_like or X.dtype != np.uint8 or X.ndim not in (3, 4):
         desc = f"{X.dtype} {X.shape}" if array_like else type(X).__name__
         raise ValueError(f"{name}: images must be a uint8 (N, H, W[, C]) array, got {desc}")

@@ -41,12 +41,8 @@ def _network_input(
     part = max(1, INPUT_BYTES // max(1, int(np.prod(images.shape[1:])) * images.itemsize))
     if len(rows) <= part:
         return model.encoding_input(images[rows], device)
-    parts = [
-        model.encoding_input(images[rows[s : s + part]], device) for s in range(0, len(rows), part)
-    ]
-    channels_last = parts[0].is_contiguous(memory_format=torch.channels_last)
-    x = torch.cat(parts)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    starts = range(0, len(rows), part)
+    return torch.cat([model.encoding_input(images[rows[s : s + part]], device) for s in starts])
 
 
 @contextlib.contextmanager
