@@ -82,6 +82,9 @@ RUN groupadd --system --gid 10001 shdh \
     && chmod 0775 /workspace /gcs /minio /s3
 
 COPY --from=venv /opt/venv /opt/venv
+# A login shell (`bash -lc`, how the Kubeflow SDK starts a TrainJob's nodes in containers) gets
+# its PATH from Debian's /etc/profile, which would hide the venv's python and torchrun.
+RUN echo "export PATH=/opt/venv/bin:\$PATH" > /etc/profile.d/shdh-venv.sh
 # The package last, in its own small layer: a change of the sources rebuilds only this.
 ARG WHEELHOUSE=artifacts/wheelhouse
 COPY ${WHEELHOUSE}/shdh /tmp/shdh
@@ -144,6 +147,9 @@ RUN groupadd --system --gid 10001 shdh \
     && chmod 0775 /workspace /gcs /minio /s3
 
 COPY --from=venv-gpu /opt/venv /opt/venv
+# A login shell (`bash -lc`, how the Kubeflow SDK starts a TrainJob's nodes in containers) gets
+# its PATH from Debian's /etc/profile, which would hide the venv's python and torchrun.
+RUN echo "export PATH=/opt/venv/bin:\$PATH" > /etc/profile.d/shdh-venv.sh
 # The package last, in its own small layer: a change of the sources rebuilds only this.
 ARG WHEELHOUSE=artifacts/wheelhouse
 COPY ${WHEELHOUSE}/shdh /tmp/shdh

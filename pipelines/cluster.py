@@ -19,23 +19,8 @@ import copy
 from typing import Any
 
 from pipelines.cluster_settings import ClusterSettings
-
-CONFIG_MAP = "shdh-config"
-# SHDH_CHECKPOINT_URL: where the train steps keep their checkpoints (shdh.tracking.checkpoint_sync).
-CONFIG_KEYS = (
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_EXPERIMENT_NAME",
-    "MLFLOW_S3_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL",
-    "SHDH_CHECKPOINT_URL",
-)
-SECRET = "shdh-credentials"
-SECRET_KEYS = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "MLFLOW_TRACKING_USERNAME",
-    "MLFLOW_TRACKING_PASSWORD",
-)
+from shdh.plan.processes import node_resources, processes
+from shdh.tracking.cluster_env import CONFIG_KEYS, CONFIG_MAP, SECRET, SECRET_KEYS  # noqa: F401
 
 
 def use_cluster_settings(task: Any) -> Any:
@@ -65,8 +50,24 @@ def apply_resources(task: Any, settings: ClusterSettings) -> Any:
 
 
 def apply_training(task: Any, settings: ClusterSettings, gpu_image: str) -> Any:
-    """Retries with backoff and a deadline per try; on GPU settings the accelerator, node
-    selector, tolerations and the CUDA image.
+    """Retries with backoff and a deadline per try (apply_retries); on GPU settings the
+    accelerator, node selector, tolerations and the CUDA image."""
+    from kfp import kubernetes
+
+    apply_retries(task, settings)
+    for label, value in settings.node_selector.items():
+        kubernetes.add_node_selector(task, label, value)
+    for toleration in settings.toleration_arguments():
+        kubernetes.add_toleration(task, **toleration)
+    if settings.gpu:
+        task.set_accelerator_type(settings.accelerator_type)
+        task.set_accelerator_limit(settings.accelerator_limit)
+        task.set_container_image(gpu_image)
+    return task
+
+
+def apply_retries(task: Any, settings: ClusterSettings) -> Any:
+    """The train tasks' retries with backoff and deadline per try.
 
     The backend honours the retries of a task of the root DAG only (it ignores them inside a
     ParallelFor, which is why each fit is a task of its own), and retries a failed container,
@@ -82,15 +83,30 @@ def apply_training(task: Any, settings: ClusterSettings, gpu_image: str) -> Any:
         backoff_max_duration=f"{retry.max_backoff_seconds}s",
     )
     kubernetes.set_timeout(task, settings.timeout_seconds)
-    for label, value in settings.node_selector.items():
-        kubernetes.add_node_selector(task, label, value)
-    for toleration in settings.toleration_arguments():
-        kubernetes.add_toleration(task, **toleration)
-    if settings.gpu:
-        task.set_accelerator_type(settings.accelerator_type)
-        task.set_accelerator_limit(settings.accelerator_limit)
-        task.set_container_image(gpu_image)
     return task
+
+
+def trainjob_nodes(
+    train: dict[str, Any], settings: ClusterSettings | None, image: str, gpu_image: str
+) -> dict[str, Any] | None:
+    """Where the nodes of a fit's TrainJob run (the trainjob component's `nodes`): the train
+    tasks' image, CPU and memory limits, GPU, node selector and tolerations, one GPU per
+    process; None when a fit has one process (the plain train task). A local run's nodes get
+    the runtime image and no sizes."""
+    if processes(train) == 1:
+        return None
+    if settings is None:
+        node_resources(train, {}, gpu=False)
+        return {"image": image, "gpu": False, "resources": {}}
+    sizes = settings.resources["train"]
+    resources = {"cpu": sizes.cpu_limit, "memory": sizes.memory_limit}
+    return {
+        "image": gpu_image if settings.gpu else image,
+        "gpu": settings.gpu,
+        "resources": node_resources(train, resources, settings.gpu),
+        "node_selector": dict(settings.node_selector),
+        "tolerations": list(settings.tolerations),
+    }
 
 
 def train_device(params: dict[str, Any], settings: ClusterSettings) -> dict[str, Any]:

@@ -50,6 +50,7 @@ STEPS = (
     "start",
     "features",
     "train",
+    "trainjob",  # the task that launches a fit's TrainJob (train.nodes > 1) and waits
     "baseline",
     "evaluate",
     "report",

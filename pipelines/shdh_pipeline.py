@@ -26,6 +26,7 @@ compiles from the same params it passes). A loop cap (train.parallelism, baselin
 becomes chains: fit i starts after fit i - cap of its kind, so at most `cap` run at once.
 """
 
+import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +43,7 @@ from components.report import report as report_op
 from components.smatrix import smatrix as smatrix_op
 from components.start import start as start_op
 from components.train import train as train_op
+from components.trainjob import trainjob as trainjob_op
 from components.tree import tree as tree_op
 from kfp import compiler, dsl
 from kfp.dsl import Dataset, Markdown
@@ -49,8 +51,10 @@ from kfp.dsl import Dataset, Markdown
 from pipelines.cluster import (
     CONFIG_MAP,
     apply_resources,
+    apply_retries,
     apply_training,
     train_device,
+    trainjob_nodes,
     use_cluster_settings,
 )
 from pipelines.cluster_settings import ClusterSettings, Deploy
@@ -142,6 +146,7 @@ class _Plan(NamedTuple):
     shallow_runs: list[dict]
     data_version: str
     settings: ClusterSettings | None
+    nodes: dict[str, Any] | None  # a fit's TrainJob nodes; None: one process, the train task
 
     @classmethod
     def of(cls, params: dict[str, Any], settings: ClusterSettings | None) -> "_Plan":
@@ -152,7 +157,8 @@ class _Plan(NamedTuple):
         shallow_runs = branch_runs(params["train"], params["baselines"], "shallow")
         if not deep_runs and not shallow_runs:
             raise ValueError("params: train and baselines list no (method, bits) to run")
-        return cls(deep_runs, shallow_runs, data_version, settings)
+        nodes = trainjob_nodes(params["train"], settings, IMAGE, gpu_image(IMAGE))
+        return cls(deep_runs, shallow_runs, data_version, settings, nodes)
 
     def cap(self, loop: str) -> int | None:
         """How many fits of a loop's kind may run at once (None: no cap)."""
@@ -255,6 +261,17 @@ class _Fits:
         return fits
 
     def _deep(self, **run: Any) -> Any:
+        nodes, settings = self.tasks.plan.nodes, self.tasks.plan.settings
+        if nodes is not None:  # a TrainJob: the task launches it and waits, with no GPU
+            job = trainjob_op(
+                prepared=self.upstream.prepared,
+                similarity=self.upstream.similarity,
+                settings=self.tasks.args.train,
+                nodes=json.dumps(nodes, sort_keys=True),
+                **run,
+                **self.tasks.tracked,
+            )
+            return job if settings is None else apply_retries(job, settings)
         fit = train_op(
             prepared=self.upstream.prepared,
             similarity=self.upstream.similarity,
@@ -262,7 +279,6 @@ class _Fits:
             **run,
             **self.tasks.tracked,
         )
-        settings = self.tasks.plan.settings
         if settings is not None:
             apply_training(fit, settings, gpu_image(IMAGE))
         return fit

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import REPO
-from tests.integration.conftest import S3Server, free_ports
+from tests.integration.conftest import S3Server, free_ports, service_host
 
 START_TIMEOUT_S = 300.0  # the server takes 10-15 s alone, minutes on a busy machine
 STOP_TIMEOUT_S = 20.0
@@ -83,7 +83,7 @@ def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
     """`mlflow server` on a free loopback port with the SQLite store root/mlflow.db and the
     `store` arguments (artifacts, app); stopped by its PID at the end."""
     (port,) = free_ports(1)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{service_host()}:{port}"
     command = [
         str(Path(sys.executable).parent / "mlflow"),
         "server",
@@ -91,11 +91,14 @@ def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
         f"sqlite:///{root / 'mlflow.db'}",
         *store,
         "--host",
-        "127.0.0.1",
+        service_host(),
         "--port",
         str(port),
         "--workers",
         "1",
+        # The server answers the Host headers of loopback and private addresses only; one
+        # named by SHDH_TEST_SERVICE_HOST (a container test's) is added.
+        *([] if service_host() == "127.0.0.1" else ["--allowed-hosts", f"{service_host()}:{port}"]),
     ]
     # Background jobs (GenAI evaluation) are not used; off, the server starts sooner.
     env = {**os.environ, **env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

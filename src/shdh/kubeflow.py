@@ -231,6 +231,10 @@ def fit_component(
     from shdh.plan.runs import fit_plan
 
     section = section_arg(settings, "train" if gist is None else "baselines")
+    if gist is None:
+        from shdh.plan.processes import refuse_several_processes
+
+        refuse_several_processes(section, "the train component")
     with tempfile.TemporaryDirectory(prefix="shdh-models-") as models_dir:
         plan = fit_plan(
             section,

@@ -11,6 +11,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -59,6 +60,22 @@ def gzip_mirror(raw: Path, mirror: Path) -> Path:
     for path in raw.iterdir():
         (mirror / f"{path.name}.gz").write_bytes(gzip.compress(path.read_bytes()))
     return mirror
+
+
+def fit_inputs(tmp: Path, params: dict) -> tuple[Any, Any]:
+    """The prepared dataset and the S-matrix of `params`, made by the prepare, tree and smatrix
+    components in tmp, as a fit task receives them."""
+    args = pipeline_arguments(params)
+    prepared = artifact(dsl.Dataset, tmp / "prepared")
+    component("prepare").python_func(data=args["data"], seed=0, prepared=prepared)
+    prepared = artifact(dsl.Dataset, tmp / "prepared", prepared.metadata)
+    labels = artifact(dsl.Dataset, tmp / "labels")
+    component("tree").python_func(prepared=prepared, settings=args["tree"], labels=labels)
+    similarity = artifact(dsl.Dataset, tmp / "similarity")
+    component("smatrix").python_func(
+        prepared=prepared, labels=labels, settings=args["smatrix"], seed=0, similarity=similarity
+    )
+    return prepared, similarity
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,10 @@ cannot be started they are skipped with the reason, except in CI (CI=true), wher
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +35,27 @@ EPOCHS = 2
 RUN_TIMEOUT_S = 1800
 
 collect_ignore_glob = [] if os.environ.get("SHDH_TEST_CONTAINERS") == "1" else ["test_*.py"]
+
+
+def host_address() -> str:
+    """This host's own first IPv4 address. Containers on a Docker bridge network (the
+    TrainJob nodes of the Kubeflow SDK's container backend) reach the host there, not at
+    loopback, which is each container's own; host-network containers reach it there too."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the route's source
+        address = sock.getsockname()[0]
+        if not address.startswith("127."):
+            return address
+    listed = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    found = [a for a in listed if a.count(".") == 3 and not a.startswith("127.")]
+    if not found:
+        pytest.fail("no non-loopback IPv4 address here for the containers to reach the servers")
+    return found[0]
+
+
+# The session's servers (SeaweedFS, MLflow) listen where every container can reach them.
+if not collect_ignore_glob:
+    os.environ.setdefault("SHDH_TEST_SERVICE_HOST", host_address())
 
 
 @pytest.fixture(scope="session")

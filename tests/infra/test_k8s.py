@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ from tests.infra.manifests import (
     pod_specs,
     quantity,
     render,
+    render_folder,
     rendered_text,
     s3_identities,
     secret_volumes,
@@ -75,6 +77,28 @@ SENSITIVE = re.compile(r"PASSWORD|SECRET|KEY|TOKEN")
 PLACEHOLDER = "<set-me>"
 GPU_LABEL = "nvidia.com/gpu.present"
 GPU_TAINT = "nvidia.com/gpu"
+# The pipeline runs' identity (k8s/base/rbac.yaml), and the kinds that live in no namespace.
+PIPELINE_ACCOUNT = "shdh-pipeline"
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+TRAINER_GROUP = "trainer.kubeflow.org"  # Kubeflow Trainer v2's API group
+# The ClusterRole and ClusterRoleBinding of the one cluster-wide right, named `<this>:<namespace>`.
+RUNTIMES_READER = "shdh-pipeline-trainer-runtimes"
+# Everything the pipeline's account may do in its namespace: (API group, resource, verb, the
+# one object's name or None for any). Why each is there is said in k8s/base/rbac.yaml.
+PIPELINE_GRANTS = {
+    # the KFP launcher: its settings and the pipeline root's credentials, by name only
+    ("", "configmaps", "get", "kfp-launcher"),
+    ("", "secrets", "get", "mlpipeline-minio-artifact"),
+    # the Argo executor: each step's outputs
+    ("argoproj.io", "workflowtaskresults", "create", None),
+    ("argoproj.io", "workflowtaskresults", "patch", None),
+    # the trainjob task: the runtime, the TrainJob, its pods, their logs, the failure's events
+    *((TRAINER_GROUP, "trainjobs", v, None) for v in ("create", "get", "list", "watch", "delete")),
+    *((TRAINER_GROUP, "trainingruntimes", v, None) for v in ("get", "list")),
+    *(("", "pods", v, None) for v in ("get", "list", "watch")),
+    ("", "pods/log", "get", None),
+    ("", "events", "list", None),
+}
 
 targets = pytest.mark.parametrize("target", TARGETS)
 
@@ -109,6 +133,8 @@ def test_renders_the_whole_stack(target):
         ("ServiceAccount", "shdh-pipeline"),
         ("Role", "shdh-pipeline"),
         ("RoleBinding", "shdh-pipeline"),
+        ("ClusterRole", f"{RUNTIMES_READER}:{NAMESPACES[target]}"),
+        ("ClusterRoleBinding", f"{RUNTIMES_READER}:{NAMESPACES[target]}"),
         ("Deployment", "mlflow"),
         ("Service", "mlflow"),
         ("StatefulSet", "postgres"),
@@ -164,12 +190,15 @@ def test_the_validator_rejects_an_unknown_field():
 
 @targets
 def test_everything_is_in_the_targets_namespace(target):
-    """The stack's own namespace is created only where the stack owns it."""
+    """The stack's own namespace is created only where the stack owns it; cluster-scoped
+    objects (the Namespace, the ClusterRole and its binding) have none."""
     namespace = NAMESPACES[target]
     created = [obj["metadata"]["name"] for obj in render(target) if obj["kind"] == "Namespace"]
     assert created == ([] if target in FOREIGN_NAMESPACE else [namespace])
     for obj in render(target):
-        if obj["kind"] != "Namespace":
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
+        else:
             assert obj["metadata"].get("namespace") == namespace, obj["metadata"]["name"]
 
 
@@ -704,25 +733,143 @@ def test_mlflow_answers_the_hosts_it_is_reached_by(target):
 # --- the pipeline's identity and the GPU scheduling -------------------------------------------
 
 
+def account_subject(namespace: str) -> dict:
+    return {"kind": "ServiceAccount", "name": PIPELINE_ACCOUNT, "namespace": namespace}
+
+
+def bound_rules(objects: list, binding_kind: str, namespace: str) -> list[dict]:
+    """The rules of every role that a binding of `binding_kind` (RoleBinding: rights in the
+    namespace; ClusterRoleBinding: cluster-wide) gives the pipeline's account."""
+    rules = []
+    for binding in objects:
+        if binding["kind"] == binding_kind and account_subject(namespace) in binding["subjects"]:
+            ref = binding["roleRef"]
+            assert ref["apiGroup"] == "rbac.authorization.k8s.io", ref
+            rules += find(objects, ref["kind"], ref["name"])["rules"]
+    return rules
+
+
+def grants(rules: list[dict]) -> set[tuple[str, str, str, str | None]]:
+    """(API group, resource, verb, object name or None for any) of every right the rules give."""
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
+
+
 @targets
 def test_pipeline_role_is_minimal_and_bound_to_the_pipeline_account(target):
     objects = render(target)
-    role = find(objects, "Role", "shdh-pipeline")
-    for rule in role["rules"]:
-        for field in ("apiGroups", "resources", "verbs"):
-            assert "*" not in rule[field], rule
-        assert set(rule["verbs"]) <= {"get", "create", "patch"}, rule
-        if rule["resources"] in (["secrets"], ["configmaps"]):
-            assert rule.get("resourceNames"), f"{rule['resources']} not limited by name"
+    namespace = NAMESPACES[target]
     binding = find(objects, "RoleBinding", "shdh-pipeline")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
         "name": "shdh-pipeline",
     }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "shdh-pipeline", "namespace": NAMESPACES[target]}
+    assert binding["subjects"] == [account_subject(namespace)]
+    assert grants(bound_rules(objects, "RoleBinding", namespace)) == PIPELINE_GRANTS
+
+
+@targets
+def test_no_rbac_rule_of_the_stack_uses_a_wildcard(target):
+    """No `*` group, resource, verb or name, and no non-resource URL, in any role of the stack."""
+    roles = [obj for obj in render(target) if obj["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule, role["metadata"]["name"]
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert not any("*" in item for item in rule.get(field, [])), rule
+
+
+@targets
+def test_the_pipeline_account_may_run_and_follow_a_trainjob(target):
+    """What the Kubeflow SDK's TrainerClient calls in the trainjob task's pod: it reads the
+    runtime, creates the TrainJob, waits on it and deletes it, follows its pods' logs and
+    lists the events; and the task gets no Secret through the API beyond what KFP's launcher
+    reads."""
+    from shdh.trainjob import TRAINER_GROUP as checked_by_the_task
+
+    assert checked_by_the_task == TRAINER_GROUP
+    objects = render(target)
+    granted = grants(bound_rules(objects, "RoleBinding", NAMESPACES[target]))
+    for verb in ("create", "get", "watch", "delete"):
+        assert (TRAINER_GROUP, "trainjobs", verb, None) in granted, verb
+    assert (TRAINER_GROUP, "trainingruntimes", "get", None) in granted
+    assert {("", "pods", "list", None), ("", "pods", "watch", None)} <= granted
+    assert ("", "pods/log", "get", None) in granted
+    assert ("", "events", "list", None) in granted
+    assert not {g for g in granted if g[1] == "pods/exec"}
+    secrets = {g for g in granted if g[1] == "secrets"}
+    assert secrets == {("", "secrets", "get", "mlpipeline-minio-artifact")}
+
+
+@targets
+def test_the_pipeline_account_may_only_read_trainer_runtimes_cluster_wide(target):
+    """The one ClusterRoleBinding binds the account of the overlay's namespace to a ClusterRole
+    that reads ClusterTrainingRuntimes, and the stack has no other cluster-wide right."""
+    objects = render(target)
+    namespace = NAMESPACES[target]
+    (binding,) = [obj for obj in objects if obj["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [account_subject(namespace)]
+    (role,) = [obj for obj in objects if obj["kind"] == "ClusterRole"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert grants(role["rules"]) == {
+        (TRAINER_GROUP, "clustertrainingruntimes", "get", None),
+        (TRAINER_GROUP, "clustertrainingruntimes", "list", None),
+    }
+    assert grants(bound_rules(objects, "ClusterRoleBinding", namespace)) == grants(role["rules"])
+
+
+@targets
+def test_cluster_scoped_rbac_is_named_after_the_namespace(target):
+    """Stacks in two namespaces of one cluster (two profiles) must neither overwrite nor, on
+    `kubectl delete -k`, delete each other's ClusterRole and ClusterRoleBinding."""
+    names = [
+        (obj["kind"], obj["metadata"]["name"])
+        for obj in render(target)
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding")
     ]
+    expected = f"{RUNTIMES_READER}:{NAMESPACES[target]}"
+    assert names and all(name == expected for _, name in names), names
+
+
+def test_a_second_profile_gets_its_own_cluster_wide_binding(tmp_path):
+    """The profile overlay moved to another namespace as its comment says (`kustomize edit set
+    namespace`): its cluster-scoped objects follow, and no two namespaces share one."""
+    shutil.copytree(K8S, tmp_path / "k8s")
+    kustomization = tmp_path / "k8s" / "overlays" / "profile" / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert re.search(r"^namespace: kubeflow-user-example-com$", text, re.MULTILINE)
+    other = "kubeflow-user-other-example-com"
+    text = re.sub(r"^namespace: .*$", f"namespace: {other}", text, flags=re.MULTILINE)
+    kustomization.write_text(text)
+    moved = render_folder(kustomization.parent)
+    (binding,) = [obj for obj in moved if obj["kind"] == "ClusterRoleBinding"]
+    assert binding["metadata"]["name"] == f"{RUNTIMES_READER}:{other}"
+    assert binding["subjects"] == [account_subject(other)]
+    by_namespace: dict[str, set] = {other: set()}
+    for target in TARGETS:
+        by_namespace.setdefault(NAMESPACES[target], set())
+    for namespace, objects in [(other, moved)] + [(NAMESPACES[t], render(t)) for t in TARGETS]:
+        by_namespace[namespace] |= {
+            (obj["kind"], obj["metadata"]["name"])
+            for obj in objects
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding")
+        }
+    for namespace, names in by_namespace.items():
+        for elsewhere, others in by_namespace.items():
+            if elsewhere != namespace:
+                assert not names & others, (namespace, elsewhere)
 
 
 def pipeline_settings(target: str) -> dict:
@@ -788,11 +935,13 @@ def test_gpu_overlay_changes_nothing_but_the_pipeline_settings():
 
 
 def test_the_kubeflow_overlay_is_dev_in_the_kubeflow_namespace():
-    """Standalone KFP on a single node: the dev stack and settings, moved, without Namespace."""
+    """Standalone KFP on a single node: the dev stack and settings, moved, without Namespace
+    (the names of the cluster-scoped objects, which end in the namespace, moved with it)."""
 
     def moved(objects: list) -> list:
         kept = [o for o in objects if o["kind"] != "Namespace"]
         text = yaml.safe_dump_all(kept).replace("namespace: shdh\n", "namespace: kubeflow\n")
+        text = text.replace(f"{RUNTIMES_READER}:shdh\n", f"{RUNTIMES_READER}:kubeflow\n")
         return list(yaml.safe_load_all(text))
 
     assert render("overlays/kubeflow") == moved(render("overlays/dev"))

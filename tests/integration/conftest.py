@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -87,12 +88,18 @@ def weed_executable() -> str:
     return found
 
 
+def service_host() -> str:
+    """The address the test servers listen on: loopback, unless SHDH_TEST_SERVICE_HOST names
+    another (the container tests name one that containers on a Docker bridge network reach)."""
+    return os.environ.get("SHDH_TEST_SERVICE_HOST") or "127.0.0.1"
+
+
 def free_ports(count: int) -> list[int]:
     """Ports nothing listens on now: all held open together, so they are distinct."""
     with contextlib.ExitStack() as stack:
         socks = [stack.enter_context(socket.socket()) for _ in range(count)]
         for sock in socks:
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((service_host(), 0))
         return [sock.getsockname()[1] for sock in socks]
 
 
@@ -169,8 +176,8 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
     command = [
         weed_executable(),
         "server",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
+        f"-ip={service_host()}",
+        f"-ip.bind={service_host()}",
         f"-dir={data}",
         "-s3",
         f"-s3.config={write_s3_config(root / 's3.json')}",
@@ -194,7 +201,7 @@ def s3_server(tmp_path_factory) -> Iterator[S3Server]:
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root
         )
     server = S3Server(
-        endpoint=f"http://127.0.0.1:{ports['s3.port']}",
+        endpoint=f"http://{service_host()}:{ports['s3.port']}",
         access_key=ACCESS_KEY,
         secret_key=SECRET_KEY,
         region=REGION,

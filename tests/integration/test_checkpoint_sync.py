@@ -27,7 +27,7 @@ from kfp import dsl
 from shdh.hashers import load_hasher
 from shdh.kubeflow import pipeline_arguments
 from shdh.tracking.checkpoint_sync import STORE_ENV, CheckpointStoreError
-from tests.components.test_components import artifact, component, gzip_mirror
+from tests.components.test_components import artifact, component, fit_inputs, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 
@@ -76,15 +76,7 @@ def inputs(tmp_path_factory, s3_server):
     )
     params["train"].update(methods=["shdh"], epochs=EPOCHS, num_threads=1)
     args = pipeline_arguments(params)
-    prepared = artifact(dsl.Dataset, tmp / "prepared")
-    component("prepare").python_func(data=args["data"], seed=0, prepared=prepared)
-    prepared = artifact(dsl.Dataset, tmp / "prepared", prepared.metadata)
-    labels = artifact(dsl.Dataset, tmp / "labels")
-    component("tree").python_func(prepared=prepared, settings=args["tree"], labels=labels)
-    similarity = artifact(dsl.Dataset, tmp / "similarity")
-    component("smatrix").python_func(
-        prepared=prepared, labels=labels, settings=args["smatrix"], seed=0, similarity=similarity
-    )
+    prepared, similarity = fit_inputs(tmp, params)
     return {
         "tmp": tmp,
         "args": args,

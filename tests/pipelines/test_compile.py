@@ -111,7 +111,8 @@ def test_the_dag_has_every_step_and_its_edges(smoke):
     spec, _, _ = smoke
     tasks = root_tasks(spec)
     # Each step, no other; deploy only where the settings give the search service's URL.
-    assert {step_of(t) for t in tasks.values()} == set(STEPS) - {"deploy"}
+    # deploy: only with deploy.service_url; trainjob: only with train.nodes or processes above 1
+    assert {step_of(t) for t in tasks.values()} == set(STEPS) - {"deploy", "trainjob"}
     deps = {name: set(t.get("dependentTasks", [])) for name, t in tasks.items()}
     assert deps["tree"] == {"prepare"} and deps["smatrix"] == {"prepare", "tree"}
     assert deps["features"] == {"prepare"} and deps["start"] == {"prepare"}
@@ -291,6 +292,62 @@ def test_the_gpu_overlay_trains_on_a_gpu_node_in_the_cuda_image(smoke_on_gpus):
     assert all("accelerator" not in e["container"]["resources"] for e in others.values())
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert json.loads(defaults["train"]["defaultValue"])["device"] == "cuda"
+
+
+def test_two_nodes_per_fit_launch_a_trainjob_from_a_task_without_a_gpu(tmp_path, monkeypatch):
+    """train.nodes 2 on the GPU overlay: each fit is a trainjob task (retried, under the
+    deadline, with the step's environment by reference) that asks for no GPU itself and hands
+    its nodes the CUDA image, the train step's sizes, a GPU a process and the GPU nodes'
+    scheduling."""
+    args = ("--profile", "smoke", "--overlay", "gpu")
+    nodes = ("--param", "train.nodes=2", "--param", "train.processes_per_node=2")
+    spec, platform, _ = compile_with(tmp_path, monkeypatch, *args, *nodes)
+    assert fit_tasks(spec, "train") == {}
+    jobs = fit_tasks(spec, "trainjob")
+    assert set(jobs) == {"shdh-16", "dpsh-16"}
+    data = overlay_data("gpu")
+    for task in jobs.values():
+        assert task["retryPolicy"]["maxRetryCount"] == int(data["train.retries"])
+        wanted = json.loads(task["inputs"]["parameters"]["nodes"]["runtimeValue"]["constant"])
+        assert wanted == {
+            "image": f"{DEFAULT_IMAGE}-cuda",
+            "gpu": True,
+            "resources": {
+                "cpu": data["train.cpu_limit"],
+                "memory": data["train.memory_limit"],
+                "gpu": 2,
+            },
+            "node_selector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        }
+        executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        container = spec["deploymentSpec"]["executors"][executor]["container"]
+        assert container["image"] == DEFAULT_IMAGE
+        assert "accelerator" not in container["resources"]
+        assert "launch(" in " ".join(container["command"])  # shdh.trainjob.launch
+        kube = platform["executors"][executor]
+        assert "SHDH_CHECKPOINT_URL" in env_sources(kube)
+        assert kube["activeDeadlineSeconds"]
+
+
+def test_several_processes_on_a_cpu_node_are_refused_when_compiling(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "pipeline.yaml"
+    args = [
+        "--profile",
+        "smoke",
+        "--param",
+        "train.nodes=2",
+        "--param",
+        "train.processes_per_node=2",
+        "--out",
+        str(out),
+    ]
+    assert main(["pipeline", "compile", *args]) != 0
+    assert "train.processes_per_node=2: several processes on a node need a GPU" in caplog.text
+    assert not out.exists()
 
 
 def test_no_credential_reaches_the_compiled_yaml(smoke):

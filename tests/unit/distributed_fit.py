@@ -1,7 +1,8 @@
 """One small fit, run by tests/unit/test_distributed.py under torchrun (several processes) or as
 one process: ResNet-18 with frozen batch norm (a CPU has no synchronised batch norm, and
 ResNet has no dropout), so that the processes' fit and the one-process fit of the global batch
-can agree to float sums. Rank 0 saves the final weights and the history for the test to compare.
+can agree to float sums. Rank 0 saves the final weights and the history for the test to compare;
+with several processes every rank then saves one batch-norm step (tests/unit/distributed_bn.py).
 
     python -m tests.unit.distributed_fit OUT_DIR BATCH_SIZE EPOCHS [RESUME]
 """
@@ -20,6 +21,7 @@ from shdh.core.objectives import SHDHObjective
 from shdh.training.distributed import World
 from shdh.training.loop import train
 from shdh.training.loop_settings import TrainConfig
+from tests.unit.distributed_bn import save_step
 
 N_ITEMS, SIZES, LEVELS = 32, [8, 8], [2, 3]
 
@@ -61,7 +63,10 @@ def main(out_dir: str, batch_size: str, epochs: str, resume: str = "never") -> N
         loss_fn=SHDHObjective().for_layout(SIZES, LEVELS, u),
         resume=resume,
     )
-    if World.from_env().main:
+    world = World.from_env()
+    if world.distributed:
+        save_step(Path(out_dir), world)
+    if world.main:
         torch.save(result.model.state_dict(), Path(out_dir) / "weights.pt")
         (Path(out_dir) / "history.json").write_text(json.dumps(result.history))
 

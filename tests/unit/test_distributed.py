@@ -68,10 +68,36 @@ def fit(tmp_path, name: str, processes: int, batch_size: int, epochs: int, resum
     return weights, json.loads((out / "history.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory):
+    """The fit on one process at batch 8, and on two at batch 4 (each rank then also takes a
+    batch-norm step: tests/unit/distributed_bn.py)."""
+    tmp = tmp_path_factory.mktemp("distributed")
+    return tmp, fit(tmp, "one", 1, 8, 2), fit(tmp, "two", 2, 4, 2)
+
+
 @pytest.mark.slow
-def test_two_processes_match_one_with_the_doubled_batch_and_resume_exactly(tmp_path):
-    one, one_history = fit(tmp_path, "one", 1, 8, 2)
-    two, two_history = fit(tmp_path, "two", 2, 4, 2)
+def test_the_cpu_batch_norm_of_two_processes_is_one_batch_norm_of_the_whole_batch(one_and_two):
+    from tests.unit.distributed_bn import batch
+
+    tmp = one_and_two[0]
+    ranks = [torch.load(tmp / "two" / f"bn-rank{r}.pt", weights_only=True) for r in range(2)]
+    x, w = batch()
+    x.requires_grad_(True)
+    plain = torch.nn.BatchNorm2d(3)
+    y = plain(x)
+    (y * w).sum().backward()
+    tolerance = {"atol": 1e-5, "rtol": 1e-5}  # the sums' order differs; nothing else does
+    torch.testing.assert_close(torch.cat([r["y"] for r in ranks]), y.detach(), **tolerance)
+    torch.testing.assert_close(torch.cat([r["grad"] for r in ranks]), x.grad, **tolerance)
+    for r in ranks:  # every rank keeps the whole batch's running statistics
+        torch.testing.assert_close(r["running_mean"], plain.running_mean, **tolerance)
+        torch.testing.assert_close(r["running_var"], plain.running_var, **tolerance)
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_with_the_doubled_batch_and_resume_exactly(one_and_two):
+    tmp_path, (one, one_history), (two, two_history) = one_and_two
     for key, value in one.items():
         if value.is_floating_point():
             np.testing.assert_allclose(two[key], value, atol=WEIGHT_TOLERANCE, err_msg=key)

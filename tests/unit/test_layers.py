@@ -40,9 +40,10 @@ ALLOWED: dict[str, set[str]] = {
     "serving": METHODS | {"data", "tracking"},
     "kubeflow": LIBRARY,
     "bundle": LIBRARY,
+    "trainjob": LIBRARY | {"kubeflow"},
     "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines"},
     "cli": {"shdh", "commands"},
-    "components": {"shdh", "kubeflow", "data", "serving", "steps", "tracking"},
+    "components": {"shdh", "kubeflow", "trainjob", "data", "serving", "steps", "tracking"},
     "pipelines": LIBRARY | {"kubeflow", "components"},
 }
 # The units whose code is the method itself: a bare GPU machine trains with them alone.

@@ -22,6 +22,7 @@ from shdh.commands.common import (
 from shdh.hashers import DEEP
 from shdh.hashers.method_catalogue import PAPER_METHOD
 from shdh.plan.all_methods import method_bits, method_params, models_root
+from shdh.plan.processes import refuse_several_processes
 from shdh.plan.runs import section_fits
 from shdh.runtime.atomic import check_writable
 from shdh.steps.fit_deep import fit
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> dict:
     """Train one method at each of its code lengths; returns the tracking context to reuse."""
     params, section = params_section(args, "train")
+    refuse_several_processes(section, "shdh train (dvc repro)")
     bits_list = args.bits or method_bits(params, method)
     if not bits_list:
         raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")

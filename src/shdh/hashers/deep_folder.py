@@ -27,6 +27,7 @@ from shdh.core.objectives import flat_objective
 from shdh.runtime import source_fingerprint as code_fingerprint
 from shdh.runtime.atomic import atomic_path, atomic_write_text
 from shdh.training.checkpoint import CHECKPOINT_NAME
+from shdh.training.distributed import world_record
 from shdh.training.loop_settings import RUNTIME_FIELDS
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class TrainingFolder:
             "params": params,
             "data_sha256": _fingerprint(images, pairs),
             "code": self.code_fingerprint(),
+            **world_record(),
         }
         return json.loads(json.dumps(record))
 

@@ -23,7 +23,9 @@ from shdh.runtime.errors import ConfigError
 from shdh.training.loop_settings import LoopSettings
 
 # Keys of the `train` section that configure the pipeline rather than a method.
-PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds")
+# What the pipeline decides around a fit, not a setting of the method: which fits, where, on how
+# many processes (a TrainJob's nodes and processes per node, shdh.plan.processes).
+PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds", "nodes", "processes_per_node")
 
 
 def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:

@@ -286,6 +286,10 @@ class _TrainSettings(LoopSettings):
     models_dir: str = setting(TEXT, "one folder per METHOD-BITS")
     seeds: list | None = setting(SEEDS, "null: one fit with `seed`; a list: one fit per seed", None)
     n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
+    nodes: int = setting(integer(1), "nodes of a fit's Kubeflow TrainJob (1: the plain step)", 1)
+    processes_per_node: int = setting(
+        integer(1), "training processes (GPUs) on each node of a fit's TrainJob", 1
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

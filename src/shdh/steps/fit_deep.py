@@ -32,6 +32,7 @@ from shdh.tracking import runs
 from shdh.tracking.encoder_model import log_encoder
 from shdh.training import convergence
 from shdh.training.checkpoint import RESUME_MODES
+from shdh.training.distributed import World
 from shdh.training.loop_settings import LoopSettings
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,20 @@ def fit(
     resolve_device(loop.device)
     fetch_weights(loop)  # remote pretrained weights, before any work that needs them
     X, pairs = training_inputs(cls, Path(prepared_dir), Path(smatrix_path), plan.n_train)
+    # Under torchrun every rank trains, restoring the stored checkpoint into its own work
+    # folder; rank 0 alone keeps the fit (model folder, MLflow run, uploads).
+    main = World.from_env().main
     run_fit(
         plan,
         cls,
         X,
         pairs,
         training=Training(resume=resume, progress=progress, checkpoints=checkpoints),
-        tracked=Tracked(logged_params(plan.params), tags, parent_run_id, keep=_log_training),
+        tracked=(
+            Tracked(logged_params(plan.params), tags, parent_run_id, keep=_log_training)
+            if main
+            else None
+        ),
     )
     return plan.out_dir
 

@@ -9,9 +9,11 @@ all of them, because both losses pair every item with every other of the batch: 
 items alone would be another, smaller batch. The gathered codes' gradients come back summed over
 the ranks (each took the same loss), and DistributedDataParallel averages the parameters'
 gradients, so a step's update is the one-process update of the global batch up to float sums.
-Batch norm is synchronised across the ranks on GPUs (SyncBatchNorm; PyTorch has no CPU
-version); a global batch that is not full is left out, as the ranks must gather codes of one
-shape. With one process nothing here runs: a fit is bit for bit the plain loop's.
+Batch norm takes the global batch's statistics (SyncBatchNorm on GPUs, an all-reduce of the
+ranks' sums on CPUs, where PyTorch has no SyncBatchNorm). Dropout is each rank's own draw, so a
+network with dropout (CNN-F) follows the one-process fit in distribution, not to float sums. A
+global batch that is not full is left out, as the ranks must gather codes of one shape. With one
+process nothing here runs: a fit is bit for bit the plain loop's.
 """
 
 from __future__ import annotations
@@ -82,6 +84,14 @@ class World:
 ONE_PROCESS = World()  # the plain loop's world
 
 
+def world_record() -> dict[str, int]:
+    """What a checkpoint made by several processes records of them: their number, which sets
+    the global batch, so that a job restarted at another size does not continue it. Empty for
+    one process, so that the plain loop's checkpoints and records stay as they were."""
+    world = World.from_env()
+    return {"world_size": world.size} if world.distributed else {}
+
+
 def join(world: World, device: torch.device) -> torch.device:
     """Join the fit's process group (NCCL between GPUs, Gloo between CPUs) once; this rank's
     device (its local GPU under torchrun's one-process-per-GPU launch)."""
@@ -116,8 +126,74 @@ def parallel(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def synced_batch_norm(model: nn.Module, device: torch.device) -> nn.Module:
-    """Batch norm over the global batch on GPUs; a CPU keeps each rank's own statistics."""
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model) if device.type == "cuda" else model
+    """Batch norm over the global batch: PyTorch's SyncBatchNorm on GPUs; on CPUs, which it
+    does not serve, the same statistics through an all-reduce of the ranks' sums
+    (GlobalStatistics), so that a CPU fit too is the one-process fit of the global batch."""
+    if device.type == "cuda":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    for module in model.modules():
+        for plain, synced in _GLOBAL.items():
+            if type(module) is plain:
+                # A class swap keeps the parameters, buffers and mode the module has.
+                module.__class__ = synced
+    return model
+
+
+class GlobalStatistics:
+    """A training batch norm whose mean and variance are those of every rank's batch together:
+    each rank's per-channel sums, sums of squares and counts are added by an all-reduce that
+    carries gradients, as SyncBatchNorm does between GPUs. In evaluation, and with frozen
+    statistics (train.freeze_bn), it is the plain batch norm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return super().forward(x)
+        from torch.distributed.nn.functional import all_reduce
+
+        c = x.shape[1]
+        dims = [d for d in range(x.dim()) if d != 1]
+        count = torch.full((1,), x.numel() // c, dtype=x.dtype, device=x.device)
+        sums = all_reduce(torch.cat([x.sum(dims), (x * x).sum(dims), count]))
+        n = sums[-1]
+        mean = sums[:c] / n
+        var = sums[c : 2 * c] / n - mean * mean
+        self._track(mean.detach(), var.detach() * n / (n - 1))
+        shape = [1, c] + [1] * (x.dim() - 2)
+        y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.affine:
+            y = y * self.weight.view(shape) + self.bias.view(shape)
+        return y
+
+    @torch.no_grad()
+    def _track(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
+        """The running statistics, updated as nn.BatchNorm updates them."""
+        if not self.track_running_stats:
+            return
+        self.num_batches_tracked += 1
+        factor = self.momentum
+        if factor is None:  # a cumulative average
+            factor = 1.0 / float(self.num_batches_tracked)
+        self.running_mean.lerp_(mean, factor)
+        self.running_var.lerp_(unbiased_var, factor)
+
+
+class _GlobalBatchNorm1d(GlobalStatistics, nn.BatchNorm1d):
+    pass
+
+
+class _GlobalBatchNorm2d(GlobalStatistics, nn.BatchNorm2d):
+    pass
+
+
+class _GlobalBatchNorm3d(GlobalStatistics, nn.BatchNorm3d):
+    pass
+
+
+_GLOBAL = {
+    nn.BatchNorm1d: _GlobalBatchNorm1d,
+    nn.BatchNorm2d: _GlobalBatchNorm2d,
+    nn.BatchNorm3d: _GlobalBatchNorm3d,
+}
 
 
 def gathered(z: torch.Tensor) -> torch.Tensor:

@@ -134,6 +134,7 @@ def _identity(
         "train_idx_sha256": _sha256(train_idx),
         "loss": getattr(loss_fn, "settings", None),  # an objectives.Loss names its settings
         "code": code or fingerprint([__name__, type(loss_fn).__module__]),
+        **distributed.world_record(),
     }
 
 
