@@ -126,7 +126,14 @@ def make_client(backend: str) -> Any:
             pull_policy="Never", runtime_source=TrainingRuntimeSource(sources=[])
         )
         return TrainerClient(backend_config=config)
-    client = TrainerClient(backend_config=KubernetesBackendConfig())
+    try:  # the pod's own account in a cluster, else the kubeconfig's current context
+        client = TrainerClient(backend_config=KubernetesBackendConfig())
+    except Exception as exc:  # noqa: BLE001 (kubernetes' config errors have no common base)
+        raise TrainJobError(
+            f"no Kubernetes cluster to create the TrainJob in ({type(exc).__name__}: {exc}): "
+            "run the step in the cluster or where kubectl reaches it, or set "
+            f"{BACKEND_ENV}=container to run the job on this host's Docker"
+        ) from exc
     check_trainjob_api()
     return client
 

@@ -145,6 +145,13 @@ def test_a_cluster_without_the_trainjob_api_is_named(monkeypatch):
         trainjob.check_trainjob_api()
 
 
+def test_no_cluster_at_all_is_named_with_the_way_to_run_locally(monkeypatch, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(trainjob.TrainJobError, match="no Kubernetes cluster.*=container"):
+        trainjob.make_client("kubernetes")
+
+
 def test_an_unknown_backend_is_refused_by_name(monkeypatch):
     monkeypatch.setenv(trainjob.BACKEND_ENV, "slurm")
     with pytest.raises(trainjob.TrainJobError, match="SHDH_TRAINJOB_BACKEND='slurm'"):
