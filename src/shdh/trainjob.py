@@ -365,8 +365,7 @@ def get_tree(folder: checkpoint_sync.StoreFolder, name: str, dest: Path) -> Path
     if not keys:
         raise checkpoint_sync.CheckpointStoreError(f"{folder.object_url(name)}/: nothing there")
     with atomic_dir(dest) as tmp:
-        for key in keys:
-            target = Path(tmp, key[len(prefix) :])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            folder.client.download_file(folder.bucket, key, str(target))
+        for key in keys:  # the store's own download: its errors name the object and the keys
+            relative = key[len(prefix) :]
+            folder.download(f"{name}/{relative}", Path(tmp, relative))
     return Path(dest)
