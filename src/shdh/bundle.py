@@ -213,7 +213,7 @@ def train_bundle(
     work_dir (out_dir + "-work")."""
     out_dir = Path(out_dir)
     work_dir = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
-    section = {**bundle.settings["train"], **(overrides or {})}
+    section = merged_section(bundle.settings["train"], overrides or {})
     fits = plan_fits({**bundle.settings, "train": section}, methods, bits, seeds, work_dir=work_dir)
     device = resolve_device(str(section.get("device", "auto")))  # before any work
     manifest = {
@@ -228,6 +228,18 @@ def train_bundle(
     atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     split = Split(bundle.query_idx, bundle.db_idx, 0, 0.0)
     return [_train_fit(bundle, fit, split, out_dir, manifest, progress) for fit in fits]
+
+
+def merged_section(section: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The bundle's train section with the overrides; a method's own mapping (train.shdh) is
+    updated key by key, so that setting shdh.alpha keeps the bundle's other SHDH settings."""
+    out = dict(section)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
 
 
 def _train_fit(
@@ -340,11 +352,47 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-fused-sgd", action="store_true", help="torch's default SGD, whatever train.fused_sgd"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a train setting (repeatable): backbone=resnet18, image_size=224, "
+        "n_train=20000, shdh.alpha=0.5; VALUE is read as JSON where it parses (numbers, true, "
+        "null), else as a string",
+    )
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """--set KEY=VALUE pairs as a train-section override. A dotted key sets a method's own
+    setting (shdh.alpha). Names the settings do not know are refused later, by the planner, as
+    for params.yaml; here only the form is checked, naming the pair."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(p.isidentifier() for p in parts) or len(parts) > 2:
+            raise ConfigError(
+                f"--set {pair!r}: expected KEY=VALUE or METHOD.KEY=VALUE (e.g. image_size=224)"
+            )
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text  # a path or a name: backbone=resnet18, pretrained=weights/r18.pth
+        if len(parts) == 2:
+            own = out.setdefault(parts[0], {})
+            if not isinstance(own, dict):
+                raise ConfigError(f"--set {pair!r}: {parts[0]} is set as a value and a section")
+            own[parts[1]] = value
+        else:
+            out[parts[0]] = value
+    return out
 
 
 def run_train(args: argparse.Namespace) -> int:
     bundle = read_bundle(args.bundle)
-    overrides = {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}
+    overrides = parse_settings(args.set)
+    overrides |= {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}
     if args.compile:
         overrides["compile"] = True
     if args.no_cuda_graph:

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.bundle import BundleError, read_bundle, write_bundle
+from shdh.bundle import BundleError, merged_section, parse_settings, read_bundle, write_bundle
 from shdh.cli import main as cli_main
 from shdh.commands.evaluate import main as evaluate_main
 from shdh.core.codes_file import load_codes, save_codes
+from shdh.runtime.errors import ConfigError
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import REPO
 
@@ -278,3 +279,43 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
         output_format="list",
     )
     assert run.data.tags["ended_by"] == "the rule"
+
+
+def test_set_reads_json_values_paths_and_method_keys():
+    pairs = ["image_size=224", "augment=true", "n_train=null", "pretrained=w/lite0.pth"]
+    got = parse_settings([*pairs, "shdh.alpha=0.5"])
+    assert got == {
+        "image_size": 224,
+        "augment": True,
+        "n_train": None,
+        "pretrained": "w/lite0.pth",
+        "shdh": {"alpha": 0.5},
+    }
+    assert merged_section({"shdh": {"alpha": 1, "e1": "plain"}, "lr": 0.1}, got)["shdh"] == {
+        "alpha": 0.5,
+        "e1": "plain",
+    }
+    for bad in ("image_size", "a.b.c=1", "=3", "9x=1"):
+        with pytest.raises(ConfigError, match=re.escape(f"--set {bad!r}")):
+            parse_settings([bad])
+
+
+def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_raw, caplog):
+    """What a GPU session does with the gpu profile's bundle: the same data, split and rule, with
+    the backbone and input size overridden on the command line, recorded with the fit."""
+    _, bundle = _bundle_run(tmp_path, fashion_raw, methods=["shdh"], bits=[16], epochs=1)
+    out = tmp_path / "gpu"
+    argv = ["bundle", "train", str(bundle), "--out", str(out), "--no-progress"]
+    sets = ["backbone=resnet18", "image_size=40", "n_train=48", "batch_size=16", "freeze_bn=true"]
+    assert cli_main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    record = json.loads((out / "fits" / "shdh-16.json").read_text())
+    loop = record["params"]["loop"]
+    assert (loop["backbone"], loop["image_size"], loop["freeze_bn"]) == ("resnet18", 40, True)
+    assert record["n_train_items"] == 48 and len(record["history"]) == 1
+    assert json.loads((out / "bundle.json").read_text())["train"]["backbone"] == "resnet18"
+    # A name no deep method takes is refused before any work, named.
+    other = tmp_path / "typo"
+    argv = ["bundle", "train", str(bundle), "--out", str(other), "--set", "backbone_name=resnet18"]
+    assert cli_main(argv) == 1
+    assert "settings ['backbone_name'] are not shdh's" in caplog.text
+    assert not other.exists()
