@@ -38,10 +38,9 @@ bundle=${1:?$usage}
 out=${2:?$usage}
 session_seconds=${3:-540}
 device=${DEVICE:-cuda}
-py=$(command -v python3 || command -v python)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 run=${RUN_DIR:-$(mktemp -d)}/gpu-session
 mkdir -p "$run" "$out"
+source "$(dirname "$0")/gpu_common.sh"
 rm -rf "$run/gpu-run" "$run/session.log"
 quick=()
 check=()
@@ -50,12 +49,8 @@ if [ "${QUICK:-0}" = 1 ]; then
   check=(--n-train 512 --epochs 2 --width 0.125)
 fi
 
-phase() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$run/session.log"; }
-
 streams=${STREAMS:-seed}
-phase "machine"
-{ nvidia-smi -L 2>&1 || true; "$py" -c 'import torch, numpy; print("torch", torch.__version__,
-"cuda", torch.version.cuda, "numpy", numpy.__version__)'; nproc; } | tee -a "$run/session.log"
+describe_machine
 
 graph_flag=()
 if [ "${CHECKS:-1}" = 1 ]; then
@@ -92,19 +87,7 @@ if [ "${FITS:-1}" = 0 ]; then
   exit 0
 fi
 
-mps=0
-if [ "${MPS:-1}" = 1 ] && [ "$device" = cuda ] && command -v nvidia-cuda-mps-control >/dev/null; then
-  export CUDA_MPS_PIPE_DIRECTORY=$run/mps-pipe CUDA_MPS_LOG_DIRECTORY=$run/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d && timeout 60 "$py" -c 'import torch; torch.ones(1, device="cuda")'
-  then
-    mps=1
-  else
-    echo quit | nvidia-cuda-mps-control 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
-fi
-phase "MPS: $([ $mps = 1 ] && echo on || echo off)"
+start_mps
 
 fit_seconds=$((session_seconds - SECONDS - 25))
 phase "fits: one process per $([ "$streams" = fit ] && echo fit || echo "method and seed, 64 bits \
@@ -131,14 +114,8 @@ for seed in 0 1 2; do
     fi
   done
 done
-cut_off=0
-for pid in "${pids[@]}"; do
-  wait "$pid"
-  rc=$?
-  echo "stream $pid rc $rc" >>"$run/session.log"
-  [ "$rc" = 0 ] || cut_off=1
-done
-[ $mps = 1 ] && { echo quit | nvidia-cuda-mps-control; }
+wait_streams "${pids[@]}"
+stop_mps
 
 phase "pack"
 mkdir -p "$run/gpu-run/codes" "$run/gpu-run/fits"
@@ -147,16 +124,7 @@ for d in "$run"/fits-*/; do
   cp "$d"fits/*.json "$run/gpu-run/fits/" 2>/dev/null
   [ -f "$run/gpu-run/bundle.json" ] || cp "$d"bundle.json "$run/gpu-run/" 2>/dev/null
 done
-"$py" - "$run/gpu-run/fits" <<'PY' | tee -a "$run/session.log"
-import json, pathlib, sys
-for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
-    r = json.loads(path.read_text())
-    h = r["history"]
-    val = [e.get("val_ndcg_at_100") for e in h]
-    print(f"{path.stem}: {len(h)} epochs, {r['fit_seconds']:.0f} s, val NDCG@100 "
-          f"{' '.join(f'{v:.3f}' for v in val if v is not None)}")
-PY
-rm -rf "$run"/mps-pipe
+summarise_fits "$run/gpu-run"
 if [ $cut_off = 0 ]; then
   rm -rf "$run"/work-* "$run"/fits-*/
 else

@@ -269,6 +269,7 @@ def _train_fit(
         "fit_seconds": round(fitted.seconds, 3),
         "encode_seconds": round(encode_seconds, 3),
         "n_train_items": fitted.n_train,
+        **fitted.hasher.network_record(),  # the backbone and its starting weights' SHA-256
         "device": manifest["device"],
         "torch": manifest["torch"],
         **instruction_set.describe(),

@@ -312,6 +312,7 @@ def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_ra
     loop = record["params"]["loop"]
     assert (loop["backbone"], loop["image_size"], loop["freeze_bn"]) == ("resnet18", 40, True)
     assert record["n_train_items"] == 48 and len(record["history"]) == 1
+    assert (record["backbone"], record["pretrained_sha256"]) == ("resnet18", None)
     assert json.loads((out / "bundle.json").read_text())["train"]["backbone"] == "resnet18"
     # A name no deep method takes is refused before any work, named.
     other = tmp_path / "typo"
