@@ -11,8 +11,13 @@ one GPU there is one rank, and a world of one process runs the plain loop, so th
 makes that one process take the several-process path anyway (a process group of one, the
 `distributed` switch forced on) and times it beside the plain loop with and without the graph.
 Each row is a fresh fit of two epochs on the same noise images, resident on the card; the
-second epoch's images/s (the first pays for cuDNN's autotuner and the graph's capture). Not a
-test; on a CPU (--device cpu --quick) it checks that the script runs (Gloo, no graph).
+second epoch's images/s (the first pays for cuDNN's autotuner and the graph's capture). What a
+world of one leaves out: the collectives' traffic between cards (NCCL's all-reduce of the
+gradients overlaps the backward pass) and, on a card, batch norm's synchronisation
+(SyncBatchNorm computes plain batch norm when it is alone); so the row is the cost of giving up
+the graph plus DDP's hooks and the all-gather, a floor of the multi-GPU step's overhead. On a
+CPU (--device cpu, Gloo) the batch norms' sums are all-reduced even alone. Not a test;
+`--device cpu --quick` checks that the script runs.
 """
 
 from __future__ import annotations

@@ -12,14 +12,15 @@ a user tries one). SHDH_TRAINJOB_BACKEND chooses; kubernetes is the default.
 
 The step's pod and the job's nodes share no disk, so they meet in the object store, at the
 fit's folder of the checkpoint store (SHDH_CHECKPOINT_URL/RUN/FIT/,
-shdh.tracking.checkpoint_sync): the step puts the job's inputs (the prepared dataset, the
-S-matrix) and what the fit is (job.json) under job/; the nodes fetch them and train; rank 0
-uploads every epoch's checkpoint to the fit's folder, as a one-process fit does, and every
-rank restores it when the job runs again; rank 0 alone opens the fit's MLflow run, under the
-pipeline's parent run, and puts the fitted model folder under job/model/, which the step copies
-into its Model artifact. Trainer keeps no checkpoints of its own, so a failed job is simply
-launched again: its name is fixed by the fit, and a launch first removes the job a killed step
-left behind.
+shdh.tracking.checkpoint_sync): the step stages the job's inputs (the prepared dataset, the
+S-matrix) once by their content, for every fit that needs them (SHDH_CHECKPOINT_URL/inputs/,
+shdh.tracking.staging), and puts what the fit is and where its inputs are (job.json) under
+job/; the nodes fetch them and train; rank 0 uploads every epoch's checkpoint to the fit's
+folder, as a one-process fit does, and every rank restores it when the job runs again; rank 0
+alone opens the fit's MLflow run, under the pipeline's parent run, and puts the fitted model
+folder under job/model/, which the step copies into its Model artifact. Trainer keeps no
+checkpoints of its own, so a failed job is simply launched again: its name is fixed by the fit,
+and a launch first removes the job a killed step left behind.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ from shdh.plan.all_methods import method_params
 from shdh.plan.fits import WORK_DIR
 from shdh.plan.processes import node_resources
 from shdh.plan.runs import fit_plan
-from shdh.runtime.atomic import atomic_dir
 from shdh.runtime.errors import ConfigError
 from shdh.tracking import checkpoint_sync, cluster_env
+from shdh.tracking.staging import fetch, get_tree, put_tree, stage
 
 log = logging.getLogger(__name__)
 
@@ -255,8 +256,8 @@ def launch(
     resources, node_selector, tolerations}, from the cluster settings)."""
     section = section_arg(settings, "train")
     name = fit_name(run)
-    store = checkpoint_sync.from_env(pipeline_run_id, name)
-    if store is None:
+    root = checkpoint_sync.store_url()
+    if root is None:
         raise ConfigError(
             f"train.nodes={section['nodes']}, train.processes_per_node="
             f"{section['processes_per_node']}: a TrainJob's nodes meet the step in the object "
@@ -265,7 +266,7 @@ def launch(
         )
     backend = backend_name()
     client = make_client(backend)  # a cluster without the TrainJob API fails before any upload
-    job = checkpoint_sync.StoreFolder(f"{store.url}/{JOB_DIR}")
+    job = checkpoint_sync.StoreFolder(f"{root}/{pipeline_run_id}/{name}/{JOB_DIR}")
     request = {
         "run": run,
         "settings": settings,
@@ -273,8 +274,8 @@ def launch(
         "profile": profile,
         "pipeline_run_id": pipeline_run_id,
         "metadata": dict(prepared.metadata),
-        "prepared": put_tree(job, Path(prepared.path), "prepared"),
-        "similarity": put_tree(job, Path(similarity.path), "similarity"),
+        "prepared": stage(root, Path(prepared.path), "prepared"),
+        "similarity": stage(root, Path(similarity.path), "similarity"),
     }
     with tempfile.TemporaryDirectory(prefix="shdh-job-") as tmp:
         path = Path(tmp, REQUEST)
@@ -317,7 +318,7 @@ def run_node(job_url: str) -> None:
             models_root=Path(tmp, "models"),
             method_params=method_params,
         )
-        inputs = _fetch_inputs(job, request, Path(tmp))
+        inputs = _fetch_inputs(request, Path(tmp))
         context = (
             run_context(request["metadata"], request["profile"], request["pipeline_run_id"])
             if world.main
@@ -332,40 +333,7 @@ def run_node(job_url: str) -> None:
             put_tree(job, kept, "model")
 
 
-def _fetch_inputs(job: Any, request: dict[str, Any], tmp: Path) -> dict[str, Path]:
+def _fetch_inputs(request: dict[str, Any], tmp: Path) -> dict[str, Path]:
     """The prepared dataset and the S-matrix, as local paths."""
-    paths = {}
-    for key, arg in (("prepared", "prepared_dir"), ("similarity", "smatrix_path")):
-        folder, _, rest = request[key].partition("/")
-        local = get_tree(job, folder, tmp / folder)
-        paths[arg] = local / rest if rest else local
-    return paths
-
-
-def put_tree(folder: checkpoint_sync.StoreFolder, local: Path, name: str) -> str:
-    """Upload a folder's files as NAME/RELATIVE_PATH (a single file as NAME/FILE_NAME) under a
-    store folder; returns where the local path is there (NAME, or NAME/FILE_NAME)."""
-    local = Path(local)
-    files = sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else [local]
-    base = local if local.is_dir() else local.parent
-    for path in files:
-        key = f"{folder.prefix}/{name}/{path.relative_to(base).as_posix()}"
-        folder.client.upload_file(str(path), folder.bucket, key)
-    return name if local.is_dir() else f"{name}/{local.name}"
-
-
-def get_tree(folder: checkpoint_sync.StoreFolder, name: str, dest: Path) -> Path:
-    """Download every object under NAME/ of a store folder into the folder dest, which appears
-    whole (a temporary name, then a rename) or not at all."""
-    prefix = f"{folder.prefix}/{name}/"
-    pages = folder.client.get_paginator("list_objects_v2").paginate(
-        Bucket=folder.bucket, Prefix=prefix
-    )
-    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
-    if not keys:
-        raise checkpoint_sync.CheckpointStoreError(f"{folder.object_url(name)}/: nothing there")
-    with atomic_dir(dest) as tmp:
-        for key in keys:  # the store's own download: its errors name the object and the keys
-            relative = key[len(prefix) :]
-            folder.download(f"{name}/{relative}", Path(tmp, relative))
-    return Path(dest)
+    keys = (("prepared", "prepared_dir"), ("similarity", "smatrix_path"))
+    return {arg: fetch(request[key], tmp / key) for key, arg in keys}

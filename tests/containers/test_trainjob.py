@@ -16,6 +16,7 @@ real MLflow server, both listening where the bridge reaches the host.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import threading
@@ -142,8 +143,11 @@ def test_the_two_node_job_trains_and_rank_0_alone_tracks_it(two_nodes, job, monk
     assert sorted(m.step for m in losses) == list(range(1, EPOCHS + 1))
 
 
-def test_its_losses_match_one_process_with_the_doubled_batch(two_nodes, job, monkeypatch):
+def test_its_losses_match_one_process_with_the_doubled_batch(two_nodes, job, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="shdh.tracking.staging")
     one = launch(job, monkeypatch, "run-one-process", nodes=1, batch_size=2 * BATCH)
+    # Another run of the same data: the two-node job's run staged its inputs already.
+    assert caplog.text.count("not uploaded again") == 2, caplog.text
     ones = [e["loss"] for e in history(one)]
     twos = [e["loss"] for e in history(two_nodes)]
     assert len(ones) == len(twos) == EPOCHS

@@ -43,16 +43,22 @@ class CheckpointStoreError(RuntimeError):
     """The store cannot be used: a malformed URL, a missing bucket, refused credentials."""
 
 
-def from_env(run_id: str, fit: str) -> FitCheckpoints | None:
-    """The fit's place in the store named by SHDH_CHECKPOINT_URL, or None when it is unset
-    (a local run: checkpoints stay in the work folder)."""
+def store_url() -> str | None:
+    """SHDH_CHECKPOINT_URL without a trailing "/", checked; None when it is unset."""
     url = os.environ.get(STORE_ENV, "").strip()
     if not url:
         return None
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme != "s3" or not parsed.netloc:
         raise CheckpointStoreError(f"{STORE_ENV}: expected s3://bucket[/prefix], got {url!r}")
-    return FitCheckpoints(f"{url.rstrip('/')}/{run_id}/{fit}")
+    return url.rstrip("/")
+
+
+def from_env(run_id: str, fit: str) -> FitCheckpoints | None:
+    """The fit's place in the store named by SHDH_CHECKPOINT_URL, or None when it is unset
+    (a local run: checkpoints stay in the work folder)."""
+    url = store_url()
+    return None if url is None else FitCheckpoints(f"{url}/{run_id}/{fit}")
 
 
 def s3_client() -> Any:
@@ -91,22 +97,61 @@ class StoreFolder:
     def object_url(self, name: str) -> str:
         return f"{self.url}/{name}"
 
+    def head(self, name: str) -> dict[str, Any] | None:
+        """One object's head, or None if it is absent (and the bucket is there)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            with self._named(name):
+                return self.client.head_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
+        except CheckpointStoreError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ClientError) and _error_code(cause) in _MISSING:
+                if self._bucket_exists():
+                    return None
+            raise
+
     def download(self, name: str, dest: Path) -> dict[str, Any] | None:
         """Fetch one object into dest (written atomically); its head, or None if absent."""
+        head = self.head(name)
+        if head is not None:
+            with self._named(name), atomic_path(dest) as tmp:
+                self.client.download_file(self.bucket, f"{self.prefix}/{name}", str(tmp))
+        return head
+
+    def put_file(self, path: Path, name: str) -> None:
+        """Upload one local file as NAME."""
+        with self._named(name):
+            self.client.upload_file(str(path), self.bucket, f"{self.prefix}/{name}")
+
+    def listing(self, name: str) -> dict[str, int]:
+        """{path under NAME/: size} of every object there (empty when there are none)."""
+        prefix = f"{self.prefix}/{name}/"
+        with self._named(f"{name}/"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            return {
+                o["Key"][len(prefix) :]: int(o["Size"])
+                for page in pages
+                for o in page.get("Contents", [])
+            }
+
+    def put_bytes(self, data: bytes, name: str) -> None:
+        """Write NAME with these bytes (one request: the object appears whole)."""
+        with self._named(name):
+            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data)
+
+    @contextlib.contextmanager
+    def _named(self, name: str) -> Iterator[None]:
+        """The client's errors as a CheckpointStoreError naming the object and, for refused
+        credentials, the variables that hold them."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        key = f"{self.prefix}/{name}"
         try:
-            head = self.client.head_object(Bucket=self.bucket, Key=key)
-            with atomic_path(dest) as tmp:
-                self.client.download_file(self.bucket, key, str(tmp))
-        except ClientError as exc:
-            if _error_code(exc) in _MISSING and self._bucket_exists():
-                return None
+            yield
+        except (ClientError, BotoCoreError) as exc:
             raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
-        except BotoCoreError as exc:
-            raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
-        return head
 
     def _bucket_exists(self) -> bool:
         from botocore.exceptions import ClientError
