@@ -166,6 +166,12 @@ def test_params_map_onto_train_config() -> None:
         (lambda: deep_hasher(DPSH, **TINY, eta=float("nan")), "dpsh: DPSHObjective: eta must"),
         (lambda: deep_hasher(SHDH, **(TINY | {"lr": 0.0})), r"LoopSettings\.lr is out of range"),
         (lambda: deep_hasher(SHDH, **TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
+        # A value of the wrong kind (from a command line or a hand-made mapping) is named, not
+        # left to fail in a comparison.
+        (lambda: deep_hasher(SHDH, **(TINY | {"epochs": "3"})), r"epochs must be an integer"),
+        (lambda: deep_hasher(SHDH, **(TINY | {"epochs": 2.5})), r"epochs must be an integer"),
+        (lambda: deep_hasher(SHDH, **(TINY | {"augment": "no"})), r"augment must be true or"),
+        (lambda: deep_hasher(SHDH, **(TINY | {"lr": True})), r"lr must be a number, got True"),
     ],
 )
 def test_bad_parameters_are_refused_when_made(make, message: str) -> None:

@@ -77,8 +77,9 @@ def s3_client() -> Any:
     return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
 
-class StoreFolder:
-    """One folder of the object store, s3://BUCKET/KEY/: its objects fetched and put by name."""
+class StoreAccess:
+    """Where a folder of the object store is (s3://BUCKET/KEY/) and how its client's errors
+    read: what every operation on its objects shares."""
 
     def __init__(self, url: str, *, client: Any = None) -> None:
         parsed = urllib.parse.urlparse(url)
@@ -111,6 +112,35 @@ class StoreFolder:
                     return None
             raise
 
+    @contextlib.contextmanager
+    def _named(self, name: str) -> Iterator[None]:
+        """The client's errors as a CheckpointStoreError naming the object and, for refused
+        credentials, the variables that hold them."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
+
+    def _bucket_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _error_code(exc) in (*_MISSING, "NoSuchBucket"):
+                raise CheckpointStoreError(
+                    f"checkpoint store {self.url}: the bucket '{self.bucket}' does not exist; "
+                    "create it (k8s: S3_BUCKETS in the ConfigMap shdh-config)"
+                ) from exc
+            raise CheckpointStoreError(_describe(f"s3://{self.bucket}", exc)) from exc
+        return True
+
+
+class StoreFolder(StoreAccess):
+    """One folder of the object store: its objects fetched, listed and put by name."""
+
     def download(self, name: str, dest: Path) -> dict[str, Any] | None:
         """Fetch one object into dest (written atomically); its head, or None if absent."""
         head = self.head(name)
@@ -141,31 +171,6 @@ class StoreFolder:
         """Write NAME with these bytes (one request: the object appears whole)."""
         with self._named(name):
             self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data)
-
-    @contextlib.contextmanager
-    def _named(self, name: str) -> Iterator[None]:
-        """The client's errors as a CheckpointStoreError naming the object and, for refused
-        credentials, the variables that hold them."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            raise CheckpointStoreError(_describe(self.object_url(name), exc)) from exc
-
-    def _bucket_exists(self) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.head_bucket(Bucket=self.bucket)
-        except ClientError as exc:
-            if _error_code(exc) in (*_MISSING, "NoSuchBucket"):
-                raise CheckpointStoreError(
-                    f"checkpoint store {self.url}: the bucket '{self.bucket}' does not exist; "
-                    "create it (k8s: S3_BUCKETS in the ConfigMap shdh-config)"
-                ) from exc
-            raise CheckpointStoreError(_describe(f"s3://{self.bucket}", exc)) from exc
-        return True
 
     def upload(self, opened: list[Any], epoch: int) -> int:
         """Upload in the order of `opened`: the checkpoint before its record, so that a record

@@ -11,10 +11,13 @@ Torch-free, so that checking a params file does not load PyTorch.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
+
+import numpy as np
 
 from shdh.nets import BACKBONES, HEAD_INITS
 
@@ -45,6 +48,8 @@ class NetworkSettings:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        for problem in wrong_kinds(self):
+            raise ValueError(f"{name}.{problem}")
         for key, choices in self._choices().items():
             if getattr(self, key) not in choices:
                 raise ValueError(
@@ -143,6 +148,38 @@ class LoopSettings(NetworkSettings):
     def of(cls, value: LoopSettings | dict[str, Any] | None) -> LoopSettings:
         """A LoopSettings from itself, a mapping (a saved hasher's params.json) or None."""
         return settings_of(cls, value, "loop")
+
+
+# What a field's annotation asks of its value. numbers' abstract types take numpy's scalars too;
+# a bool is an int to Python, but never a count or a rate here.
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "int": ((numbers.Integral,), "an integer"),
+    "float": ((numbers.Real,), "a number"),
+    "bool": ((bool, np.bool_), "true or false"),
+    "str": ((str,), "a string"),
+}
+
+
+def wrong_kinds(settings: Any) -> list[str]:
+    """ "FIELD must be KIND, got VALUE" for each field whose value is not of its annotated kind
+    (int, float, bool or str, or one of them | None): the range checks that follow would
+    otherwise fail on a comparison that names no field (a value from a command line or a
+    hand-written mapping, which params.yaml's own checks never saw)."""
+    problems = []
+    for f in fields(settings):
+        kinds = [k.strip() for k in str(f.type).split("|")]
+        value = getattr(settings, f.name)
+        plain = [k for k in kinds if k in _KINDS]
+        if not plain or len(plain) + ("None" in kinds) != len(kinds):
+            continue  # another annotation: not checked here
+        if value is None and "None" in kinds:
+            continue
+        types = tuple(t for k in plain for t in _KINDS[k][0])
+        is_bool = isinstance(value, bool | np.bool_)
+        if not isinstance(value, types) or (is_bool and "bool" not in plain):
+            kind = " or ".join(_KINDS[k][1] for k in plain)
+            problems.append(f"{f.name} must be {kind}, got {value!r}")
+    return problems
 
 
 def settings_of(cls: type[T], value: T | Mapping[str, Any] | None, argument: str) -> T:
