@@ -45,7 +45,8 @@ def write_shards(folder: Path, n: int, side: int) -> Path:
     rng = np.random.default_rng(side)
     images = np.empty((n, side, side, 3), np.uint8)
     for start in range(0, n, 1024):
-        images[start : start + 1024] = rng.integers(0, 256, images[start : start + 1024].shape)
+        block = images[start : start + 1024]
+        block[...] = rng.integers(0, 256, block.shape, dtype=np.uint8)  # no int64 temporary
     labels = np.array([f"a/b{i % 4}" for i in range(n)])
     ds = Dataset(images, labels, np.arange(n, dtype=np.int64), f"bench{side}")
     return save_dataset(ds, folder / f"px{side}", shard_mb=SHARD_MB)
