@@ -10,8 +10,8 @@ marks a staged input whole: a launch killed halfway leaves an input that the nex
 uploads again, never one a node would read half of.
 
 The digest covers every file's path and content. A shard's content is taken from the SHA-256
-its dataset's meta.json records (prepare hashed it when it wrote it; the nodes' reads check
-it), so staging a sharded dataset reads only its small files; every other file is hashed.
+its dataset's meta.json records (prepare hashed each shard as it wrote it), so staging a
+sharded dataset reads only its small files; every other file is hashed.
 """
 
 from __future__ import annotations

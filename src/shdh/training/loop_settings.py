@@ -161,10 +161,10 @@ _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
 
 
 def wrong_kinds(settings: Any) -> list[str]:
-    """ "FIELD must be KIND, got VALUE" for each field whose value is not of its annotated kind
-    (int, float, bool or str, or one of them | None): the range checks that follow would
-    otherwise fail on a comparison that names no field (a value from a command line or a
-    hand-written mapping, which params.yaml's own checks never saw)."""
+    """A problem ("FIELD must be KIND, got VALUE") for each field whose value is not of its
+    annotated kind (int, float, bool or str, or one of them | None): the range checks that
+    follow would otherwise fail on a comparison that names no field (a value from a command
+    line or a hand-written mapping, which params.yaml's own checks never saw)."""
     problems = []
     for f in fields(settings):
         kinds = [k.strip() for k in str(f.type).split("|")]
