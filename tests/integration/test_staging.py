@@ -3,6 +3,8 @@ first fit that needs them, found whole by every other, fetched by the nodes file
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -22,9 +24,16 @@ def store(s3_env, monkeypatch) -> str:
     return f"s3://{s3_env.bucket}/staging-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(autouse=True)
+def quick_leases(monkeypatch):
+    """The lease's waits at a test's pace (the protocol is the same)."""
+    monkeypatch.setattr(staging, "SETTLE_S", 0.3)
+    monkeypatch.setattr(staging, "POLL_S", 0.2)
+
+
 @pytest.fixture
 def uploads(monkeypatch) -> list[str]:
-    """The names of the files uploaded from now on."""
+    """The names of the files uploaded from now on (by any thread)."""
     names: list[str] = []
     put = StoreFolder.put_file
 
@@ -108,6 +117,65 @@ def test_a_staged_input_missing_a_file_is_uploaded_again(store, uploads, tmp_pat
     staging.stage(store, local, "prepared")
     assert len(uploads) == len(files_of(local))
     assert files_of(staging.fetch(staged, tmp_path / "node")) == files_of(local)
+
+
+def test_launches_at_once_upload_an_input_once(store, uploads, tmp_path, monkeypatch):
+    """The fits of a DAG launch side by side: one of them uploads, the others wait for it. (Two
+    would both upload only if one wrote its claim more than SETTLE_S after it found none: a
+    waste, not an error; 1 s here keeps a busy test machine's scheduling out of it.)"""
+    monkeypatch.setattr(staging, "SETTLE_S", 1.0)
+    local = prepared(tmp_path)
+    start = threading.Barrier(3)
+    staged: list[dict] = []
+
+    def launch():
+        start.wait()
+        staged.append(staging.stage(store, local, "prepared"))
+
+    threads = [threading.Thread(target=launch) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(staged) == 3 and staged[0] == staged[1] == staged[2]
+    assert sorted(uploads) == sorted(f"files/{name}" for name in files_of(local))
+    assert files_of(staging.fetch(staged[0], tmp_path / "node")) == files_of(local)
+
+
+def test_a_dead_launchs_claim_is_taken_over_once_stale(store, uploads, tmp_path, monkeypatch):
+    local = prepared(tmp_path)
+    digest = staging.content_digest(local)[: staging.DIGEST_CHARS]
+    folder = StoreFolder(f"{store}/{staging.INPUTS_DIR}/prepared-{digest}")
+    staging.Lease(folder, owner="a launch that was killed")._write()
+    monkeypatch.setattr(staging, "LEASE_STALE_S", 2.0)
+    started = time.monotonic()
+    staging.stage(store, local, "prepared")
+    assert time.monotonic() - started >= 1.0  # it waited for the claim to go stale
+    assert len(uploads) == len(files_of(local))
+    assert folder.head(staging.LEASE) is None  # released once complete
+
+
+def test_a_waiting_launch_takes_the_input_another_staged(store, uploads, tmp_path):
+    """A live claim (refreshed) is left alone: the waiting launch uploads nothing and returns
+    once the holder's complete.json is there."""
+    local = prepared(tmp_path)
+    digest = staging.content_digest(local)[: staging.DIGEST_CHARS]
+    folder = StoreFolder(f"{store}/{staging.INPUTS_DIR}/prepared-{digest}")
+    holder = staging.Lease(folder, owner="the launch that uploads")
+    holder._write()
+    waiting: list[dict] = []
+    thread = threading.Thread(
+        target=lambda: waiting.append(staging.stage(store, local, "prepared"))
+    )
+    thread.start()
+    time.sleep(1.0)
+    assert not waiting and not uploads  # it waits, and does not upload
+    staging.put_tree(folder, local, staging.FILES)
+    folder.put_bytes(b"{}", staging.COMPLETE)
+    holder.release()
+    thread.join(timeout=60)
+    assert waiting and waiting[0]["url"] == f"{folder.url}/{staging.FILES}"
+    assert len(uploads) == len(files_of(local))  # the holder's own files only
 
 
 def test_refused_credentials_are_named(store, tmp_path, monkeypatch):

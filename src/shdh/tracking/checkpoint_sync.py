@@ -100,17 +100,22 @@ class StoreAccess:
 
     def head(self, name: str) -> dict[str, Any] | None:
         """One object's head, or None if it is absent (and the bucket is there)."""
-        from botocore.exceptions import ClientError
-
         try:
             with self._named(name):
                 return self.client.head_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
         except CheckpointStoreError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ClientError) and _error_code(cause) in _MISSING:
-                if self._bucket_exists():
-                    return None
+            if self._absent(exc):
+                return None
             raise
+
+    def _absent(self, exc: CheckpointStoreError) -> bool:
+        """Whether the store answered "no such object" in a bucket that exists (a missing
+        bucket is refused, named)."""
+        from botocore.exceptions import ClientError
+
+        cause = exc.__cause__
+        missing = isinstance(cause, ClientError) and _error_code(cause) in _MISSING
+        return missing and self._bucket_exists()
 
     @contextlib.contextmanager
     def _named(self, name: str) -> Iterator[None]:
@@ -166,6 +171,22 @@ class StoreFolder(StoreAccess):
                 for page in pages
                 for o in page.get("Contents", [])
             }
+
+    def read(self, name: str) -> tuple[bytes, dict[str, Any]] | None:
+        """NAME's bytes and the response (LastModified, the server's Date header), or None if
+        it is absent."""
+        try:
+            with self._named(name):
+                answer = self.client.get_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
+                return answer["Body"].read(), answer
+        except CheckpointStoreError as exc:
+            if self._absent(exc):
+                return None
+            raise
+
+    def delete(self, name: str) -> None:
+        with self._named(name):
+            self.client.delete_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")
 
     def put_bytes(self, data: bytes, name: str) -> None:
         """Write NAME with these bytes (one request: the object appears whole)."""

@@ -7,7 +7,9 @@ of its content, SHDH_CHECKPOINT_URL/inputs/KIND-DIGEST/: the first fit that need
 and every other finds it there, in this run and in later runs of the same data, so a million
 photos cross the network once, not once per fit. `complete.json`, written after the last file,
 marks a staged input whole: a launch killed halfway leaves an input that the next launch
-uploads again, never one a node would read half of.
+uploads again, never one a node would read half of. Fits that launch at once (a DAG starts them
+side by side) settle which of them uploads through a claim in the store (Lease); the others
+wait for its complete.json.
 
 The digest covers every file's path and content. A shard's content is taken from the SHA-256
 its dataset's meta.json records (prepare hashed each shard as it wrote it), so staging a
@@ -19,6 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +40,24 @@ INPUTS_DIR = "inputs"
 COMPLETE = "complete.json"
 FILES = "files"
 DIGEST_CHARS = 32  # 128 bits of SHA-256: distinct inputs never share a folder
+LEASE = "lease.json"  # which launch is uploading the input now (Lease)
+LEASE_STALE_S = 120.0  # a claim not refreshed for this long is a dead launch's
+LEASE_REFRESH_S = 30.0  # how often the uploading launch refreshes its claim
+SETTLE_S = 2.0  # between writing a claim and reading back whose it is
+POLL_S = 5.0  # how often a waiting launch looks for complete.json
 
 
-def put_tree(folder: StoreFolder, local: Path, name: str) -> str:
+def put_tree(
+    folder: StoreFolder, local: Path, name: str, after_each: Callable[[], None] | None = None
+) -> str:
     """Upload a folder's files as NAME/RELATIVE_PATH (a single file as NAME/FILE_NAME) under a
-    store folder; returns where the local path is there (NAME, or NAME/FILE_NAME)."""
+    store folder, calling after_each after each file; returns where the local path is there
+    (NAME, or NAME/FILE_NAME)."""
     local = Path(local)
     for relative, path in _files(local):
         folder.put_file(path, f"{name}/{relative}")
+        if after_each is not None:
+            after_each()
     return name if local.is_dir() else f"{name}/{local.name}"
 
 
@@ -67,24 +85,89 @@ def content_digest(local: Path) -> str:
 
 
 def stage(root_url: str, local: Path, kind: str, *, client: Any = None) -> dict[str, str]:
-    """Put `local` under root_url/inputs/KIND-DIGEST/ unless it is there whole already; returns
-    where a node finds it ({"url": the folder of its files, "file": its name for a single file,
-    else ""}), the form `fetch` takes."""
+    """Put `local` under root_url/inputs/KIND-DIGEST/ unless it is there whole already, or wait
+    while another launch of the run puts it there; returns where a node finds it ({"url": the
+    folder of its files, "file": its name for a single file, else ""}), the form `fetch` takes."""
     local = Path(local)
     digest = content_digest(local)[:DIGEST_CHARS]
     folder = StoreFolder(f"{root_url.rstrip('/')}/{INPUTS_DIR}/{kind}-{digest}", client=client)
     expected = {relative: path.stat().st_size for relative, path in _files(local)}
-    # complete.json is written last, and trusted only with every file there at its size: a
-    # lifecycle rule or a person may have removed some since.
-    if folder.listing(FILES) == expected and folder.head(COMPLETE):
-        log.info("%s: staged already at %s, not uploaded again", local, folder.url)
+    lease, waited = Lease(folder), 0.0
+    while not _whole(folder, expected):
+        if lease.claim():
+            try:
+                if not _whole(folder, expected):  # unless its last holder finished meanwhile
+                    put_tree(folder, local, FILES, lease.refresh)
+                    marker = {"digest": digest, "files": len(expected)}
+                    folder.put_bytes(json.dumps(marker).encode() + b"\n", COMPLETE)
+                    mib = sum(expected.values()) / 2**20
+                    log.info("staged %s at %s (%.1f MiB)", local, folder.url, mib)
+                    break
+            finally:
+                lease.release()
+        if waited % 60 < POLL_S:
+            log.info("%s: another launch is staging it at %s; waiting for it", local, folder.url)
+        time.sleep(POLL_S)
+        waited += POLL_S
     else:
-        put_tree(folder, local, FILES)
-        marker = {"digest": digest, "files": len(expected), "bytes": sum(expected.values())}
-        folder.put_bytes(json.dumps(marker, indent=2).encode() + b"\n", COMPLETE)
-        mib = marker["bytes"] / 2**20
-        log.info("staged %s at %s (%d files, %.1f MiB)", local, folder.url, len(expected), mib)
+        log.info("%s: staged already at %s, not uploaded again", local, folder.url)
     return {"url": f"{folder.url}/{FILES}", "file": "" if local.is_dir() else local.name}
+
+
+def _whole(folder: StoreFolder, expected: dict[str, int]) -> bool:
+    """complete.json is written last, and trusted only with every file there at its size: a
+    lifecycle rule or a person may have removed some since."""
+    return folder.listing(FILES) == expected and folder.head(COMPLETE) is not None
+
+
+@dataclass
+class Lease:
+    """Which launch uploads an input when several fits of a run launch at once (a DAG starts
+    its fits side by side). The store has no atomic create, so a launch writes its claim, lets
+    it settle, and reads back whose it is: of launches that claim together the last writer wins
+    and every one of them reads the same winner; the others wait for its complete.json. The
+    holder refreshes its claim while it uploads, so a claim left unrefreshed for LEASE_STALE_S
+    (by the store's clock) is a dead launch's, and the next launch takes it over."""
+
+    folder: StoreFolder
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    written: float = 0.0  # time.monotonic() of this launch's last write of its claim
+
+    def claim(self) -> bool:
+        holder = self.holder()
+        if holder is not None and holder[0] != self.owner and holder[1] < LEASE_STALE_S:
+            return False
+        self._write()
+        time.sleep(SETTLE_S)
+        holder = self.holder()
+        return holder is not None and holder[0] == self.owner
+
+    def holder(self) -> tuple[str, float] | None:
+        """(owner, seconds since the claim was written) of the current claim, or None."""
+        answer = self.folder.read(LEASE)
+        if answer is None:
+            return None
+        body, response = answer
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        now = parsedate_to_datetime(headers["date"]) if "date" in headers else None
+        age = ((now or datetime.now(UTC)) - response["LastModified"]).total_seconds()
+        try:
+            return str(json.loads(body)["owner"]), age
+        except (ValueError, KeyError, TypeError):
+            return "", age  # unreadable: anyone's once stale
+
+    def refresh(self) -> None:
+        if time.monotonic() - self.written >= LEASE_REFRESH_S:
+            self._write()
+
+    def release(self) -> None:
+        holder = self.holder()
+        if holder is not None and holder[0] == self.owner:
+            self.folder.delete(LEASE)
+
+    def _write(self) -> None:
+        self.folder.put_bytes(json.dumps({"owner": self.owner}).encode(), LEASE)
+        self.written = time.monotonic()
 
 
 def fetch(staged: dict[str, str], dest: Path) -> Path:
