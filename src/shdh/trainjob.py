@@ -318,7 +318,7 @@ def run_node(job_url: str) -> None:
             models_root=Path(tmp, "models"),
             method_params=method_params,
         )
-        inputs = _fetch_inputs(request, Path(tmp))
+        inputs = _fetch_inputs(request)
         context = (
             run_context(request["metadata"], request["profile"], request["pipeline_run_id"])
             if world.main
@@ -333,7 +333,7 @@ def run_node(job_url: str) -> None:
             put_tree(job, kept, "model")
 
 
-def _fetch_inputs(request: dict[str, Any], tmp: Path) -> dict[str, Path]:
-    """The prepared dataset and the S-matrix, as local paths."""
+def _fetch_inputs(request: dict[str, Any]) -> dict[str, Path]:
+    """The prepared dataset and the S-matrix, as local paths (one copy per node)."""
     keys = (("prepared", "prepared_dir"), ("similarity", "smatrix_path"))
-    return {arg: fetch(request[key], tmp / key) for key, arg in keys}
+    return {arg: fetch(request[key]) for key, arg in keys}

@@ -178,6 +178,35 @@ def test_a_waiting_launch_takes_the_input_another_staged(store, uploads, tmp_pat
     assert len(uploads) == len(files_of(local))  # the holder's own files only
 
 
+def test_a_nodes_processes_share_one_download(store, tmp_path, monkeypatch):
+    """torchrun's processes on one node fetch the same input at once: one downloads it, the
+    others wait and read that copy; a later job on the node finds it there."""
+    local = prepared(tmp_path)
+    staged = staging.stage(store, local, "prepared")
+    downloads: list[str] = []
+    download = StoreFolder.download
+
+    def counted(self, name, dest):
+        downloads.append(name)
+        return download(self, name, dest)
+
+    monkeypatch.setattr(StoreFolder, "download", counted)
+    cache, start, paths = tmp_path / "node-cache", threading.Barrier(4), []
+
+    def process():
+        start.wait()
+        paths.append(staging.fetch(staged, cache))
+
+    threads = [threading.Thread(target=process) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(paths) == 4 and len(set(paths)) == 1
+    assert len(downloads) == len(files_of(local)) and files_of(paths[0]) == files_of(local)
+    assert staging.fetch(staged, cache) == paths[0] and len(downloads) == len(files_of(local))
+
+
 def test_refused_credentials_are_named(store, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     with pytest.raises(CheckpointStoreError, match="AWS_SECRET_ACCESS_KEY") as err:

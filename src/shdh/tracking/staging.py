@@ -18,9 +18,11 @@ sharded dataset reads only its small files; every other file is hashed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -45,6 +47,7 @@ LEASE_STALE_S = 120.0  # a claim not refreshed for this long is a dead launch's
 LEASE_REFRESH_S = 30.0  # how often the uploading launch refreshes its claim
 SETTLE_S = 2.0  # between writing a claim and reading back whose it is
 POLL_S = 5.0  # how often a waiting launch looks for complete.json
+NODE_CACHE = "shdh-inputs"  # a node's copies of staged inputs, under its temporary folder
 
 
 def put_tree(
@@ -92,26 +95,32 @@ def stage(root_url: str, local: Path, kind: str, *, client: Any = None) -> dict[
     digest = content_digest(local)[:DIGEST_CHARS]
     folder = StoreFolder(f"{root_url.rstrip('/')}/{INPUTS_DIR}/{kind}-{digest}", client=client)
     expected = {relative: path.stat().st_size for relative, path in _files(local)}
+    located = {"url": f"{folder.url}/{FILES}", "file": "" if local.is_dir() else local.name}
     lease, waited = Lease(folder), 0.0
     while not _whole(folder, expected):
         if lease.claim():
             try:
                 if not _whole(folder, expected):  # unless its last holder finished meanwhile
-                    put_tree(folder, local, FILES, lease.refresh)
-                    marker = {"digest": digest, "files": len(expected)}
-                    folder.put_bytes(json.dumps(marker).encode() + b"\n", COMPLETE)
-                    mib = sum(expected.values()) / 2**20
-                    log.info("staged %s at %s (%.1f MiB)", local, folder.url, mib)
-                    break
+                    _upload(folder, local, digest, lease, expected)
+                    return located
             finally:
                 lease.release()
+            continue
         if waited % 60 < POLL_S:
             log.info("%s: another launch is staging it at %s; waiting for it", local, folder.url)
         time.sleep(POLL_S)
         waited += POLL_S
-    else:
-        log.info("%s: staged already at %s, not uploaded again", local, folder.url)
-    return {"url": f"{folder.url}/{FILES}", "file": "" if local.is_dir() else local.name}
+    log.info("%s: staged already at %s, not uploaded again", local, folder.url)
+    return located
+
+
+def _upload(
+    folder: StoreFolder, local: Path, digest: str, lease: Lease, sizes: dict[str, int]
+) -> None:
+    """Every file (`sizes`: their sizes), the claim refreshed as they go, then complete.json."""
+    put_tree(folder, local, FILES, lease.refresh)
+    folder.put_bytes(json.dumps({"digest": digest, "files": len(sizes)}).encode() + b"\n", COMPLETE)
+    log.info("staged %s at %s (%.1f MiB)", local, folder.url, sum(sizes.values()) / 2**20)
 
 
 def _whole(folder: StoreFolder, expected: dict[str, int]) -> bool:
@@ -170,11 +179,21 @@ class Lease:
         self.written = time.monotonic()
 
 
-def fetch(staged: dict[str, str], dest: Path) -> Path:
-    """A staged input (what `stage` returned) as a local path under dest."""
+def fetch(staged: dict[str, str], cache: Path | None = None) -> Path:
+    """A staged input (what `stage` returned) as a local path in `cache` (default: the
+    temporary folder's shdh-inputs/). The processes of a node (torchrun starts one per GPU in
+    the same container) share one copy: the first downloads it under a lock while the others
+    wait, then all read it. A staged input never changes (its folder is named by its content),
+    so the copy is kept for the node's next job."""
     folder_url, name = staged["url"].rsplit("/", 1)
-    local = get_tree(StoreFolder(folder_url), name, dest)
-    return local / staged["file"] if staged["file"] else local
+    cache = Path(cache) if cache is not None else Path(tempfile.gettempdir()) / NODE_CACHE
+    key = folder_url.rsplit("/", 1)[1]  # KIND-DIGEST
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (cache / key).is_dir():  # get_tree renames a whole copy into place, or none
+            get_tree(StoreFolder(folder_url), name, cache / key)
+    return cache / key / staged["file"] if staged["file"] else cache / key
 
 
 def _files(local: Path) -> list[tuple[str, Path]]:
