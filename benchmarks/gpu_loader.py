@@ -17,8 +17,10 @@ pays for cuDNN's autotuner and the graph's capture):
   than it: the benchmark sets the resident share to 0), W processes read and gather each batch
   ahead into pinned memory. Their ratio to the resident augmented row is the share of the time
   the card is kept busy; the target is 0.9 or more.
-And the loader alone (batches consumed, nothing trained), cold (the shards evicted from the page
-cache first) and warm, per worker count. Not a test; on a CPU (--device cpu --quick) it checks
+The crops alone on the card, for a batch: one torchvision call per image (the CPU's way) against
+one roi_align call for the batch (the card's way, shdh.nets.views). And the loader alone
+(batches consumed, nothing trained), cold (the shards evicted from the page cache first) and
+warm, per worker count. Not a test; on a CPU (--device cpu --quick) it checks
 that the script runs.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,7 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh.bundle import device_line
 from shdh.data.dataset import load_dataset
+from shdh.nets.views import crop_box, crops_in_one_call, crops_one_by_one
 from shdh.training import batches
 from shdh.training.loop_settings import TrainConfig
 
@@ -58,6 +62,24 @@ def fit_rate(args: argparse.Namespace, images, work: Path, augment: bool, worker
     return loop_rate(config, images, work, epoch=2)
 
 
+def crop_ms(args: argparse.Namespace, crops, repeats: int = 20) -> float:
+    """Milliseconds a batch's crops take on the device, after a warm-up call."""
+    device = torch.device(args.device)
+    generator = torch.Generator().manual_seed(0)
+    shape = (args.batch, 3, args.stored, args.stored)
+    x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).to(device)
+    boxes = [crop_box(args.stored, args.stored, generator) for _ in range(args.batch)]
+    crops(x, boxes, args.size)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        crops(x, boxes, args.size)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", default="resnet50")
@@ -77,6 +99,10 @@ def main() -> None:
     print(machine_line())
     print(commit_line())
     print(f"device: {device_line(torch.device(args.device))}")
+    print(f"\n| crops alone, batch {args.batch}, {args.stored} -> {args.size} px "
+          "| ms a batch |\n|---|---|")  # fmt: skip
+    for crops in (crops_one_by_one, crops_in_one_call):
+        print(f"| {crops.__name__} | {crop_ms(args, crops):.1f} |")
     with tempfile.TemporaryDirectory(prefix="shdh-gpu-loader-") as tmp:
         work = Path(tmp)
         folder = write_shards(work, args.n, args.stored)

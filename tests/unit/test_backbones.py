@@ -28,7 +28,14 @@ from shdh.nets import BACKBONES
 from shdh.nets.backbones import KINDS, check_backbone
 from shdh.nets.hashing import build_model
 from shdh.nets.pretrained import Weights, WeightsError, remote_copy
-from shdh.nets.views import CROP_SCALE, crop_box, eval_view, train_view
+from shdh.nets.views import (
+    CROP_SCALE,
+    crop_box,
+    crops_in_one_call,
+    crops_one_by_one,
+    eval_view,
+    train_view,
+)
 from shdh.steps.weights import fetch_weights
 from shdh.training.loop_settings import LoopSettings, TrainConfig
 from shdh.training.state import make_optimizer
@@ -200,6 +207,25 @@ def test_training_views_are_seeded_crops_and_encoding_views_are_fixed():
         top, left, h, w = crop_box(48, 40, generator)
         assert 0 <= top <= 48 - h and 0 <= left <= 40 - w
         assert CROP_SCALE[0] * 48 * 40 * 0.9 <= h * w <= 48 * 40
+
+
+def test_the_cards_one_call_crops_are_the_per_image_crops_within_a_grey_level():
+    # smooth images, as photos are: on noise any two resampling filters part widely
+    generator = torch.Generator().manual_seed(0)
+    coarse = torch.rand(12, 3, 12, 12, generator=generator) * 255
+    images = torch.nn.functional.interpolate(coarse, (96, 96), mode="bicubic")
+    images = images.clamp(0, 255).round().to(torch.uint8)
+    for size in (64, 128):  # downscaled boxes and upscaled ones
+        boxes = [crop_box(96, 96, generator) for _ in range(len(images))]
+        each = crops_one_by_one(images, boxes, size).float()
+        together = crops_in_one_call(images, boxes, size)
+        assert together.shape == (12, 3, size, size) and together.dtype == torch.uint8
+        gap = (together.float() - each).abs()
+        assert gap.mean() < 1.0 and gap.flatten().quantile(0.99) <= 3
+    gray = images[:, :1]
+    boxes = [(0, 0, 96, 96)] * len(gray)  # the whole image resized: both filters agree closely
+    gap = (crops_in_one_call(gray, boxes, 64).float() - crops_one_by_one(gray, boxes, 64)).abs()
+    assert gap.max() <= 2
 
 
 def test_frozen_batch_norm_keeps_its_statistics_in_training():

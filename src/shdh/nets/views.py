@@ -1,8 +1,8 @@
 """The views of a photo the network is shown: a random one per step in training (random resized
 crop and horizontal flip, torchvision.transforms.v2), a fixed one for encoding (resize, centre
 crop), the usual fine-tuning recipe. Both map uint8 images (B, H, W[, C]) to uint8 (B, S, S[, C])
-on the images' own device (a CUDA run crops on the card), so that shdh.core.image_input.to_input and
-the backbone's normalisation follow unchanged.
+on the images' own device (a CUDA run crops on the card, a batch in one call), so that
+shdh.core.image_input.to_input and the backbone's normalisation follow unchanged.
 
 The crop parameters are drawn by this module from a generator the caller seeds (per epoch), not
 from torch's global generator: a run is then reproducible, a resumed one included, and turning
@@ -53,17 +53,45 @@ def crop_box(h: int, w: int, generator: torch.Generator) -> tuple[int, int, int,
 
 def train_view(images: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
     """A random resized crop to size x size and a coin-flip horizontal flip of every image."""
-    from torchvision.transforms.v2 import functional as TF
-
     x = _channels_first(images)
     h, w = x.shape[-2:]
     flips = torch.rand(len(x), generator=generator) < 0.5
-    out = []
-    for i in range(len(x)):
-        top, left, ch, cw = crop_box(h, w, generator)
-        view = TF.resized_crop(x[i], top, left, ch, cw, [size, size], antialias=True)
-        out.append(TF.horizontal_flip(view) if flips[i] else view)
-    return _channels_last(torch.stack(out), images.ndim)
+    boxes = [crop_box(h, w, generator) for _ in range(len(x))]
+    crops = crops_in_one_call if x.is_cuda else crops_one_by_one
+    views = crops(x, boxes, size)
+    views = torch.where(flips.to(views.device)[:, None, None, None], views.flip(-1), views)
+    return _channels_last(views, images.ndim)
+
+
+def crops_one_by_one(x: torch.Tensor, boxes: list[tuple[int, ...]], size: int) -> torch.Tensor:
+    """Each box resized by torchvision.transforms.v2 (bilinear, antialiased): on a CPU the
+    fastest way, and the resampling every CPU run has used."""
+    from torchvision.transforms.v2 import functional as TF
+
+    views = [
+        TF.resized_crop(image, *box, [size, size], antialias=True)
+        for image, box in zip(x, boxes, strict=True)
+    ]
+    return torch.stack(views)
+
+
+def crops_in_one_call(x: torch.Tensor, boxes: list[tuple[int, ...]], size: int) -> torch.Tensor:
+    """Every box resampled by one roi_align kernel. On a card a call per image costs its kernel
+    launches and the Python between them (54 us an image on a Zen 4 core before any launch: 14
+    ms for a batch of 256) while the card waits; a ResNet-50 step on 256 images is some 90 ms.
+    aligned=True samples at pixel centres, as a resize does; the adaptive sampling grid
+    (ceil(box / size) points a side, averaged) is the antialiasing of a downscale, plain
+    bilinear when the box is smaller than the view. The same boxes and flips as on a CPU; on
+    photos the pixels part by a fraction of a grey level on average, three at the 99th
+    percentile."""
+    from torchvision.ops import roi_align
+
+    rois = torch.tensor(
+        [(i, left, top, left + cw, top + ch) for i, (top, left, ch, cw) in enumerate(boxes)],
+        dtype=torch.float32,
+    ).to(x.device)
+    out = roi_align(x.float(), rois, (size, size), 1.0, sampling_ratio=-1, aligned=True)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
 def eval_view(images: torch.Tensor, size: int) -> torch.Tensor:
