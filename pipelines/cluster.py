@@ -20,7 +20,14 @@ from typing import Any
 
 from pipelines.cluster_settings import ClusterSettings
 from shdh.plan.processes import node_resources, processes
-from shdh.tracking.cluster_env import CONFIG_KEYS, CONFIG_MAP, SECRET, SECRET_KEYS  # noqa: F401
+from shdh.tracking.cluster_env import (  # noqa: F401
+    CONFIG_KEYS,
+    CONFIG_MAP,
+    SECRET,
+    SECRET_KEYS,
+    SHM_PATH,
+    SHM_VOLUME,
+)
 
 
 def use_cluster_settings(task: Any) -> Any:
@@ -50,11 +57,13 @@ def apply_resources(task: Any, settings: ClusterSettings) -> Any:
 
 
 def apply_training(task: Any, settings: ClusterSettings, gpu_image: str) -> Any:
-    """Retries with backoff and a deadline per try (apply_retries); on GPU settings the
-    accelerator, node selector, tolerations and the CUDA image."""
+    """Retries with backoff and a deadline per try (apply_retries), shared memory for the
+    loader's workers (cluster_env.SHM_VOLUME); on GPU settings the accelerator, node selector,
+    tolerations and the CUDA image."""
     from kfp import kubernetes
 
     apply_retries(task, settings)
+    kubernetes.empty_dir_mount(task, SHM_VOLUME, SHM_PATH, medium="Memory")
     for label, value in settings.node_selector.items():
         kubernetes.add_node_selector(task, label, value)
     for toleration in settings.toleration_arguments():

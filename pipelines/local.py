@@ -55,6 +55,9 @@ CONTAINER_ENV = (
     "SHDH_CPU_PIN",
 )
 DATASET_DIRS = ("/usr/share/datasets/fashion-mnist",)  # Debian's dataset packages, read-only
+# /dev/shm for the training loader's workers, as the cluster's train pods get one (Docker's own
+# 64 MB holds a couple of batches of photos)
+LOADER_SHM = "2g"
 
 
 def docker_runner(root: Path, environ: dict[str, str] | None = None) -> Any:
@@ -78,6 +81,7 @@ def docker_runner(root: Path, environ: dict[str, str] | None = None) -> Any:
         user=f"{CONTAINER_UID}:{CONTAINER_UID}",
         read_only=True,
         tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=4g"},
+        shm_size=LOADER_SHM,
         network_mode="host",
         environment=env,
         mounts=mounts,

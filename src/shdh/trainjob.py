@@ -44,6 +44,7 @@ from shdh.plan.processes import node_resources
 from shdh.plan.runs import fit_plan
 from shdh.runtime.errors import ConfigError
 from shdh.tracking import checkpoint_sync, cluster_env
+from shdh.tracking.cluster_env import SHM_PATH, SHM_VOLUME
 from shdh.tracking.staging import fetch, get_tree, put_tree, stage
 
 log = logging.getLogger(__name__)
@@ -211,23 +212,25 @@ def _remove(client: Any, name: str, why: str) -> None:
 
 def _cluster_options(client: Any, spec: JobSpec) -> list[Any]:
     """On Kubernetes, a runtime patch of the nodes' pods: the ConfigMap and Secret variables
-    by reference (no value in the TrainJob) and the GPU nodes' selector and tolerations."""
-    if not (spec.env_refs or spec.node_selector or spec.tolerations):
-        return []
+    by reference (no value in the TrainJob), shared memory for the loader's workers, and the
+    GPU nodes' selector and tolerations."""
     from kubeflow.trainer.backends.kubernetes.backend import KubernetesBackend
 
     if not isinstance(client.backend, KubernetesBackend):
         return []
     from kubeflow.trainer.options import kubernetes as k8s
 
+    shm = [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]
+    node = k8s.ContainerPatch(name="node", env=spec.env_refs or None, volume_mounts=shm)
     pod = k8s.PodSpecPatch(
-        containers=[k8s.ContainerPatch(name="node", env=spec.env_refs or None)],
+        volumes=[{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}],
+        containers=[node],
         node_selector=spec.node_selector or None,
         tolerations=spec.tolerations or None,
     )
     job = k8s.JobTemplatePatch(spec=k8s.JobSpecPatch(template=k8s.PodTemplatePatch(spec=pod)))
-    node = k8s.ReplicatedJobPatch(name="node", template=job)
-    jobset = k8s.JobSetTemplatePatch(spec=k8s.JobSetSpecPatch(replicated_jobs=[node]))
+    nodes = k8s.ReplicatedJobPatch(name="node", template=job)
+    jobset = k8s.JobSetTemplatePatch(spec=k8s.JobSetSpecPatch(replicated_jobs=[nodes]))
     return [k8s.RuntimePatch(training_runtime_spec=k8s.TrainingRuntimeSpecPatch(template=jobset))]
 
 

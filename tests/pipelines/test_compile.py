@@ -233,6 +233,10 @@ def test_dev_trains_on_the_cpu_in_the_runtime_image(smoke):
         assert "accelerator" not in train["resources"]
         assert train["image"] == DEFAULT_IMAGE
         assert not {"nodeSelector", "tolerations"} & set(platform["executors"][name])
+        # the loader's workers get more than a pod's 64 MB of /dev/shm
+        assert platform["executors"][name]["emptyDirMounts"] == [
+            {"volumeName": "dshm", "mountPath": "/dev/shm", "medium": "Memory"}
+        ]
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert json.loads(defaults["train"]["defaultValue"])["device"] == "cpu"
 

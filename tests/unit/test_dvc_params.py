@@ -49,7 +49,7 @@ def test_every_setting_that_changes_a_stages_output_is_one_of_its_params(stage):
     missing = sorted(names - listed - set(NOT_PARAMS[stage]))
     assert not missing, f"dvc.yaml stage {stage}: settings missing from its params: {missing}"
     listed_anyway = sorted(listed & set(NOT_PARAMS[stage]))
-    assert not listed_anyway, f"dvc.yaml stage {stage}: listed and said not to matter: {listed_anyway}"
+    assert not listed_anyway, f"dvc.yaml stage {stage}: listed, said not to matter: {listed_anyway}"
     unknown = sorted(listed - names - {"${item}"})
     assert not unknown, f"dvc.yaml stage {stage}: params that are no settings: {unknown}"
 

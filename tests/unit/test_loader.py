@@ -13,8 +13,9 @@ import torch
 from shdh.core.objectives import SHDHObjective
 from shdh.data.dataset import load_dataset, write_dataset_streaming
 from shdh.data.shards import MIB
+from shdh.runtime.errors import ConfigError
 from shdh.training.batches import Batches
-from shdh.training.loader import Loader
+from shdh.training.loader import PREFETCH_BATCHES, Loader, check_shared_memory
 from shdh.training.loop import train
 from shdh.training.loop_settings import RUNTIME_FIELDS, TrainConfig
 
@@ -89,6 +90,17 @@ def test_the_loader_checks_its_arguments(holders):
     loader.close()
     with pytest.raises(RuntimeError, match="closed"):
         loader.epoch(torch.arange(N))
+
+
+def test_workers_whose_batches_overflow_shared_memory_are_refused_up_front(tmp_path):
+    import shutil
+
+    # wide margins: other tests write and delete files on the same disk meanwhile
+    free = shutil.disk_usage(tmp_path).free
+    check_shared_memory(free // (10 * 2 * PREFETCH_BATCHES), 2, tmp_path)  # a tenth of it
+    check_shared_memory(free, 0, tmp_path)  # no workers: nothing handed over
+    with pytest.raises(ConfigError, match=r"train.loader_workers=2: .* in .*MiB free; 2 workers"):
+        check_shared_memory(free // PREFETCH_BATCHES, 2, tmp_path)  # twice what is free
 
 
 def test_batches_for_epoch_match_gather_and_skip_a_lone_trailing_item(holders):

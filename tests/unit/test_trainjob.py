@@ -107,7 +107,7 @@ def test_job_names_are_fixed_by_the_fit_and_valid_kubernetes_names():
     assert len(name) <= 40 and name.replace("-", "").isalnum() and name.islower()
 
 
-def test_cluster_nodes_read_credentials_by_reference_and_run_on_the_gpu_nodes():
+def test_cluster_nodes_read_credentials_by_reference_run_on_the_gpu_nodes_with_shm():
     from kubeflow.trainer.backends.kubernetes.backend import KubernetesBackend
 
     from shdh.tracking.cluster_env import env_references
@@ -134,6 +134,9 @@ def test_cluster_nodes_read_credentials_by_reference_and_run_on_the_gpu_nodes():
         assert env[key]["valueFrom"]["secretKeyRef"]["name"] == SECRET
         assert "value" not in env[key]  # no secret's value in the TrainJob
     assert "value" not in json.dumps(list(env.values())).replace("valueFrom", "")
+    # the loader's workers get more than a pod's 64 MB of /dev/shm
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
 
 
 def test_a_cluster_without_the_trainjob_api_is_named(monkeypatch):

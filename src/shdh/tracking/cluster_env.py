@@ -26,6 +26,11 @@ SECRET_KEYS = (
     "MLFLOW_TRACKING_USERNAME",
     "MLFLOW_TRACKING_PASSWORD",
 )
+# The training loader's worker processes hand their batches over through /dev/shm, which a pod
+# gets at 64 MB: two batches of 64 photos at 256 px. Every pod that trains mounts a
+# memory-backed volume there instead (its pages count against the pod's memory limit).
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
 
 
 def env_references() -> list[dict]:

@@ -14,14 +14,19 @@ batches are gathered in this process, one at a time.
 from __future__ import annotations
 
 import mmap
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from shdh.runtime.errors import ConfigError
+
 PREFETCH_BATCHES = 2  # batches each worker gathers ahead of the step
+SHARED_MEMORY = Path("/dev/shm")  # where torch's workers put the batches they hand over
 
 
 class _Rows(Dataset):
@@ -87,6 +92,8 @@ class Loader:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
         self.batch_size = batch_size
+        batch_bytes = batch_size * int(np.prod(images.shape[1:])) * images.itemsize
+        check_shared_memory(batch_bytes, workers)
         self.sampler = _EpochBatches()
         self.loader: DataLoader | None = DataLoader(
             _Rows(images, train_idx),
@@ -114,3 +121,22 @@ class Loader:
     def close(self) -> None:
         """Stop the worker processes now rather than when the loader is collected."""
         self.loader = None  # the last reference to the DataLoader and its workers' iterator
+
+
+def check_shared_memory(batch_bytes: int, workers: int, where: Path = SHARED_MEMORY) -> None:
+    """Refuse workers whose batches in flight would not fit the shared memory they are handed
+    over in. A container gets 64 MB there by default (Docker, a Kubernetes pod), a couple of
+    batches of photos; running out kills a worker mid-epoch with a bare "Bus error"."""
+    if workers == 0 or not where.is_dir():
+        return
+    need = workers * PREFETCH_BATCHES * batch_bytes
+    free = shutil.disk_usage(where).free
+    if need > free:
+        raise ConfigError(
+            f"train.loader_workers={workers}: the loader's workers hand their batches over in "
+            f"{where}, which has {free / 2**20:.0f} MiB free; {workers} workers x "
+            f"{PREFETCH_BATCHES} batches of {batch_bytes / 2**20:.1f} MiB need "
+            f"{need / 2**20:.0f} MiB. Give the container more shared memory (docker run "
+            "--shm-size; on Kubernetes a Memory emptyDir at /dev/shm, which the project's "
+            "train tasks and TrainJobs mount) or lower train.loader_workers or train.batch_size"
+        )
