@@ -283,7 +283,7 @@ class _TrainSettings(LoopSettings):
 
     methods: list = setting(list_of(choice(*DEEP_METHODS), distinct=True), "deep methods to fit")
     bits: list = setting(BITS, "code lengths")
-    models_dir: str = setting(TEXT, "one folder per METHOD-BITS")
+    models_dir: str = setting(TEXT, "METHOD/METHOD-BITS folders of the deep methods")
     seeds: list | None = setting(SEEDS, "null: one fit with `seed`; a list: one fit per seed", None)
     n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
     nodes: int = setting(integer(1), "nodes of a fit's Kubeflow TrainJob (1: the plain step)", 1)
