@@ -106,6 +106,8 @@ def test_runs_metrics_and_artifacts_come_back_through_the_rest_api(mlflow_server
     for run_id in [parent_id, *(c["info"]["run_id"] for c in children.values())]:
         assert tags[run_id]["profile"] == "smoke" and tags[run_id]["dvc_data_md5"] == data_md5
         assert tags[run_id]["shdh.pipeline_run_id"] == tags[parent_id]["shdh.pipeline_run_id"]
+        # the CPU pin the run's maths ran under, by the keys runs have always carried
+        assert tags[run_id]["shdh.cpu_pin"] in ("avx2", "off") and tags[run_id]["shdh.cpu_isa"]
 
     # Metrics: what evaluate wrote to metrics.json, logged on the model's own run.
     scores = json.loads((smoke_run["results"] / "metrics.json").read_text())

@@ -50,7 +50,7 @@ SOURCE_NAME_TAG = "mlflow.source.name"
 SOURCE_TYPE_TAG = "mlflow.source.type"
 # Which code path the CPU maths took (docs/reproducibility.md): runs compare bit for bit only
 # within one pin mode.
-CPU_PIN_TAG = "shdh.runtime.instruction_set"
+CPU_PIN_TAG = "shdh.cpu_pin"  # the tag key runs have carried since the pin began; not a module path
 CPU_ISA_TAG = "shdh.cpu_isa"
 _NOT_A_KEY_CHAR = re.compile(r"[^/\w.\- :]")
 
@@ -83,7 +83,7 @@ def git_commit() -> str:
 def source_tags(name: str = "shdh", kind: str = "LOCAL") -> dict[str, str]:
     """MLflow's source tags: the commit, what ran (dvc.yaml, the Kubeflow pipeline, the shdh
     command) and how (LOCAL, or JOB on a cluster); with them the CPU pin the run's maths ran
-    under and the host's instruction set (shdh.runtime.instruction_set)."""
+    under and the host's instruction set (shdh.runtime.instruction_set.describe)."""
     pin = instruction_set.describe()
     return {
         COMMIT_TAG: git_commit(),
