@@ -20,7 +20,7 @@ from shdh.hashers.deep_folder import RUN_FILE
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training.checkpoint import CHECKPOINT_NAME
 from shdh.training.loop_settings import LoopSettings, TrainConfig
-from tests.unit.toys import deep_hasher
+from tests.unit.toys import deep_hasher, model_params
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -206,6 +206,17 @@ def test_a_bad_objective_is_refused_when_made(cls, objective, message: str) -> N
         cls(n_bits=8, objective=objective)
 
 
+def test_a_model_trained_on_a_card_loads_to_encode_on_any_device(fitted, tmp_path: Path) -> None:
+    saved = fitted["shdh"].save(tmp_path / "m")
+    meta = json.loads((saved / "params.json").read_text())
+    meta["params"]["loop"].update(device="cuda", num_threads=16, compile=True, cuda_graph=True)
+    (saved / "params.json").write_text(json.dumps(meta))
+    loaded = load_hasher(saved)
+    assert loaded.loop.device == "auto" and loaded.loop.num_threads is None
+    assert not loaded.loop.compile and not loaded.loop.cuda_graph
+    np.testing.assert_array_equal(loaded.encode(QUERIES[0]), fitted["shdh"].encode(QUERIES[0]))
+
+
 @pytest.mark.parametrize("method", MODES)
 def test_a_saved_model_round_trips_its_objective(method: str, tmp_path: Path) -> None:
     """params.json holds the objective as its fields, and loading gives the same objective
@@ -218,12 +229,12 @@ def test_a_saved_model_round_trips_its_objective(method: str, tmp_path: Path) ->
     meta = json.loads((saved / "params.json").read_text())
     assert meta["params"]["objective"] == dataclasses.asdict(objective[method])
     loaded = load_hasher(saved)
-    assert loaded.objective == objective[method] and loaded.get_params() == hasher.get_params()
+    assert loaded.objective == objective[method] and model_params(loaded) == model_params(hasher)
     np.testing.assert_array_equal(loaded.encode(QUERIES[0]), hasher.encode(QUERIES[0]))
     old = {k: v for k, v in meta["params"].items() if k != "objective"}
     old.update(meta["params"]["objective"])  # the previous version's flat params
     (saved / "params.json").write_text(json.dumps({**meta, "params": old}))
-    assert load_hasher(saved).get_params() == hasher.get_params()
+    assert model_params(load_hasher(saved)) == model_params(hasher)
     (saved / "params.json").write_text(json.dumps({**meta, "params": {**old, "alfa": 1.0}}))
     with pytest.raises(ValueError, match=r"params\.json: field 'params': .*'alfa'"):
         load_hasher(saved)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from shdh.core.hierarchy import LabelTree
-from shdh.training.loop_settings import LOOP_FIELDS, LoopSettings
+from shdh.training.loop_settings import LOOP_FIELDS, RUNTIME_FIELDS, LoopSettings
 
 # The contract's tree: 3 superclasses x 3 classes under the root (K = 3).
 N_SUPER, N_CLASS = 3, 3
@@ -107,3 +107,14 @@ def deep_hasher(cls, **params):
     names = {f.name for f in dataclasses.fields(cls.objective_class())}
     objective = {k: params.pop(k) for k in list(params) if k in names}
     return cls(loop=LoopSettings(**loop), objective=objective, **params)
+
+
+def model_params(hasher) -> dict:
+    """The parameters that make a fitted model: get_params(), a deep method's loop less its
+    runtime settings, which a saved model does not carry over (how its fit ran, not what it
+    is)."""
+    params = hasher.get_params()
+    if "loop" not in params:
+        return params
+    loop = dataclasses.asdict(params["loop"])
+    return {**params, "loop": {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}}

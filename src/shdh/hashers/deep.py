@@ -44,7 +44,13 @@ from shdh.ranking.exact import pack_codes
 from shdh.training import checkpoint, inference
 from shdh.training import loop as training
 from shdh.training.convergence import Validate
-from shdh.training.loop_settings import DEFAULT_LOOP, LoopSettings, TrainConfig, settings_of
+from shdh.training.loop_settings import (
+    DEFAULT_LOOP,
+    RUNTIME_FIELDS,
+    LoopSettings,
+    TrainConfig,
+    settings_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +85,15 @@ class _DeepArguments:
 
     @classmethod
     def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """A model saved before the loss settings became one `objective` holds them flat
+        """The loop's runtime settings (device, threads, compile...) say how the fit ran, not
+        what the model is: they load as their defaults, so that a model trained with
+        `device: cuda` encodes in a CPU-only evaluate step or search service (device auto).
+        A model saved before the loss settings became one `objective` holds them flat
         (alpha, e1, ...; eta; reduction): gathered into `objective`, so that it still loads.
         A key of neither kind is left for the constructor to refuse."""
+        loop = params.get("loop")
+        if isinstance(loop, dict):
+            params = {**params, "loop": {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}}
         names = [f.name for f in dataclasses.fields(cls.objective_class())]
         if "objective" in params or not any(name in params for name in names):
             return params
