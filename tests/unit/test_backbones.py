@@ -37,6 +37,7 @@ from shdh.nets.views import (
     train_view,
 )
 from shdh.steps.weights import fetch_weights
+from shdh.training import inference
 from shdh.training.loop_settings import LoopSettings, TrainConfig
 from shdh.training.state import make_optimizer
 from tests.unit.toys import deep_hasher
@@ -226,6 +227,26 @@ def test_the_cards_one_call_crops_are_the_per_image_crops_within_a_grey_level():
     boxes = [(0, 0, 96, 96)] * len(gray)  # the whole image resized: both filters agree closely
     gap = (crops_in_one_call(gray, boxes, 64).float() - crops_one_by_one(gray, boxes, 64)).abs()
     assert gap.max() <= 2
+
+
+def test_larger_networks_encode_fewer_images_at_a_time(monkeypatch):
+    sides = {32: 512, 64: 512, 224: 64, 448: 16, 4096: 1}
+    for side, batch in sides.items():
+        assert inference.encode_batch(nn.Module() if side == 32 else _Side(side)) == batch
+    model = build_model(in_channels=3, n_bits=8, width=1 / 16, image_size=224, backbone="cnnf")
+    images = np.random.default_rng(0).integers(0, 256, (70, 224, 224, 3), dtype=np.uint8)
+    seen = []
+    forward = inference.forward_all
+    monkeypatch.setattr(inference, "forward_all", lambda *a: seen.append(a[3]) or forward(*a))
+    z = inference.outputs(model, images)
+    assert seen == [64]  # 70 images: a batch of 64, then one of 6
+    assert torch.allclose(z, inference.outputs(model, images, batch_size=7), atol=1e-5)
+
+
+class _Side(nn.Module):
+    def __init__(self, side: int) -> None:
+        super().__init__()
+        self.image_size = side
 
 
 def test_frozen_batch_norm_keeps_its_statistics_in_training():

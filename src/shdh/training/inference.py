@@ -17,6 +17,18 @@ from shdh.runtime.devices import resolve_device
 # of uint8 and four times that in float before it is resized to the network's side; converting
 # it in parts bounds that, and the network still sees the whole batch at once.
 INPUT_BYTES = 4 * 2**20
+# Images one forward pass encodes: 512 up to the CNN-F's and the smoke runs' sides, fewer as the
+# network's input grows, so that its activations stay under a gigabyte: a ResNet-50 at 224 px
+# grew a CPU process by 0.7 GiB at 64 images and by 2.7 GiB at 256 (5.5 at 512, more than an
+# evaluate or index pod holds).
+MAX_ENCODE_BATCH = 512
+ENCODE_PIXELS = 64 * 224 * 224
+
+
+def encode_batch(model: nn.Module) -> int:
+    """The images `model` encodes at a time, from its input side (ENCODE_PIXELS)."""
+    side = int(getattr(model, "image_size", 32))
+    return max(1, min(MAX_ENCODE_BATCH, ENCODE_PIXELS // (side * side)))
 
 
 @torch.no_grad()
@@ -65,16 +77,18 @@ def outputs(
     model: HashingNet,
     images: np.ndarray,
     *,
-    batch_size: int = 512,
+    batch_size: int | None = None,
     device: torch.device | str | None = None,
     num_threads: int | None = None,
 ) -> torch.Tensor:
     """The network's outputs z (N, L), eval mode, no grad, in fp32 (even where training used
-    bf16, so that results do not depend on the precision of the card). `device` moves the model
-    there first; None keeps it where it is."""
+    bf16, so that results do not depend on the precision of the card), batch_size images at a
+    time (None: encode_batch). `device` moves the model there first; None keeps it where it
+    is."""
     if device is not None:
         model.to(resolve_device(str(device)))
     dev = next(model.parameters()).device
+    batch_size = batch_size or encode_batch(model)
     with torch_threads(num_threads):
         return forward_all(model, images, np.arange(len(images)), batch_size, dev)
 
@@ -83,7 +97,7 @@ def encode(
     model: HashingNet,
     images: np.ndarray,
     *,
-    batch_size: int = 512,
+    batch_size: int | None = None,
     device: torch.device | str | None = None,
     num_threads: int | None = None,
 ) -> np.ndarray:

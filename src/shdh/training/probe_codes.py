@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from shdh.nets.hashing import HashingNet
-from shdh.training.inference import forward_all, signs
+from shdh.training.inference import encode_batch, forward_all, signs
 from shdh.training.state import State
 
 PROBE_SIZE = 1000  # training items whose codes are tracked across epochs
@@ -49,4 +49,5 @@ class Probe:
         return stats
 
     def _outputs(self, model: HashingNet) -> torch.Tensor:
-        return forward_all(model, self.images, self.idx, 512, self.device)  # (P, L)
+        batch = encode_batch(model)
+        return forward_all(model, self.images, self.idx, batch, self.device)  # (P, L)
