@@ -16,9 +16,11 @@ accelerator request has no effect there, and takes its environment from the call
 from __future__ import annotations
 
 import copy
+from pathlib import PurePosixPath
 from typing import Any
 
 from pipelines.cluster_settings import ClusterSettings
+from shdh.nets.pretrained import NONE, REMOTE_SCHEMES, is_torchvision_name
 from shdh.plan.processes import node_resources, processes
 from shdh.tracking.cluster_env import (  # noqa: F401
     CONFIG_KEYS,
@@ -121,7 +123,9 @@ def trainjob_nodes(
 def train_device(params: dict[str, Any], settings: ClusterSettings) -> dict[str, Any]:
     """params with `train.device` as the cluster's train nodes need it: `cuda` where the
     settings give each train task a GPU, `cpu` where they give none. `auto` is resolved here;
-    a device that contradicts the settings is refused, naming both."""
+    a device that contradicts the settings is refused, naming both; so are weights that only
+    this machine has (check_weights_reachable)."""
+    check_weights_reachable(params["train"])
     wanted = str(params["train"].get("device", "auto"))
     if wanted not in ("auto", settings.device):
         has = "a GPU" if settings.gpu else "no GPU"
@@ -133,3 +137,20 @@ def train_device(params: dict[str, Any], settings: ClusterSettings) -> dict[str,
     settled = copy.deepcopy(params)
     settled["train"]["device"] = settings.device
     return settled
+
+
+def check_weights_reachable(train: dict[str, Any]) -> None:
+    """A relative `train.pretrained` path names a file on this machine, which no pod of the
+    cluster has: refused when the pipeline is compiled, not by every try of every train task
+    after the data steps. An absolute path may be inside the user's own image, and a
+    torchvision name in its TORCH_HOME cache; those the train step checks."""
+    spec = str(train.get("pretrained", NONE))
+    if spec == NONE or spec.startswith(REMOTE_SCHEMES) or is_torchvision_name(spec):
+        return
+    if not PurePosixPath(spec).is_absolute():
+        raise ValueError(
+            f"params train.pretrained is {spec!r}, a file on this machine that the cluster's "
+            f"train pods cannot read: copy it to the object store (aws s3 cp {spec} "
+            "s3://BUCKET/weights/) and set train.pretrained to that s3:// URL with "
+            "train.pretrained_sha256, or give an absolute path inside your own image"
+        )

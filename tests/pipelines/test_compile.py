@@ -564,6 +564,16 @@ def test_a_device_that_contradicts_the_overlay_is_refused(
     assert not out.exists()
 
 
+def test_weights_only_this_machine_has_are_refused_for_a_cluster(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "never.yaml"
+    argv = ["pipeline", "compile", "--param", "train.pretrained=weights/r50.pth", "--out", str(out)]
+    assert main(argv) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "train.pretrained is 'weights/r50.pth', a file on this machine" in line
+    assert "s3://" in line and not out.exists()
+
+
 def test_without_baselines_there_is_no_shallow_branch(tmp_path, monkeypatch):
     """No shallow methods: no features step, no baseline task, and evaluate takes no GIST."""
     spec, _, _ = compile_with(tmp_path, monkeypatch, "--param", "baselines.methods=[]")
