@@ -189,10 +189,20 @@ def test_a_fit_the_epoch_cap_cut_short_is_tagged_so_in_its_run(tmp_path, fashion
 
 
 def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
+    """...and a train step with weights it cannot use fails before it changes the fit's
+    folder: the checkpoint still resumes, under the same MLflow run."""
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 1})
     run_steps(
         params, ["prepare"], ["tree"], ["smatrix"], ["train", "--bits", "16", "--no-progress"]
     )
+    fit = tmp_path / "models" / "shdh" / "shdh-16"
+    kept = ("mlflow_run.json", "work/checkpoint.pt", "work/hasher.json", "fit.json")
+    before = {name: (fit / name).read_bytes() for name in kept}
+    bad = smoke_params(tmp_path, fashion_raw, train={"epochs": 2, "pretrained": "no/such.pth"})
+    argv = ["train", "--bits", "16", "--no-progress", "--resume", "auto", "--params", str(bad)]
+    with as_dvc_stage("train"):
+        assert main(argv) == 1
+    assert {name: (fit / name).read_bytes() for name in kept} == before
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 2})
     run_steps(params, ["train", "--bits", "16", "--no-progress", "--resume", "auto"])
     history = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "history.json").read_text())

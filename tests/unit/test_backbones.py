@@ -23,6 +23,7 @@ from torchvision import models
 from shdh.core.image_input import to_input
 from shdh.core.level_weights import layer_weights
 from shdh.hashers.deep import SHDH
+from shdh.hashers.deep_folder import RUN_FILE
 from shdh.hashers.supervision import PairSimilarity
 from shdh.nets import BACKBONES
 from shdh.nets.backbones import KINDS, check_backbone
@@ -38,6 +39,7 @@ from shdh.nets.views import (
 )
 from shdh.steps.weights import fetch_weights
 from shdh.training import inference
+from shdh.training.checkpoint import CHECKPOINT_NAME
 from shdh.training.loop_settings import LoopSettings, TrainConfig
 from shdh.training.state import make_optimizer
 from tests.unit.toys import deep_hasher
@@ -313,3 +315,24 @@ def test_a_checkpoint_resumes_only_from_the_weights_it_started_from(tmp_path):
     other = deep_hasher(SHDH, **settings | {"epochs": 2}, pretrained=str(second))
     with pytest.raises(ValueError, match="cannot resume"):
         other.fit(images, pairs, resume="always")
+
+
+def test_weights_that_cannot_be_used_fail_before_the_fits_checkpoint_is_touched(tmp_path):
+    images, pairs = _photos(32, seed=1)
+    work = tmp_path / "work"
+    deep_hasher(SHDH, **AUGMENTED, epochs=1, work_dir=str(work)).fit(images, pairs)
+    before = {name: (work / name).read_bytes() for name in (CHECKPOINT_NAME, RUN_FILE)}
+    text = tmp_path / "notes.pth"
+    text.write_text("not weights")
+    alexnet = tmp_path / "alexnet.pth"
+    torch.save(models.alexnet(weights=None).state_dict(), alexnet)
+    for spec, problem in (
+        (tmp_path / "missing.pth", "no such file"),
+        (text, "not a PyTorch weights file"),
+        (alexnet, "does not fit"),
+    ):
+        refit = deep_hasher(SHDH, **AUGMENTED, epochs=1, work_dir=str(work), pretrained=str(spec))
+        with pytest.raises(WeightsError, match=problem):
+            refit.fit(images, pairs, resume="auto")
+        after = {name: (work / name).read_bytes() for name in before}
+        assert after == before, spec  # the finished fit's checkpoint and record stay

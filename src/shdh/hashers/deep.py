@@ -187,6 +187,7 @@ class _TrainingRun:
         opts = self._fit_options
         anc = np.asarray(pairs.ancestors)
         net_sizes, net_levels = net_layout
+        training.check_weights(config, images)
         with self._work_dir() as work_dir:
             resume = self._prepare_work_dir(work_dir, images, pairs, opts["resume"])
             return training.train(

@@ -122,7 +122,11 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several kinds for a file that is not a state dict
-        raise WeightsError(f"train.pretrained: {path}: not a PyTorch weights file: {err}") from err
+        # not torch's own text: it suggests weights_only=False, which runs the file's code
+        raise WeightsError(
+            f"train.pretrained: {path}: not a PyTorch weights file (a state dict that torch.save "
+            f"wrote; {type(err).__name__})"
+        ) from err
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):

@@ -33,6 +33,7 @@ from shdh.tracking.encoder_model import log_encoder
 from shdh.training import convergence
 from shdh.training.checkpoint import RESUME_MODES
 from shdh.training.distributed import World
+from shdh.training.loop import check_weights
 from shdh.training.loop_settings import LoopSettings
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def fit(
     resolve_device(loop.device)
     fetch_weights(loop)  # remote pretrained weights, before any work that needs them
     X, pairs = training_inputs(cls, Path(prepared_dir), Path(smatrix_path), plan.n_train)
+    check_weights(loop, X)  # before the fit's MLflow run and work folder change
     # Under torchrun every rank trains, restoring the stored checkpoint into its own work
     # folder; rank 0 alone keeps the fit (model folder, MLflow run, uploads).
     main = World.from_env().main

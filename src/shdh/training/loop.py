@@ -49,7 +49,7 @@ from shdh.training.checkpoint import (
 from shdh.training.convergence import Schedule, Validate
 from shdh.training.distributed import ONE_PROCESS, World
 from shdh.training.inference import torch_threads
-from shdh.training.loop_settings import TrainConfig
+from shdh.training.loop_settings import LoopSettings, TrainConfig
 from shdh.training.loss_log import SYNC_EVERY, LossLog
 from shdh.training.probe_codes import Probe
 from shdh.training.state import State, make_optimizer
@@ -198,6 +198,16 @@ def train(
     with torch_threads(config.num_threads), torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(config.seed)
         return run(images, ancestors, train_idx, ckpt)
+
+
+def check_weights(settings: LoopSettings, images: Any) -> None:
+    """Load the pretrained weights into a backbone for these images, then drop it: weights that
+    are missing, altered or of another network fail before a caller opens the fit's MLflow run
+    or touches its work folder, whose checkpoint a fit starting afresh replaces."""
+    weights = Weights.of(settings)
+    if weights is not None:
+        in_channels = 1 if images.ndim == 3 else int(images.shape[3])
+        weights.load(build_model_for(settings, in_channels, [1]).backbone)
 
 
 def _placed(config: TrainConfig) -> tuple[torch.device, World]:
