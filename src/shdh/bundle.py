@@ -214,7 +214,12 @@ def train_bundle(
     out_dir = Path(out_dir)
     work_dir = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
     section = merged_section(bundle.settings["train"], overrides or {})
-    fits = plan_fits({**bundle.settings, "train": section}, methods, bits, seeds, work_dir=work_dir)
+    try:  # the planner's errors speak of params.yaml; here they are the bundle's settings
+        planned = {**bundle.settings, "train": section}
+        fits = plan_fits(planned, methods, bits, seeds, work_dir=work_dir)
+    except ConfigError as err:
+        where = f"the bundle's train settings with --set {overrides}" if overrides else "bundle"
+        raise ConfigError(f"{where}: {str(err).removeprefix('params.yaml: ')}") from err
     device = resolve_device(str(section.get("device", "auto")))  # before any work
     manifest = {
         "bundle_sha256": bundle.sha256,
@@ -341,27 +346,29 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder: codes/, fits/, bundle.json")
     parser.add_argument("--work-dir", help="checkpoints (default: OUT-work, beside --out)")
     parser.add_argument("--methods", nargs="+", help="deep methods (default: train.methods)")
-    parser.add_argument("--bits", nargs="+", type=int, help="code lengths (default: train.bits)")
+    parser.add_argument("--bits", nargs="+", type=count, help="code lengths (default: train.bits)")
     parser.add_argument("--seeds", nargs="+", type=int, help="own seeds (default: train.seeds)")
-    parser.add_argument("--epochs", type=int, help="override train.epochs")
+    parser.add_argument("--epochs", type=count, help="override train.epochs")
     parser.add_argument("--device", help="override train.device (auto, cpu, cuda)")
     parser.add_argument("--compile", action="store_true", help="train with torch.compile")
-    parser.add_argument(
-        "--no-cuda-graph", action="store_true", help="eager steps, whatever train.cuda_graph says"
-    )
-    parser.add_argument(
-        "--no-fused-sgd", action="store_true", help="torch's default SGD, whatever train.fused_sgd"
-    )
+    parser.add_argument("--no-cuda-graph", action="store_true", help="eager steps, no CUDA graph")
+    parser.add_argument("--no-fused-sgd", action="store_true", help="torch's default SGD kernels")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a train setting (repeatable): backbone=resnet18, image_size=224, "
-        "n_train=20000, shdh.alpha=0.5; VALUE is read as JSON where it parses (numbers, true, "
-        "null), else as a string",
+        help="override a train setting (repeatable): backbone=resnet18, shdh.alpha=0.5, "
+        "bits=[16]; VALUE is read as JSON where it parses, else as a string",
     )
+
+
+def count(text: str) -> int:
+    """An argument that must be a whole number of at least 1 (argparse names the option)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
@@ -385,9 +392,14 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
             if not isinstance(own, dict):
                 raise ConfigError(f"--set {pair!r}: {parts[0]} is set as a value and a section")
             own[parts[1]] = value
+        elif parts[0] in LISTS and not isinstance(value, list) and value is not None:
+            raise ConfigError(f"--set {pair!r}: train.{parts[0]} is a list, e.g. {LISTS[parts[0]]}")
         else:
             out[parts[0]] = value
     return out
+
+
+LISTS = {"methods": 'methods=["shdh"]', "bits": "bits=[16]", "seeds": "seeds=[0,1,2]"}
 
 
 def run_train(args: argparse.Namespace) -> int:

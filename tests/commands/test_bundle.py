@@ -174,14 +174,32 @@ def test_codes_of_another_split_are_refused(tmp_path, fashion_raw, caplog):
     train = ["bundle", "train", str(bundle), "--out", str(gpu), "--methods", "shdh"]
     assert cli_main([*train, "--no-progress"]) == 0
     path = gpu / "codes" / "shdh-16.npz"
+    good = path.read_bytes()
     codes = load_codes(path)
     codes.db_ids = codes.db_ids[::-1].copy()  # another order of the database: another split
     path.unlink()
     save_codes(path, codes)
+    evaluate = ["evaluate", "--params", str(params), "--codes-from"]
     with caplog.at_level("ERROR"):
-        assert cli_main(["evaluate", "--params", str(params), "--codes-from", str(gpu)]) == 1
+        assert cli_main([*evaluate, str(gpu)]) == 1
     assert re.search(r"shdh-16\.npz: db_ids differ .*another dataset or split", caplog.text)
     assert not (tmp_path / "results" / "metrics.json").exists()  # nothing scored, no output
+    # Good codes beside a broken file: every file is read before the first result is written.
+    path.write_bytes(good)
+    (gpu / "codes" / "dpsh-16.npz").write_bytes(good[:3000])
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        assert cli_main([*evaluate, str(gpu)]) == 1
+    assert "dpsh-16.npz" in caplog.text and not (tmp_path / "results").exists()
+    # A folder that is not there, or holds none of the run's codes, is not silently passed by.
+    for folder, problem in (
+        (tmp_path / "nowhere", "nowhere: no such folder"),
+        (tmp_path / "prepared", "prepared: holds none of this run's codes"),
+    ):
+        caplog.clear()
+        with caplog.at_level("ERROR"):
+            assert cli_main([*evaluate, str(folder)]) == 1
+        assert problem in caplog.text
 
 
 def test_a_broken_bundle_is_named_with_its_key(tmp_path, fashion_raw):
@@ -298,6 +316,9 @@ def test_set_reads_json_values_paths_and_method_keys():
     for bad in ("image_size", "a.b.c=1", "=3", "9x=1"):
         with pytest.raises(ConfigError, match=re.escape(f"--set {bad!r}")):
             parse_settings([bad])
+    with pytest.raises(ConfigError, match=re.escape("train.bits is a list, e.g. bits=[16]")):
+        parse_settings(["bits=16"])
+    assert parse_settings(["seeds=null", "bits=[16,32]"]) == {"seeds": None, "bits": [16, 32]}
 
 
 def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_raw, caplog):
@@ -308,6 +329,10 @@ def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_ra
     argv = ["bundle", "train", str(bundle), "--out", str(out), "--no-progress"]
     sets = ["backbone=resnet18", "image_size=40", "n_train=48", "batch_size=16", "freeze_bn=true"]
     assert cli_main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    with caplog.at_level("ERROR"):  # a typo names the --set it came from, not params.yaml
+        assert cli_main([*argv, "--set", "epocs=2"]) == 1
+    assert "the bundle's train settings with --set {'epocs': 2}: train:" in caplog.text
+    assert "params.yaml" not in caplog.text
     record = json.loads((out / "fits" / "shdh-16.json").read_text())
     loop = record["params"]["loop"]
     assert (loop["backbone"], loop["image_size"], loop["freeze_bn"]) == ("resnet18", 40, True)

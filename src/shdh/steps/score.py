@@ -38,6 +38,7 @@ from shdh.reporting.figures import (
 )
 from shdh.reporting.report import alpha_sweep, check_outputs, results_table, write_report
 from shdh.runtime.atomic import atomic_write_text
+from shdh.runtime.errors import ConfigError
 from shdh.steps.split_inputs import Split, load_split
 from shdh.tracking import runs
 from shdh.training import convergence
@@ -99,9 +100,10 @@ def score(
         "tags": tags,
         "parent_run_id": parent_run_id,
     }
-    items = split.items()  # the ids and ancestors imported codes are checked against
+    imports = _imports(codes_from, fits, split.items())
+    _check_models(fits, imports)
     for plan in fits:
-        imported = _imported_codes(codes_from, plan, items)
+        imported = imports.get(plan.name)
         if imported is not None:
             result, timing = _score_imported(plan, *imported, **context)
         else:
@@ -211,14 +213,44 @@ def _write_results(
     return metrics
 
 
+def _imports(
+    codes_from: str | Path | None, fits: list[Fit], items: dict[str, np.ndarray]
+) -> dict[str, tuple[Codes, dict[str, Any]]]:
+    """Every fit's codes and record in codes_from, read and checked before anything is written,
+    so that a bad file leaves the results as they were. A folder that is not there, or holds no
+    fit of this run, is refused: scoring the local models instead would pass for scoring it."""
+    if codes_from is None:
+        return {}
+    folder = Path(codes_from)
+    if not folder.is_dir():
+        raise ConfigError(f"--codes-from {folder}: no such folder")
+    found = {}
+    for plan in fits:
+        imported = _imported_codes(folder, plan, items)
+        if imported is not None:
+            found[plan.name] = imported
+    if not found:
+        names = ", ".join(f"{CODES_DIR}/{plan.name}.npz" for plan in fits)
+        raise ConfigError(f"--codes-from {folder}: holds none of this run's codes ({names})")
+    return found
+
+
+def _check_models(fits: list[Fit], imports: dict[str, Any]) -> None:
+    """Each fit scored from a model has one, before the first fit's results are written."""
+    for plan in fits:
+        if plan.name not in imports and not (plan.hasher_dir / "params.json").is_file():
+            raise ConfigError(
+                f"{plan.hasher_dir}: no fitted {plan.name} (params.json); run its training "
+                f"step first, or score codes trained elsewhere with --codes-from"
+            )
+
+
 def _imported_codes(
-    codes_from: str | Path | None, plan: Fit, items: dict[str, np.ndarray]
+    folder: Path, plan: Fit, items: dict[str, np.ndarray]
 ) -> tuple[Codes, dict[str, Any]] | None:
     """The codes and fit record of `plan` in a bundle's output folder, when it has them; a file
     made from another dataset or split is refused, naming it and what differs."""
-    if codes_from is None:
-        return None
-    path = Path(codes_from) / CODES_DIR / f"{plan.name}.npz"
+    path = folder / CODES_DIR / f"{plan.name}.npz"
     if not path.is_file():
         return None
     codes = load_codes(path)
@@ -230,7 +262,7 @@ def _imported_codes(
                 "codes were made from another dataset or split; export a bundle of this run "
                 "(shdh bundle export) and train from it"
             )
-    record_path = Path(codes_from) / FITS_DIR / f"{plan.name}.json"
+    record_path = folder / FITS_DIR / f"{plan.name}.json"
     try:
         record = json.loads(record_path.read_text())
     except (OSError, json.JSONDecodeError) as err:
