@@ -37,6 +37,13 @@ def test_a_profile_with_an_unknown_key_is_refused_and_leaves_the_file(tmp_path):
     params = tmp_path / "params.yaml"
     shutil.copy(REPO / "params.yaml", params)
     (tmp_path / "typo.yaml").write_text("train:\n  epochz: 3\n")
-    with pytest.raises(ConfigError, match="train: profile 'typo' sets unknown key 'epochz'"):
+    message = r"typo.yaml: sets train.epochz, a setting .*params.yaml does not have; it has "
+    with pytest.raises(ConfigError, match=message + r"'train.epochs': which is misspelt\?"):
         apply_profile("typo", params, tmp_path)
     assert params.read_text() == (REPO / "params.yaml").read_text()
+    # A params.yaml that is not YAML is named with its line, and left as it is.
+    params.write_text(params.read_text().replace("epochs: 3 ", "epochs: [3 "))
+    broken = params.read_text()
+    with pytest.raises(ConfigError, match=r"(?s)params.yaml: not valid YAML: .*line \d+"):
+        apply_profile("smoke", params, REPO / "profiles")
+    assert params.read_text() == broken

@@ -10,6 +10,7 @@ the comments that explain each setting.
 from __future__ import annotations
 
 import copy
+import difflib
 import io
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,11 @@ def apply_profile(
     """
     from ruamel.yaml import YAML  # DVC depends on ruamel; imported lazily to keep import cheap
 
-    overrides = load_params(profile_path(name, profiles_dir))
+    source = profile_path(name, profiles_dir)
+    overrides = load_params(source)
     overrides["profile"] = name
+    params_file = Path(params_file)
+    load_params(params_file)  # not YAML, or not a mapping: named with its line, as elsewhere
     from ruamel.yaml.comments import CommentedSeq
 
     rt = YAML()
@@ -62,15 +66,14 @@ def apply_profile(
     rt.representer.add_representer(
         type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
     )
-    params_file = Path(params_file)
     doc = rt.load(params_file.read_text())
 
     def assign(node: Any, values: dict[str, Any], where: str) -> None:
         for key, value in values.items():
             if key not in node:
-                raise ConfigError(f"{where}: profile '{name}' sets unknown key '{key}'")
+                raise ConfigError(_missing_key(source, params_file, f"{where}{key}", node))
             if isinstance(value, dict):
-                assign(node[key], value, f"{where}.{key}")
+                assign(node[key], value, f"{where}{key}.")
             elif isinstance(value, list):
                 seq = CommentedSeq(value)
                 seq.fa.set_flow_style()
@@ -78,7 +81,7 @@ def apply_profile(
             else:
                 node[key] = value
 
-    assign(doc, overrides, str(params_file))
+    assign(doc, overrides, "")
     _place_results(doc, _dumped(rt, doc))
     text = _dumped(rt, doc)
     from shdh import settings
@@ -88,6 +91,14 @@ def apply_profile(
     check_results_location(settings.validate(yaml.safe_load(text), where).params, where)
     atomic_write_text(params_file, text)
     return overrides
+
+
+def _missing_key(source: Path, params_file: Path, dotted: str, node: Any) -> str:
+    """Which file is wrong is not known: a misspelt key in the profile, or in params.yaml."""
+    key = dotted.rpartition(".")[2]
+    close = difflib.get_close_matches(key, [str(k) for k in node], n=1)
+    found = f"; it has '{dotted[: -len(key)]}{close[0]}': which is misspelt?" if close else ""
+    return f"{source}: sets {dotted}, a setting {params_file} does not have{found}"
 
 
 def _dumped(rt: Any, doc: Any) -> str:
