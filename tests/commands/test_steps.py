@@ -63,6 +63,23 @@ def test_every_subcommand_has_help(capsys):
         assert f"usage: shdh {name}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (
+            ["serve", "--index", "x", "--port", "99999"],
+            "--port: expected an integer from 1 to 65535",
+        ),
+        (["metrics", "codes.npz", "--n", "0"], "--n: expected an integer >= 1, got 0"),
+        (["train", "--bits", "sixteen"], "--bits: expected an integer, got 'sixteen'"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_naming_the_option(capsys, argv, problem):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and problem in capsys.readouterr().err
+
+
 ALL_METHODS = ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "cosdish+h")
 
 

@@ -19,6 +19,7 @@ from shdh.commands.common import (
     fit_planned,
     params_section,
     script_main,
+    whole_number,
 )
 from shdh.hashers.shallow import SHALLOW
 from shdh.plan.runs import section_fits
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bits",
-        type=int,
+        type=whole_number(1),
         nargs="+",
         metavar="L",
         help="code lengths (default: baselines.bits; KMH skips lengths its subspaces do not "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from shdh.commands.common import script_main
+from shdh.commands.common import script_main, whole_number
 from shdh.core.codes_file import evaluate_codes_file
 
 HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG, WR and the peers' mAP and mAHP as JSON"
@@ -13,7 +13,9 @@ HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG, WR and the peers' m
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("codes", help="codes file (.npz, the shdh codes-file contract)")
-    parser.add_argument("--n", type=int, default=100, help="cut-off n of ACG/DCG/NDCG@n")
+    parser.add_argument(
+        "--n", type=whole_number(1), default=100, help="cut-off n of ACG/DCG/NDCG@n"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

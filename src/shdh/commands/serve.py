@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 
-from shdh.commands.common import script_main
+from shdh.commands.common import script_main, whole_number
 from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_MODEL_NAME
 
 HELP = "serve exact top-k search over an index by code, item id or image (HTTP, with /docs)"
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hit's label path",
     )
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine)")
-    parser.add_argument("--port", type=int, default=8000, help="default: 8000")
+    parser.add_argument("--port", type=whole_number(1, 65535), default=8000, help="default: 8000")
     parser.add_argument(
         "--token-file", help="a file holding the bearer token (else $SHDH_SERVE_TOKEN)"
     )
@@ -83,7 +83,9 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         flag = "--" + field.replace("_", "-")
         default = getattr(defaults, field)
-        parser.add_argument(flag, type=int, default=default, help=f"{what} (default: {default})")
+        parser.add_argument(
+            flag, type=whole_number(1), default=default, help=f"{what} (default: {default})"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from shdh.commands.common import (
     fit_planned,
     params_section,
     script_main,
+    whole_number,
 )
 from shdh.hashers import DEEP
 from shdh.hashers.method_catalogue import PAPER_METHOD
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baselines", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--bits",
-        type=int,
+        type=whole_number(1),
         nargs="+",
         metavar="L",
         help="code lengths (default: train.bits)",
