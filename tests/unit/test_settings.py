@@ -295,3 +295,15 @@ def test_a_hint_only_suggests_a_value_that_passes(key, value, hint):
     suggested = text[text.index("[") : text.rindex("]") + 1] if "write a list" in hint else None
     if suggested:
         settings.validate(with_value(key, yaml.safe_load(suggested)))  # the hint passes
+
+
+def test_a_setting_given_twice_is_refused_with_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys: an edit in one place would be overruled by a
+    forgotten copy of the key further down."""
+    path = tmp_path / "params.yaml"
+    path.write_text("seed: 0\ntrain:\n  epochs: 3\n  lr: 0.1\n  epochs: 5\n")
+    message = r"(?s)params.yaml: not valid YAML: 'epochs' is set twice.*line 3.*again.*line 5"
+    with pytest.raises(settings.ConfigError, match=message):
+        settings.load_params(path)
+    path.write_text("seed: 0\ntrain:\n  epochs: 3\nbaselines:\n  epochs: 5\n")  # apart: fine
+    assert settings.load_params(path)["baselines"] == {"epochs": 5}

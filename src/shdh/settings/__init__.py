@@ -42,6 +42,22 @@ class Settings:
         return self.params[name]
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last,
+    so a setting edited in one place and left in another would silently take the other value."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    f"'{key}' is set twice", seen[key], "again", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read params.yaml as plain dicts; the file must be a mapping."""
     path = Path(path)
@@ -50,7 +66,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: params file not found") from exc
     try:
-        params = yaml.safe_load(text)
+        params = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(params, dict):
