@@ -23,6 +23,10 @@ def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
     assert tracking.tracking_uri() == f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
     assert tracking.tracking_uri() == "http://mlflow.example:5000"
+    for file_store in ("file:/tmp/mlruns", "./mlruns"):  # MLflow 3 takes no new runs there
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", file_store)
+        with pytest.raises(ValueError, match=f"MLFLOW_TRACKING_URI={file_store}: a file store"):
+            tracking.tracking_uri()
 
 
 def test_metric_names_replace_at_sign():

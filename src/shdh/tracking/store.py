@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shdh.runtime.errors import ConfigError
+
 DEFAULT_EXPERIMENT = "shdh"
 URI_ENV = "MLFLOW_TRACKING_URI"  # the store, when set (else the repository's SQLite file)
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"  # MLflow's own variable for the experiment's name
@@ -72,6 +74,13 @@ def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI, else the SQLite store of the repository the run came from; a
     relative SQLite path is anchored at that repository, never at a temporary workspace."""
     uri = os.environ.get(URI_ENV) or f"sqlite:///{STORE_FILE}"
+    if urllib.parse.urlsplit(uri).scheme in ("", "file"):
+        # MLflow 3 has frozen its file store: a run there fails deep in the client
+        raise ConfigError(
+            f"{URI_ENV}={uri}: a file store, which MLflow no longer takes new runs into; use a "
+            f"database (sqlite:///PATH/mlflow.db; unset, sqlite:///{STORE_FILE} here) or a "
+            "tracking server (http://HOST:5000)"
+        )
     path = sqlite_path(uri)
     if path is not None and not path.is_absolute():
         return f"sqlite:///{origin_root() / path}"
