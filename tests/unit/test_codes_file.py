@@ -156,6 +156,10 @@ def test_corrupt_and_non_npz_files(tmp_path: Path) -> None:
 
     with pytest.raises(CodesFileError, match="no such codes file"):
         load_codes(tmp_path / "missing.npz")
+    with pytest.raises(CodesFileError, match=f"^{tmp_path}: a folder; give one codes file"):
+        load_codes(tmp_path)
+    with pytest.raises(CodesFileError, match=f"^{damaged}: "):  # the whole path, not its name
+        load_codes(damaged)
 
 
 def test_evaluate_codes_file_matches_metrics_evaluate(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ class Codes:
 def save_codes(path: str | os.PathLike[str], codes: Codes) -> None:
     """Validate, then write atomically (a temporary sibling, then rename)."""
     path = Path(path)
-    arrays = _validated(_arrays_of(codes), path.name)
+    arrays = _validated(_arrays_of(codes), str(path))
     with atomic_path(path) as tmp, open(tmp, "xb") as f:  # a file object: savez adds no suffix
         np.savez(f, **arrays)
         f.flush()
@@ -80,7 +80,9 @@ def save_codes(path: str | os.PathLike[str], codes: Codes) -> None:
 def load_codes(path: str | os.PathLike[str]) -> Codes:
     """Read and validate a codes file; any problem raises CodesFileError naming file and key."""
     path = Path(path)
-    name = path.name
+    name = str(path)  # the whole path: results/.../codes/X.npz and a bundle's X.npz differ
+    if path.is_dir():
+        raise CodesFileError(f"{path}: a folder; give one codes file in it (codes/NAME.npz)")
     if not path.is_file():
         raise CodesFileError(f"{path}: no such codes file")
     try:
