@@ -34,12 +34,17 @@ def test_cuda_without_a_usable_gpu_names_build_and_driver(tmp_path: Path, monkey
         devices.resolve_device("cuda")
     message = str(err.value)
     assert "'cuda'" in message and "driver 535.183.01" in message
-    assert (torch.version.cuda or "CPU-only") in message
+    assert (torch.version.cuda or "CPU-only") in message and "a newer driver" in message
     assert devices.resolve_device("auto") == torch.device("cpu")  # auto never fails
+    # no driver at all: no talk of upgrading one
+    monkeypatch.setattr(devices, "DRIVER_FILE", tmp_path / "missing")
+    monkeypatch.setattr(devices.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="driver not found.*use a machine with an NVIDIA GPU"):
+        devices.resolve_device("cuda")
 
 
 def test_cuda_index_and_unknown_device_types() -> None:
     with pytest.raises(ValueError, match="not 'auto', 'cpu' or 'cuda"):
         devices.resolve_device("mps")
-    with pytest.raises(ValueError, match="cannot parse"):
+    with pytest.raises(ValueError, match="'gpu please' is not 'auto', 'cpu' or 'cuda"):
         devices.resolve_device("gpu please")

@@ -307,3 +307,12 @@ def test_a_setting_given_twice_is_refused_with_both_lines(tmp_path):
         settings.load_params(path)
     path.write_text("seed: 0\ntrain:\n  epochs: 3\nbaselines:\n  epochs: 5\n")  # apart: fine
     assert settings.load_params(path)["baselines"] == {"epochs": 5}
+
+
+def test_a_device_that_is_none_of_auto_cpu_cuda_is_named_in_the_settings():
+    params = copy.deepcopy(PARAMS)
+    params["train"]["device"] = "gpu"
+    with pytest.raises(settings.ConfigError, match=r"train.device.*auto, cpu, cuda or cuda:N"):
+        settings.validate(params)
+    params["train"]["device"] = "cuda:1"
+    assert settings.validate(params).typed.train.device == "cuda:1"

@@ -63,15 +63,19 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
-    except RuntimeError as err:
-        raise ValueError(f"device: cannot parse {name!r} ({err})") from err
-    if device.type not in ("cpu", "cuda"):
+    except RuntimeError:
+        device = None  # torch's message lists its own device kinds, not this setting's
+    if device is None or device.type not in ("cpu", "cuda"):
         raise ValueError(f"device: {name!r} is not 'auto', 'cpu' or 'cuda[:N]'")
     if device.type == "cuda" and not torch.cuda.is_available():
+        why = (
+            "use a machine with an NVIDIA GPU"
+            if nvidia_driver_version() is None
+            else "a driver older than the CUDA build cannot run it: use a node with a newer driver"
+        )
         raise ValueError(
             f"device: {name!r} was asked for but CUDA is not usable here ({cuda_report()}); "
-            "a driver older than the CUDA build cannot run it: use a node with a newer driver, "
-            "or set device: cpu"
+            f"{why}, or set device: auto or cpu"
         )
     if device.type == "cuda" and device.index is not None:
         if device.index >= torch.cuda.device_count():

@@ -97,6 +97,12 @@ SHA256 = Check(
     lambda v: isinstance(v, str) and re.fullmatch("[0-9a-fA-F]{64}", v) is not None,
 )
 
+DEVICE = Check(
+    "auto, cpu, cuda or cuda:N",
+    "devices",
+    lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None,
+)
+
 
 def choice(*values: str) -> Check:
     listed = ", ".join(values)

@@ -24,6 +24,7 @@ from shdh.hashers import method_catalogue
 from shdh.nets import BACKBONES, HEAD_INITS
 from shdh.settings.checks import (
     BOOL,
+    DEVICE,
     SHA256,
     TEXT,
     Check,
@@ -140,7 +141,7 @@ LoopSettings = with_checks(
         "lr_decay_every": (integer(1), "epochs between lr decays"),
         "grad_clip": (number(0), "gradient-norm clipping; 0 turns it off"),
         "head_init": (choice(*HEAD_INITS), "hashing head initialisation"),
-        "device": (TEXT, "auto, cpu or cuda[:N]"),
+        "device": (DEVICE, "auto, cpu or cuda[:N]"),
         "bf16": (BOOL, "bf16 autocast on CUDA"),
         "num_threads": (optional(integer(1)), "torch CPU threads"),
         "loader_workers": (integer(0), "processes that gather batches ahead; 0: in the loop"),
