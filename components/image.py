@@ -34,9 +34,9 @@ _REFERENCE = re.compile(
 )
 
 
-def parse_image(image: str) -> tuple[str, str | None, str | None]:
+def parse_image(image: str, source: str = IMAGE_ENV) -> tuple[str, str | None, str | None]:
     """(name, tag, digest) of REGISTRY/NAME:TAG, REGISTRY/NAME@sha256:DIGEST or both; anything
-    else (no tag and no digest, a short digest) is refused, naming the setting."""
+    else (no tag and no digest, a short digest) is refused, naming where it came from."""
     match = _REFERENCE.fullmatch(image)
     if (
         match is None
@@ -45,16 +45,16 @@ def parse_image(image: str) -> tuple[str, str | None, str | None]:
         or match["name"].endswith(":")
     ):
         raise ValueError(
-            f"{IMAGE_ENV}={image!r}: expected REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:DIGEST, "
+            f"{source}={image!r}: expected REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:DIGEST, "
             f"e.g. {DEFAULT_IMAGE} (the GPU image is the same name with the tag + "
             f"'{GPU_TAG_SUFFIX}', or {GPU_IMAGE_ENV} for a digest)"
         )
     return match["name"], match["tag"], match["digest"]
 
 
-def split_image(image: str) -> tuple[str, str]:
+def split_image(image: str, source: str = IMAGE_ENV) -> tuple[str, str]:
     """(name, tag) of REGISTRY/NAME:TAG (a digest, if any, checked and left out)."""
-    name, tag, digest = parse_image(image)
+    name, tag, digest = parse_image(image, source)
     return name, tag or ""
 
 

@@ -700,6 +700,14 @@ def test_an_image_without_a_tag_is_refused_by_name(image):
         split_image(image)
 
 
+def test_a_malformed_image_option_is_named_as_the_option(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(REPO)
+    argv = ["pipeline", "compile", "--image", "no image", "--out", str(tmp_path / "x.yaml")]
+    code = f"from shdh.cli import main; raise SystemExit(main({argv!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 1 and "--image='no image': expected REGISTRY" in proc.stderr
+
+
 def test_the_local_build_has_no_cluster_settings(tmp_path):
     """What kfp.local runs: no accelerator (it would warn it has no effect), no sizes, no
     platform spec, and the train device as params.yaml says."""

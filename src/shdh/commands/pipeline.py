@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
         print(result.table)
         print(f"results in {result.results_dir}\nreport in {result.report}")
         return 0
-    image_module.split_image(image_module.IMAGE)  # a malformed image fails here, by name
+    # a malformed image fails here, named as it was given
+    image_module.split_image(image_module.IMAGE, "--image" if image else image_module.IMAGE_ENV)
     settings = cluster_settings(args)
     log.info(
         "cluster settings from %s: train on %s",

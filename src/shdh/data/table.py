@@ -59,8 +59,8 @@ def read_columns(table_path: Path, columns: tuple[str, ...]) -> dict[str, list[o
         if column not in frame.columns:
             raise DataFormatError(
                 f"{table_path}: column {column!r}: missing (the table has columns "
-                f"{', '.join(map(repr, map(str, frame.columns)))}; choose the column with "
-                "image_column= / label_column=)"
+                f"{', '.join(map(repr, map(str, frame.columns)))}; name yours in params.yaml's "
+                "data.table: image_column, label_column)"
             )
     if len(frame) == 0:
         raise DataFormatError(f"{table_path}: the table has no rows")
