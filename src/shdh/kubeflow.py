@@ -42,10 +42,14 @@ def resolve_params(
         extra = load_params(path)
         _check_known(params, extra, str(path))
         params = deep_merge(params, {**extra, "profile": profile})
+    given = [f"profile {profile}"] if profile else []
     for text in overrides:
         key, value = parse_override(text)
         set_setting(params, key, value, f"--param {text}")
-    return settings.validate(params, params_file).params
+        given.append(f"--param {text}")
+    # a bad value may be the file's, the profile's or an override's: name all that made it
+    source = f"{params_file} with {', '.join(given)}" if given else str(params_file)
+    return settings.validate(params, source).params
 
 
 def _check_known(base: dict[str, Any], extra: dict[str, Any], where: str, prefix: str = "") -> None:

@@ -608,6 +608,9 @@ def test_param_overrides_and_typos(tmp_path, monkeypatch, caplog):
     assert "train.epochz" in caplog.text and not Path(out).exists()
     assert main(["pipeline", "compile", "--profile", "nosuch", "--out", out]) == 1
     assert "unknown profile 'nosuch'" in caplog.text
+    argv = ["pipeline", "compile", "--profile", "smoke", "--param", "train.epochs=two"]
+    assert main([*argv, "--out", out]) == 1  # a bad value names what it may have come from
+    assert "params.yaml with profile smoke, --param train.epochs=two: train.epochs" in caplog.text
 
 
 def test_image_is_chosen_at_compile_time(tmp_path):
