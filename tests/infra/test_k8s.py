@@ -722,12 +722,12 @@ def test_mlflow_answers_the_hosts_it_is_reached_by(target):
     mlflow = next(c for label, c, _ in containers(objects) if label.endswith("/mlflow"))
     allowed = env_of(mlflow)["MLFLOW_SERVER_ALLOWED_HOSTS"]["value"].split(",")
     tracking = urlsplit(find(objects, "ConfigMap", "shdh-config")["data"]["MLFLOW_TRACKING_URI"])
-    hosts = [tracking.netloc, "localhost:5000"]
-    if NAMESPACES[target] == NAMESPACE:  # the list names the Service's full names in shdh
-        hosts.append(f"mlflow.{NAMESPACE}.svc.cluster.local:5000")
-    for host in hosts:
+    namespace = NAMESPACES[target]  # the Service's full names, in the overlay's namespace
+    hosts = [tracking.netloc, "localhost:5000", f"mlflow.{namespace}.svc.cluster.local:5000"]
+    for host in [*hosts, f"mlflow.{namespace}.svc", f"mlflow.{namespace}.svc:5000"]:
         assert is_allowed_host_header(allowed, host), host
-    assert not is_allowed_host_header(allowed, "attacker.example:5000")
+    for host in ("attacker.example:5000", "mlflow.attacker.example", "mlflow.svc.example:5000"):
+        assert not is_allowed_host_header(allowed, host), host
 
 
 # --- the pipeline's identity and the GPU scheduling -------------------------------------------
