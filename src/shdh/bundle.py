@@ -45,7 +45,7 @@ from shdh.ranking.exact import pack_codes
 from shdh.runtime import instruction_set, source_fingerprint
 from shdh.runtime.atomic import atomic_path, atomic_write_text
 from shdh.runtime.devices import resolve_device
-from shdh.runtime.errors import ConfigError
+from shdh.runtime.errors import ConfigError, whole_number
 from shdh.steps.fit import Training, run_fit, training_items
 from shdh.training.loop_settings import RUNTIME_FIELDS
 
@@ -346,9 +346,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder: codes/, fits/, bundle.json")
     parser.add_argument("--work-dir", help="checkpoints (default: OUT-work, beside --out)")
     parser.add_argument("--methods", nargs="+", help="deep methods (default: train.methods)")
-    parser.add_argument("--bits", nargs="+", type=count, help="code lengths (default: train.bits)")
+    parser.add_argument(
+        "--bits", nargs="+", type=whole_number(1), help="code lengths (default: train.bits)"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, help="own seeds (default: train.seeds)")
-    parser.add_argument("--epochs", type=count, help="override train.epochs")
+    parser.add_argument("--epochs", type=whole_number(1), help="override train.epochs")
     parser.add_argument("--device", help="override train.device (auto, cpu, cuda)")
     parser.add_argument("--compile", action="store_true", help="train with torch.compile")
     parser.add_argument("--no-cuda-graph", action="store_true", help="eager steps, no CUDA graph")
@@ -362,13 +364,6 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         help="override a train setting (repeatable): backbone=resnet18, shdh.alpha=0.5, "
         "bits=[16]; VALUE is read as JSON where it parses, else as a string",
     )
-
-
-def count(text: str) -> int:
-    """An argument that must be a whole number of at least 1 (argparse names the option)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return int(text)
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:

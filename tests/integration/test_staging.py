@@ -31,18 +31,25 @@ def quick_leases(monkeypatch):
     monkeypatch.setattr(staging, "POLL_S", 0.2)
 
 
+def recorded(monkeypatch, method: str) -> list[str]:
+    """The names StoreFolder.`method` (put_file or download) is called with from now on, by any
+    thread: the files it uploads or downloads."""
+    names: list[str] = []
+    original = getattr(StoreFolder, method)
+    at = 1 if method == "download" else 2  # download(self, name, dest); put_file(self, path, name)
+
+    def counted(*args):
+        names.append(args[at])
+        return original(*args)
+
+    monkeypatch.setattr(StoreFolder, method, counted)
+    return names
+
+
 @pytest.fixture
 def uploads(monkeypatch) -> list[str]:
     """The names of the files uploaded from now on (by any thread)."""
-    names: list[str] = []
-    put = StoreFolder.put_file
-
-    def counted(self, path, name):
-        names.append(name)
-        return put(self, path, name)
-
-    monkeypatch.setattr(StoreFolder, "put_file", counted)
-    return names
+    return recorded(monkeypatch, "put_file")
 
 
 def prepared(tmp_path: Path, seed: int = 0) -> Path:
@@ -183,14 +190,7 @@ def test_a_nodes_processes_share_one_download(store, tmp_path, monkeypatch):
     others wait and read that copy; a later job on the node finds it there."""
     local = prepared(tmp_path)
     staged = staging.stage(store, local, "prepared")
-    downloads: list[str] = []
-    download = StoreFolder.download
-
-    def counted(self, name, dest):
-        downloads.append(name)
-        return download(self, name, dest)
-
-    monkeypatch.setattr(StoreFolder, "download", counted)
+    downloads = recorded(monkeypatch, "download")
     cache, start, paths = tmp_path / "node-cache", threading.Barrier(4), []
 
     def process():

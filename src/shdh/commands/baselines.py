@@ -19,12 +19,12 @@ from shdh.commands.common import (
     fit_planned,
     params_section,
     script_main,
-    whole_number,
 )
 from shdh.hashers.shallow import SHALLOW
 from shdh.plan.runs import section_fits
 from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
 from shdh.runtime.atomic import check_writable
+from shdh.runtime.errors import whole_number
 from shdh.steps.fit_shallow import fit
 
 HELP = "fit the shallow methods on GIST features (ITQ, KMH, KSH, LFH, COSDISH, ...)"

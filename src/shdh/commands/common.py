@@ -21,23 +21,6 @@ from shdh import settings
 from shdh.settings.locations import check_results_location
 
 
-def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer from low (to high); argparse's error names the option, where
-    int() alone let a port of 99999 wrap around or a cut-off of 0 through to a deeper message."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
-            span = f"from {low} to {high}" if high is not None else f">= {low}"
-            raise argparse.ArgumentTypeError(f"expected an integer {span}, got {value}")
-        return value
-
-    return parse
-
-
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--params", default="params.yaml", help="settings file (default: params.yaml)"

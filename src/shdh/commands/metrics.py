@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from shdh.commands.common import script_main, whole_number
+from shdh.commands.common import script_main
 from shdh.core.codes_file import evaluate_codes_file
+from shdh.runtime.errors import whole_number
 
 HELP = "evaluate a codes .npz file and print ACG, DCG, NDCG, WR and the peers' mAP and mAHP as JSON"
 

@@ -16,7 +16,8 @@ import logging
 import signal
 import threading
 
-from shdh.commands.common import script_main, whole_number
+from shdh.commands.common import script_main
+from shdh.runtime.errors import whole_number
 from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_MODEL_NAME
 
 HELP = "serve exact top-k search over an index by code, item id or image (HTTP, with /docs)"

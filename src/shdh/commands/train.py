@@ -18,7 +18,6 @@ from shdh.commands.common import (
     fit_planned,
     params_section,
     script_main,
-    whole_number,
 )
 from shdh.hashers import DEEP
 from shdh.hashers.method_catalogue import PAPER_METHOD
@@ -26,6 +25,7 @@ from shdh.plan.all_methods import method_bits, method_params, models_root
 from shdh.plan.processes import refuse_several_processes
 from shdh.plan.runs import section_fits
 from shdh.runtime.atomic import check_writable
+from shdh.runtime.errors import whole_number
 from shdh.steps.fit_deep import fit
 from shdh.training.checkpoint import RESUME_MODES
 
