@@ -625,6 +625,22 @@ def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
 
 
 @targets
+def test_the_steps_user_may_edit_the_model_the_search_service_serves(target):
+    """The Job that grants the steps' MLflow user its rights names the registered model by the
+    ConfigMap's SHDH_SEARCH_MODEL, as the search service does, and by default that is the
+    pipeline's register_model: one name to change, and the grant follows it."""
+    from shdh.tracking.model_registry import DEFAULT_MODEL_NAME
+
+    objects = render(target)
+    job = find(objects, "Job", "mlflow-pipeline-user")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    reference = env_of(container)["SHDH_REGISTERED_MODEL"]["valueFrom"]["configMapKeyRef"]
+    assert reference == {"name": "shdh-config", "key": "SHDH_SEARCH_MODEL"}
+    _, args = search_command_line(objects)
+    assert args.model == DEFAULT_MODEL_NAME
+
+
+@targets
 def test_the_search_service_takes_its_token_from_a_mounted_secret(target):
     """The token is a file of the Secret's volume, not an environment variable (which any
     process of the pod, and `kubectl describe`, would show), and the service listens on the
