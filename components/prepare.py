@@ -34,8 +34,8 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
 
     import tempfile
 
-    from shdh.data.dvc_pull import pull_or_fetch
     from shdh.kubeflow import section_arg
+    from shdh.steps.dvc_pull import pull_or_fetch
     from shdh.steps.prepare import prepare, prepare_options
 
     cfg = section_arg(data, "data")

@@ -31,15 +31,14 @@ def report(
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
-    import json
     from pathlib import Path
 
-    from shdh import tracking
     from shdh.kubeflow import section_arg
-    from shdh.parent_run import parent_of_pipeline
-    from shdh.report import write_report
+    from shdh.reporting.report import read_metrics, write_report
+    from shdh.tracking.parent_run import parent_of_pipeline
+    from shdh.tracking.runs import attach_text
 
-    scores = json.loads((Path(results.path) / "metrics.json").read_text())
+    scores = read_metrics(results.path)
     write_report(
         document.path,
         scores,
@@ -47,6 +46,6 @@ def report(
         dataset=prepared.metadata["dataset"],
         n=section_arg(settings, "evaluate")["n"],
     )
-    tracking.attach_text(
+    attach_text(
         parent_of_pipeline(pipeline_run_id), Path(document.path).read_text(), "report/results.md"
     )

@@ -18,7 +18,6 @@ Secret): MLflow settings come from this shell's environment, as for `dvc repro`.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +97,7 @@ def run_local(params: dict[str, Any], root: str | Path, *, docker: bool = False)
     (numba, imported later by shdh.ranking.exact, then refuses to load)."""
     from kfp import local
 
+    from shdh.reporting.report import TABLE_FILE, read_metrics
     from shdh.tracking import runs
 
     runs.check_server(runs.tracking_uri())
@@ -117,6 +117,6 @@ def run_local(params: dict[str, Any], root: str | Path, *, docker: bool = False)
     return LocalRun(
         results_dir=results_dir,
         report=Path(task.outputs["report"].path),
-        metrics=json.loads((results_dir / "metrics.json").read_text()),
-        table=(results_dir / "table.md").read_text(),
+        metrics=read_metrics(results_dir),
+        table=(results_dir / TABLE_FILE).read_text(),
     )

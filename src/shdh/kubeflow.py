@@ -19,6 +19,7 @@ import yaml
 
 from shdh import settings
 from shdh.runtime.atomic import atomic_dir
+from shdh.runtime.json_files import read_json_object
 from shdh.settings.profiles import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
 
 # The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
@@ -202,7 +203,7 @@ def save_model(model_dir: str | Path, model: Any) -> None:
     from shdh.plan.fits import FIT_RECORD, WORK_DIR
 
     model_dir = Path(model_dir)
-    record = json.loads((model_dir / FIT_RECORD).read_text())
+    record = read_json_object(model_dir / FIT_RECORD, "the fit record")
     with atomic_dir(model.path) as tmp:
         shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns(WORK_DIR), dirs_exist_ok=True)
     model.metadata.update(

@@ -159,7 +159,13 @@ def test_shdh_report_command(tmp_path, capsys, caplog):
     assert "wr_vs_bits.png" in capsys.readouterr().out and "| SHDH |" in report.read_text()
     (results / "metrics.json").unlink()
     assert main(["report", "--params", str(params)]) == 1
-    assert "metrics.json: cannot read the metrics" in caplog.text
+    assert f"{results / 'metrics.json'}: no such file, expected the metrics" in caplog.text
+    # `shdh results` on a file cut short: the same one line, not a JSONDecodeError's trace
+    (results / "metrics.json").write_text('{"shdh": {"16": {"acg@100"')
+    caplog.clear()
+    assert main(["results", "--params", str(params)]) == 1
+    assert f"{results / 'metrics.json'}: cannot read the metrics (" in caplog.text
+    assert "Traceback" not in caplog.text
 
 
 def _sweep_row(variant: str, seed: int, ndcg: float) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 from shdh.commands.common import add_params_argument, params_section, pipeline_context, script_main
 from shdh.plan.all_methods import planned_fits
 from shdh.reporting import parent_summary
-from shdh.reporting.report import check_outputs
+from shdh.reporting.report import TABLE_FILE, check_outputs
 from shdh.steps.score import score
 from shdh.tracking import runs
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         )
         view = parent_summary.summarize(parent, ev["results_dir"], ev.get("report"))
     runs.end_parent(parent)  # the last tracked stage: the pipeline run is complete
-    print((Path(ev["results_dir"]) / "table.md").read_text())
+    print((Path(ev["results_dir"]) / TABLE_FILE).read_text())
     print(f"the methods compared in the MLflow UI: {view}")
     print(f"results in {ev['results_dir']}/ (metrics.json, table.md, plots/, codes/)")
     if ev.get("report"):

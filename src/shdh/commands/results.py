@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from shdh.commands.common import add_params_argument, params_section, script_main
-from shdh.reporting.report import results_table
+from shdh.reporting.report import METRICS_FILE, read_metrics, results_table
 
 HELP = "print the results table (from evaluate.results_dir/metrics.json)"
 
@@ -18,10 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _, ev = params_section(args, "evaluate")
-    path = Path(ev["results_dir"]) / "metrics.json"
+    path = Path(ev["results_dir"]) / METRICS_FILE
     if not path.is_file():
         raise SystemExit(f"{path}: no results yet; run `dvc repro` first")
-    print(results_table(json.loads(path.read_text()), ev["n"]))
+    print(results_table(read_metrics(path.parent), ev["n"]))
     return 0
 
 

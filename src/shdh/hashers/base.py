@@ -26,6 +26,7 @@ import numpy as np
 
 from shdh.hashers.method_catalogue import declared
 from shdh.runtime.atomic import atomic_dir
+from shdh.runtime.json_files import read_json_object
 
 FORMAT = "shdh-hasher/1"
 
@@ -177,11 +178,8 @@ class Hasher(HasherFiles):
 def read_meta(directory: str | Path) -> dict[str, Any]:
     """A saved hasher's params.json: its format, its method and its parameters."""
     meta_path = Path(directory) / "params.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{meta_path}: cannot read the hasher parameters: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    meta = read_json_object(meta_path, "the hasher parameters")
+    if meta.get("format") != FORMAT:
         raise ValueError(f"{meta_path}: field 'format' is not '{FORMAT}'")
     return meta
 

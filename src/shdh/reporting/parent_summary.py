@@ -9,7 +9,6 @@ side: only the steps that end a pipeline run import it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +37,12 @@ def summarize(parent_run_id: str, results_dir: str | Path, report: str | Path | 
     import tempfile
 
     from shdh.reporting.figures import CURVES_FILE, load_curves, write_figures
-    from shdh.reporting.report import run_report_html
+    from shdh.reporting.report import TABLE_FILE, read_metrics, run_report_html
 
     client = store.configure().MlflowClient()
     results_dir = Path(results_dir)
-    table = (results_dir / "table.md").read_text()
-    scores = json.loads((results_dir / "metrics.json").read_text())
+    table = (results_dir / TABLE_FILE).read_text()
+    scores = read_metrics(results_dir)
     view = save_comparison_view(client, parent_run_id, scores)
     client.set_tag(parent_run_id, NOTE_TAG, description(table, view))
     for name in RESULT_FILES:

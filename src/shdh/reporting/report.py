@@ -3,7 +3,6 @@ block of tables and figures; the figures themselves: shdh.reporting.figures)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,12 @@ from shdh.reporting.figures import (
     write_figures,
 )
 from shdh.runtime.atomic import check_writable
+from shdh.runtime.json_files import read_json_object
 
+# evaluate's outputs that later steps read: the scores ({method: {bits: {metric: value}}}) and
+# the Markdown table printed from them.
+METRICS_FILE = "metrics.json"
+TABLE_FILE = "table.md"
 TABLE_COLUMNS = ("acg", "dcg", "ndcg", "ndcg_list", "wr")
 
 
@@ -292,6 +296,21 @@ def update_generated_section(
     return path
 
 
+def read_metrics(results_dir: str | Path) -> dict[str, Any]:
+    """evaluate's scores, checked down to each method's entry: `shdh results`, the report, the
+    MLflow summary and the pipeline's report task all read the file after evaluate wrote it,
+    and a damaged or foreign one must name itself, not fail in a table's formatting."""
+    path = Path(results_dir) / METRICS_FILE
+    metrics = read_json_object(path, "the metrics", hint="run `shdh evaluate`")
+    for method, by_bits in metrics.items():
+        if not isinstance(by_bits, dict):
+            raise ValueError(
+                f"{path}: field {method!r}: expected the scores by code length, found a "
+                f"{type(by_bits).__name__}; run `shdh evaluate`"
+            )
+    return metrics
+
+
 def report_from_results(
     results_dir: str | Path, report_path: str | Path, alpha_sweep_path: str | Path | None = None
 ) -> list[Figure]:
@@ -301,13 +320,8 @@ def report_from_results(
     runs (evaluate.alpha_sweep), drawn when the file exists."""
     results_dir = Path(results_dir)
     check_outputs(results_dir, report_path)
-    metrics_path = results_dir / "metrics.json"
-    try:
-        metrics = json.loads(metrics_path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"{metrics_path}: cannot read the metrics ({err}); run `shdh evaluate`"
-        ) from err
+    metrics_path = results_dir / METRICS_FILE
+    metrics = read_metrics(results_dir)
     curves, dataset, n = load_curves(results_dir / CURVES_FILE)
     unscored = sorted(
         {f"{m}-{b}" for m, b in curves} - {f"{m}-{b}" for m in metrics for b in metrics[m]}
@@ -352,7 +366,7 @@ def write_report(
 def check_outputs(results_dir: str | Path, report: str | Path | None) -> None:
     """Fail before any ranking if the results folder or the report's folder cannot be written:
     a read-only folder is named in a second, not after the whole evaluation."""
-    check_writable(Path(results_dir) / "metrics.json", "evaluate.results_dir")
+    check_writable(Path(results_dir) / METRICS_FILE, "evaluate.results_dir")
     if report:
         check_writable(report, "evaluate.report")
 

@@ -10,7 +10,6 @@ version and alias, and the run that trained it), so a service can tell which ver
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from shdh.plan.fits import HASHER_DIR, RUN_REF
 from shdh.ranking.index_file import ENCODER_FIELDS
 from shdh.ranking.search_index import write_index
 from shdh.runtime.atomic import check_writable
+from shdh.runtime.json_files import read_json_object
 from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
@@ -111,10 +111,5 @@ def folder_encoder(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     hasher = load_hasher(model_dir / HASHER_DIR if fit_folder else model_dir)
     run_id = None
     if fit_folder and (model_dir / RUN_REF).is_file():
-        try:
-            run_id = json.loads((model_dir / RUN_REF).read_text()).get("run_id")
-        except (OSError, json.JSONDecodeError, AttributeError) as err:
-            raise ValueError(
-                f"{model_dir / RUN_REF}: not a readable run reference ({err})"
-            ) from err
+        run_id = read_json_object(model_dir / RUN_REF, "the MLflow run reference").get("run_id")
     return hasher, {"name": None, "version": None, "alias": None, "run_id": run_id}

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
-from shdh.core.metrics import Curves
 from shdh.core.metrics import evaluate as score_codes
 from shdh.core.peer_metrics import MAHP_DEPTHS, MAP_DEPTHS
 from shdh.hashers import load_hasher
@@ -36,9 +33,24 @@ from shdh.reporting.figures import (
     wr_at_n_figure,
     write_figures,
 )
-from shdh.reporting.report import alpha_sweep, check_outputs, results_table, write_report
+from shdh.reporting.report import (
+    METRICS_FILE,
+    TABLE_FILE,
+    alpha_sweep,
+    check_outputs,
+    results_table,
+    write_report,
+)
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.errors import ConfigError
+from shdh.runtime.json_files import read_json_object
+from shdh.steps.seed_summary import (
+    Scored,
+    mean_curves,
+    mean_timings,
+    metrics_by_seed,
+    nested_metrics,
+)
 from shdh.steps.split_inputs import Split, load_split
 from shdh.tracking import runs
 from shdh.training import convergence
@@ -47,16 +59,6 @@ log = logging.getLogger(__name__)
 
 
 BY_SEED_FILE = "metrics_by_seed.json"
-
-
-@dataclass
-class Scored:
-    method: str
-    bits: int
-    metrics: dict[str, float]
-    curves: Curves
-    codes_path: Path
-    seed: int  # the seed of the fit (metrics_by_seed.json keys each fit by it)
 
 
 def random_codes(n_items: int, bits: int, seed: int) -> np.ndarray:
@@ -199,13 +201,13 @@ def _write_results(
     metrics = nested_metrics(scored)
     curves = mean_curves(scored)
     n = eval_params["n"]
-    atomic_write_text(results_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(results_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
     by_seed = json.dumps(metrics_by_seed(scored), indent=2) + "\n"
     atomic_write_text(results_dir / BY_SEED_FILE, by_seed)
     timing = mean_timings(timings, items=len(split.q_idx) + len(split.db_idx))
     atomic_write_text(results_dir / "timings.json", json.dumps(timing, indent=2) + "\n")
     save_curves(results_dir / CURVES_FILE, curves, dataset=split.dataset, n=n)
-    atomic_write_text(results_dir / "table.md", results_table(metrics, n))
+    atomic_write_text(results_dir / TABLE_FILE, results_table(metrics, n))
     sweep = alpha_sweep(eval_params.get("alpha_sweep"))
     figures = write_figures(curves, results_dir / PLOTS_DIR, sweep)
     if eval_params.get("report"):
@@ -263,16 +265,14 @@ def _imported_codes(
                 "(shdh bundle export) and train from it"
             )
     record_path = folder / FITS_DIR / f"{plan.name}.json"
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{record_path}: cannot read the fit record of {path} ({err})") from err
+    record = read_json_object(record_path, f"the fit record of {path}")
     log.info("%s: codes trained elsewhere (%s), from %s", plan.name, record.get("device"), path)
     return codes, record
 
 
 def _fit_seconds(path: Path) -> float | None:
-    return json.loads(path.read_text()).get("fit_seconds") if path.is_file() else None
+    """A fit's training time from its record; None where it has none."""
+    return read_json_object(path, "the fit record").get("fit_seconds") if path.is_file() else None
 
 
 def _score(
@@ -371,77 +371,3 @@ def eval_workers(value: int | None) -> int:
             f"params.yaml: evaluate.workers: expected a positive int or null, got {value!r}"
         )
     return value
-
-
-def _groups(scored: list[Scored]) -> dict[tuple[str, int], list[Scored]]:
-    """The fits of each (method, bits), over their seeds, in scoring order."""
-    groups: dict[tuple[str, int], list[Scored]] = {}
-    for s in scored:
-        groups.setdefault((s.method, s.bits), []).append(s)
-    return groups
-
-
-def nested_metrics(scored: list[Scored]) -> dict[str, Any]:
-    """{method: {bits: {metric: value}}}, the layout of metrics.json: the mean over the seeds,
-    and, where there are several, METRIC_sd (the sample standard deviation) and `seeds`."""
-    out: dict[str, Any] = {}
-    for (method, bits), fits in _groups(scored).items():
-        row: dict[str, float] = {}
-        for key in fits[0].metrics:
-            values = [float(f.metrics[key]) for f in fits]
-            row[key] = round(statistics.fmean(values), 6)
-            if len(fits) > 1:
-                row[f"{key}_sd"] = round(statistics.stdev(values), 6)
-        if len(fits) > 1:
-            row["seeds"] = len(fits)
-        out.setdefault(method, {})[str(bits)] = row
-    return out
-
-
-def metrics_by_seed(scored: list[Scored]) -> dict[str, Any]:
-    """{method: {bits: {seed: {metric: value}}}}: every fit's own figures (metrics_by_seed.json),
-    from which metrics.json's means and spreads are computed."""
-    out: dict[str, Any] = {}
-    for s in scored:
-        out.setdefault(s.method, {}).setdefault(str(s.bits), {})[str(s.seed)] = {
-            k: round(float(v), 6) for k, v in s.metrics.items()
-        }
-    return out
-
-
-def mean_curves(scored: list[Scored]) -> dict[tuple[str, int], Curves]:
-    """Each (method, bits)'s curves averaged over its seeds (the figures show the mean). The
-    radius axis is the same for every seed: it is set by the segment sizes and weights."""
-    out = {}
-    for key, fits in _groups(scored).items():
-        first = fits[0].curves
-        if any(not np.array_equal(f.curves.radius, first.radius) for f in fits):
-            raise ValueError(f"{fit_name(*key)}: the seeds' codes have different radius axes")
-        out[key] = Curves(
-            wr_at_n=np.mean([f.curves.wr_at_n for f in fits], axis=0),
-            radius=first.radius,
-            radius_real=first.radius_real,
-            wr_at_radius=np.mean([f.curves.wr_at_radius for f in fits], axis=0),
-        )
-    return out
-
-
-def mean_timings(timings: dict[str, dict[str, list[dict]]], items: int) -> dict[str, Any]:
-    """timings.json: fit and encode seconds per method and code length, the mean over seeds."""
-
-    def mean(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return round(statistics.fmean(known), 3) if known else None
-
-    return {
-        method: {
-            bits: {
-                "fit_seconds": mean([r["fit_seconds"] for r in rows]),
-                "encode_seconds": mean([r["encode_seconds"] for r in rows]),
-                "items_encoded": items,
-                **({"seeds": len(rows)} if len(rows) > 1 else {}),
-            }
-            for bits, rows in by_bits.items()
-        }
-        for method, by_bits in timings.items()
-    }

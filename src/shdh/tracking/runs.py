@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.runtime import instruction_set
+from shdh.runtime.json_files import read_json_object
 from shdh.tracking.store import (
     DEFAULT_EXPERIMENT,
     TrackingUnavailableError,
@@ -202,7 +203,7 @@ def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | No
     path = Path(path)
     if not path.is_file():
         return None
-    ref = json.loads(path.read_text())
+    ref = read_json_object(path, "the MLflow run reference")
     if ref.get("tracking_uri") != tracking_uri():
         log.warning(
             "%s was tracked at %s; starting a new run at %s",
