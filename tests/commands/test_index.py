@@ -82,7 +82,10 @@ def test_shared_levels_are_the_trees(fitted):
     index = SearchIndex.load(tmp / "index")
     codes = score_step_codes(fitted)
     query = int(codes.db_ids[3])
-    for hit in index.search_ids([query], 40)[0]:
+    hits = index.search_ids([query], 40)[0]
+    assert len(hits) == 40 and hits[0].item_id == query
+    assert {hit.shared_level for hit in hits} > {4}  # the query's own class and coarser matches
+    for hit in hits:
         a, b = codes.db_ancestors[3], codes.db_ancestors[codes.db_ids.tolist().index(hit.item_id)]
         assert hit.shared_level == int(np.sum((a == b) & (a >= 0)))  # nested: root .. deepest
 

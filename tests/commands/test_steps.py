@@ -246,10 +246,11 @@ def test_code_length_below_the_number_of_levels_is_refused(tmp_path, fashion_raw
     run_steps(params, ["prepare"], ["tree"], ["smatrix"])
     # K = 4: the levels layout needs K-1 = 3 bits at least, the paper layout K = 4.
     assert main(["train", "--bits", "2", "--params", str(params)]) == 1
-    assert "n_bits" in caplog.text or "bits" in caplog.text
+    assert "n_bits=2 is too small for K=4 with layout 'levels': it needs at least 3" in caplog.text
     paper = smoke_params(tmp_path, fashion_raw, train={"shdh": {"layout": "paper"}})
     assert main(["train", "--bits", "3", "--params", str(paper)]) == 1
-    assert not (tmp_path / "models" / "shdh-2").exists()
+    assert "n_bits=3 is too small for K=4 with layout 'paper': it needs at least 4" in caplog.text
+    assert not (tmp_path / "models" / "shdh").exists()
 
 
 def test_corrupt_raw_file_is_named_and_keeps_previous_output(tmp_path, fashion_raw, caplog):

@@ -33,7 +33,6 @@ from tests.mlflow_server import (
     PASSWORD,
     USER,
     basic_auth_server,
-    stop_by_pid,
 )
 from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
 
@@ -68,6 +67,11 @@ def post_json(url: str, body: dict) -> dict:
 def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
     with basic_auth_server(s3_server, tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server
+    # Stopped by its process group when the module is done, so no server outlives the tests
+    # that use it, holding its port (checked here: a test that stopped it would end the others').
+    assert server["process"].poll() is not None
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(f"{server['url']}/health", timeout=2)  # noqa: S310
 
 
 @pytest.fixture(scope="module")
@@ -322,11 +326,3 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "shdh-step-password-0123")
     with pytest.raises(MlflowException):
         MlflowClient(url).get_experiment_by_name(experiment)
-
-
-def test_the_server_stops_by_its_pid(mlflow_server):
-    process = mlflow_server["process"]
-    stop_by_pid(process)
-    assert process.poll() is not None
-    with pytest.raises((urllib.error.URLError, OSError)):
-        urllib.request.urlopen(f"{mlflow_server['url']}/health", timeout=2)  # noqa: S310

@@ -88,6 +88,8 @@ def test_code_and_image_queries_label_their_hits_but_have_no_label_themselves(ur
         post(url, "/search/images", json={"images": [b64(image)], "k": 5}),
         post(url, "/search/image?k=5", data=image, headers={"Content-Type": "image/png"}),
     ]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert [len(a.json()["results"]) for a in answers] == [2, 1, 1]
     for answer in answers:
         for result in answer.json()["results"]:
             assert result["item_id"] is None and result["label_path"] is None

@@ -8,6 +8,7 @@ import importlib.util
 import sys
 from dataclasses import replace
 
+import faiss  # noqa: F401  (a dev requirement: the benchmark's backends need it)
 import numpy as np
 import pytest
 import requests
@@ -16,8 +17,6 @@ from shdh.ranking.exact import unpack_codes
 from shdh.ranking.search_index import SearchIndex
 from shdh.serving import create_app
 from tests.serving.server import REPO, serving
-
-pytest.importorskip("faiss")
 
 
 @pytest.fixture(scope="module")

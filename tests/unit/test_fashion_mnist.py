@@ -73,7 +73,7 @@ def test_fetch_raw_from_directory_writes_plain_idx_only(tmp_path):
     assert _siblings(out) == ["raw", "src"]  # the temporary download directory is gone
 
 
-def test_fetch_raw_verifies_decompressed_md5(tmp_path, fake_md5):
+def test_fetch_raw_writes_the_decompressed_files_of_the_known_md5s(tmp_path, fake_md5):
     _, content = write_fake_raw(tmp_path / "src")
     fake_md5(content)
     fm.fetch_raw(tmp_path / "raw", sources=[(tmp_path / "src").as_uri()])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from shdh.reporting import parent_summary
 from shdh.reporting.figures import save_curves
 from shdh.tracking import parent_run
 from shdh.tracking import runs as tracking
+from tests.conftest import REPO
 
 
 def test_default_uri_is_sqlite_unless_the_environment_names_one(monkeypatch):
@@ -104,12 +106,25 @@ def test_metric_keys_read_alike_across_methods_and_runs_carry_the_seed_as_a_tag(
     assert tracking.method_tags("ksh+h", 16, 0) == {"method": "ksh+h", "bits": "16", "seed": "0"}
 
 
+def test_the_commit_is_gits_head_in_a_checkout_and_unknown_outside_one(tmp_path, monkeypatch):
+    monkeypatch.delenv(tracking.GIT_COMMIT_ENV, raising=False)
+    monkeypatch.chdir(REPO)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert len(head) == 40 and tracking.git_commit() == head
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert tracking.git_commit() == "unknown"
+
+
 def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
     tmp_path, monkeypatch
 ):
     import mlflow
 
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "shdh-mine")
+    monkeypatch.setenv(tracking.GIT_COMMIT_ENV, "a" * 40)  # as an image records its commit
     with tracking.run(run_name="r", tags={"method": "shdh"}) as active:
         tracking.log_artifact(tracking.__file__)
     experiment = mlflow.MlflowClient().get_experiment(active.info.experiment_id)
@@ -117,7 +132,7 @@ def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert experiment.artifact_location == (tmp_path / "mlruns").as_uri()
     run = mlflow.MlflowClient().get_run(active.info.run_id)
-    assert run.data.tags["mlflow.source.git.commit"] == tracking.git_commit()
+    assert run.data.tags["mlflow.source.git.commit"] == "a" * 40
     assert run.data.tags["mlflow.source.type"] == "LOCAL"
     assert (tmp_path / "mlruns").is_dir()
 

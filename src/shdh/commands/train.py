@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"deep methods to train, in turn ({', '.join(DEEP)}); the shallow ones: "
         "shdh baselines",
     )
-    # Once the way to fit the shallow methods; kept to say where that went.
+    # Older scripts fit the shallow methods with this flag: it names their own step.
     parser.add_argument("--baselines", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--bits",
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.baselines:
         raise SystemExit(
-            "shdh train --baselines: the shallow methods have their own step now: shdh baselines"
+            "shdh train --baselines: the shallow methods have their own step: shdh baselines"
         )
     context = None
     for method in args.method:

@@ -116,7 +116,8 @@ def database_ideal(rel_counts: np.ndarray, n: int) -> np.ndarray:
 
 def weighted_recall_curve(gains_ranked: np.ndarray, total_gain: np.ndarray) -> np.ndarray:
     """WR@n for n = 1..len: cumsum(g) / sum over the whole database of g, (Q, n). A query whose
-    total gain is 0 scores 0."""
+    total gain is 0 scores 0. The paper's Weighted Recall (its evaluation criterion, an
+    unnumbered equation) with the gain g of METHOD.md in place of s, so that gains are >= 0."""
     gains = _as_lists("gains_ranked", gains_ranked)
     total = np.asarray(total_gain, dtype=np.float64)
     if total.shape != (gains.shape[0],):

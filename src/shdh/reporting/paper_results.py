@@ -58,11 +58,3 @@ IAPRTC12: Table = {  # paper Table 2, @100
 }  # fmt: skip
 
 TABLES = {"cifar100": (CIFAR100_BITS, CIFAR100), "iaprtc12": (IAPRTC12_BITS, IAPRTC12)}
-
-
-def paper_value(dataset: str, method: str, metric: str, bits: int) -> float | None:
-    """The paper's figure, or None where the paper has none (method, metric or bit length)."""
-    bit_list, table = TABLES[dataset]
-    if bits not in bit_list or method not in table or metric not in table[method]:
-        return None
-    return table[method][metric][bit_list.index(bits)]

@@ -1,8 +1,8 @@
 """Which code made a model: a digest per module of the source that decides a fit's numbers.
 
-A checkpoint that matched the settings and the data used to be resumed whatever code wrote it,
-so after a change to the loss, the network or the loop, a rerun "resumed" a finished checkpoint
-and reported the old code's model as the new one's. A fit now records, for every shdh module it
+A checkpoint that matches the settings and the data is not enough to resume from: after a change
+to the loss, the network or the loop, a rerun would "resume" a finished checkpoint and report the
+old code's model as the new one's. So a fit records, for every shdh module it
 runs (the module that defines the hasher and everything of shdh it imports, transitively: the
 networks, the losses, the loop, the similarity, ...), a digest of the module's code, and a
 checkpoint is resumed only by the same digests (shdh.training.loop).

@@ -10,8 +10,8 @@ names the file and the key, instead of being ignored or failing deep inside a st
 (shdh.settings.raw_data): the results folder and the inputs stage derive from that path.
 
 The schema is shdh.settings.sections (one typed section object per params.yaml section). The
-steps still take the plain dicts they always took: `Settings.params` is the file as read, now
-known to be valid.
+steps take plain dicts, so that a library user can call one without this package:
+`Settings.params` is the file as read, checked against the schema.
 
 May import: core, data, hashers, nets, ranking, runtime, training.
 """

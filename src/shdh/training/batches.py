@@ -38,8 +38,8 @@ def data_path(nbytes: int, device: torch.device, free_bytes: int | None = None) 
 class Batches:
     """The training images of one run, as a source of uint8 batches on the training device.
 
-    Batches are addressed by positions into train_idx. On the CPU a batch is indexed from the
-    array exactly as before this class existed, so CPU results are bit-identical; on a GPU the
+    Batches are addressed by positions into train_idx. On the CPU a batch is indexed straight
+    from the array, the rows in the sampler's order, so CPU results are bit-identical; on a GPU the
     conversion to float (`to_input`) happens on the device in every path. With `workers` > 0
     (and the images not resident on the GPU) an epoch's batches come from a Loader instead,
     the same rows gathered ahead by that many processes (`for_epoch`).

@@ -14,8 +14,8 @@ applies one rule to every deep method alike instead:
    `epochs` caps it. A fit the cap ends while its score is still gaining (`still_improving`)
    has not converged by this rule, and says so.
 
-The "step" schedule is the paper's fixed decay and leaves the training items and every number of
-a CPU fit as they were before this module existed.
+The "step" schedule is the paper's fixed decay: it holds out no items and trains on all of them,
+so a CPU fit's numbers do not depend on this module.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ class LossLog:
     """One epoch's loss and its parts, kept on the device step by step and read back every
     SYNC_EVERY steps: reading a value is a host sync, which drains the GPU's queue.
 
-    The epoch means are sums, in step order and in float64, of the fp32 values, as a
-    `loss.item()` per step used to give, so the history is the same to the last bit."""
+    The epoch means are sums, in step order and in float64, of the fp32 values: the same to the
+    last bit as summing `loss.item()` after every step, without its sync per step."""
 
     def __init__(self, n_steps: int, device: torch.device) -> None:
         self.values: dict[str, torch.Tensor] = {}
