@@ -13,11 +13,13 @@ the pipeline and the experiment belong to that namespace (a Kubeflow profile's).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,24 @@ def submit(
     return run.run_id
 
 
+@contextlib.contextmanager
+def _server_errors(host: str) -> Iterator[None]:
+    """The API's errors as one line naming the server, the HTTP status and the start of the
+    body the server sent: kfp's own exceptions print the whole response, headers and all."""
+    import kfp_server_api
+    import urllib3
+
+    try:
+        yield
+    except kfp_server_api.ApiException as exc:
+        raise RuntimeError(
+            f"Kubeflow Pipelines at {host}: HTTP {exc.status} {exc.reason}: "
+            f"{(exc.body or '').strip()[:300]}"
+        ) from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise RuntimeError(f"Kubeflow Pipelines at {host}: {exc}") from exc
+
+
 def _create_run(
     host: str,
     credentials: Credentials,
@@ -82,10 +102,8 @@ def _create_run(
     service_account: str | None,
 ) -> Any:
     import kfp
-    import kfp_server_api
-    import urllib3
 
-    try:
+    with _server_errors(host):
         client = kfp.Client(
             host=host,
             **({"namespace": namespace} if namespace else {}),
@@ -101,13 +119,6 @@ def _create_run(
             version_id=version_id,
             service_account=service_account,
         )
-    except kfp_server_api.ApiException as exc:
-        raise RuntimeError(
-            f"Kubeflow Pipelines at {host}: HTTP {exc.status} {exc.reason}: "
-            f"{(exc.body or '').strip()[:300]}"
-        ) from exc
-    except urllib3.exceptions.HTTPError as exc:
-        raise RuntimeError(f"Kubeflow Pipelines at {host}: {exc}") from exc
 
 
 def upload(client: Any, package: Path, namespace: str | None = None) -> tuple[str, str]:
@@ -178,12 +189,10 @@ def retry(
     (shdh.tracking.checkpoint_sync).
     """
     import kfp
-    import kfp_server_api
-    import urllib3
 
     credentials = credentials or Credentials()
     check_server(host, credentials, check_version=check_version)
-    try:
+    with _server_errors(host):
         client = kfp.Client(host=host, **credentials.client_arguments())
         state = str(client.get_run(run_id).state or "")
         if state not in RETRYABLE:
@@ -192,13 +201,6 @@ def retry(
                 "can be retried"
             )
         client._run_api.run_service_retry_run(run_id=run_id)
-    except kfp_server_api.ApiException as exc:
-        raise RuntimeError(
-            f"Kubeflow Pipelines at {host}: HTTP {exc.status} {exc.reason}: "
-            f"{(exc.body or '').strip()[:300]}"
-        ) from exc
-    except urllib3.exceptions.HTTPError as exc:
-        raise RuntimeError(f"Kubeflow Pipelines at {host}: {exc}") from exc
     log.info(
         "run %s (%s) retried: its failed tasks run again, finished ones are kept", run_id, state
     )

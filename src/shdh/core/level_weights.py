@@ -27,6 +27,17 @@ def weight_scale(K: int) -> int:
     return K * (K - 1) // 2
 
 
+def integer_form(weights: np.ndarray) -> tuple[np.ndarray, int]:
+    """(rint(u * scale) as int64, scale) with scale = K(K-1)/2 (1 for a lone level): Eq. 2's
+    weights are integers over that scale, so distances and gains are summed exactly in integers
+    and divided once. Whether the integers give u back is the caller's to decide: the gain falls
+    back to floats for other weights, the S-matrix refuses them."""
+    u = np.asarray(weights, dtype=np.float64)
+    K = u.shape[0]
+    scale = max(K * (K - 1) // 2, 1)
+    return np.rint(u * scale).astype(np.int64), scale
+
+
 def integer_layer_weights(K: int) -> np.ndarray:
     """Integer form of Eq. 2: w_1 = 0, w_k = K+1-k, so that u_k = w_k / weight_scale(K)."""
     K = _check_height(K)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shdh.core.level_weights import layer_weights
+from shdh.core.level_weights import integer_form, layer_weights
 from shdh.core.peer_metrics import average_hierarchical_precision, average_precision, depth_name
 from shdh.core.similarity import check_pair, finest_match, iter_level_matches
 from shdh.ranking.exact import integer_weights, iter_rank
@@ -55,9 +55,7 @@ def _relevance_and_gain(
     if q_anc.ndim == 2:
         q, x = q_anc[:, None, :], x_anc[None, :, :]
         return _relevance(q, x), _gain(q, x, u)
-    K = q_anc.shape[1]
-    scale = max(K * (K - 1) // 2, 1)
-    int_u = np.rint(u * scale).astype(np.int32)
+    int_u, scale = integer_form(u)
     rel = np.zeros((q_anc.shape[0], x_anc.shape[0]), dtype=np.int8)
     gain_int = np.zeros(rel.shape, dtype=np.int32)
     for k, match in iter_level_matches(q_anc, x_anc):

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from shdh.core.level_weights import integer_form
+
 DENSE_LIMIT = 20_000
 _CHUNK_CELLS = 1 << 22  # cells of one float32 product block in sets_intersect (16 MiB)
 
@@ -251,8 +253,7 @@ def gain(anc_a: np.ndarray, anc_b: np.ndarray, weights: np.ndarray) -> np.ndarra
     anc_a, anc_b = check_pair(anc_a, anc_b)
     K = anc_a.shape[1]
     w = check_weights(weights, K).astype(np.float64)
-    scale = max(K * (K - 1) // 2, 1)
-    ints = np.rint(w * scale).astype(np.int64)
+    ints, scale = integer_form(w)
     if np.array_equal(ints / scale, w):
         return np.divide(_integer_sum(anc_a, anc_b, ints), np.float32(scale), dtype=np.float32)
     g = np.zeros((anc_a.shape[0], anc_b.shape[0]), dtype=np.float32)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shdh.core.level_weights import integer_form
 from shdh.core.similarity import (
     check_ancestors,
     check_weights,
@@ -28,9 +29,7 @@ FORMAT = "shdh-smatrix/1"
 
 def _exact_integer_weights(weights: np.ndarray) -> np.ndarray:
     """w_k = u_k K(K-1)/2, requiring it to be an integer (true for Eq. 2)."""
-    K = weights.shape[0]
-    scale = max(K * (K - 1) // 2, 1)
-    ints = np.rint(weights * scale).astype(np.int64)
+    ints, scale = integer_form(weights)
     if not np.allclose(ints / scale, weights, rtol=0, atol=1e-12):
         raise ValueError(
             f"weights {weights} are not multiples of 1/{scale}; SMatrix needs weights with an "
@@ -142,7 +141,7 @@ def _validate(sm: SMatrix, source: str) -> None:
         raise ValueError(f"{source}: key 'sample_shared' holds values outside 0..{K - 1}")
     if not np.allclose(sm.s_by_shared, similarity_by_shared(sm.weights), atol=1e-12):
         raise ValueError(f"{source}: key 's_by_shared' does not match key 'weights'")
-    scale = max(K * (K - 1) // 2, 1)
+    _, scale = integer_form(sm.weights)
     if not np.allclose(sm.int_weights / scale, sm.weights, rtol=0, atol=1e-12):
         raise ValueError(f"{source}: key 'int_weights' is not weights * {scale}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from shdh.data.resumable import (
     Opened,
@@ -28,12 +29,19 @@ def s3_endpoint(explicit: str | None = None) -> str | None:
     )
 
 
-def s3_client(endpoint_url: str | None, timeout: float):
+def s3_client(
+    endpoint_url: str | None = None,
+    timeout: float | None = None,
+    *,
+    retries: dict[str, Any] | None = None,
+):
     """A boto3 S3 client; boto3 is imported here so that other sources never need it.
 
     The endpoint is ``endpoint_url``, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (a MinIO or
     SeaweedFS server), else AWS itself; credentials come from the usual AWS variables and files.
-    botocore's own retries are off: ``fetch`` retries, and then moves on to the next mirror.
+    ``retries`` is botocore's: by default its own retries are off, because ``fetch`` retries and
+    then moves on to the next mirror; the checkpoint store, which has no mirror, asks for some.
+    ``timeout`` (connect and read) stays botocore's where not given.
     """
     try:
         import boto3
@@ -41,10 +49,10 @@ def s3_client(endpoint_url: str | None, timeout: float):
     except ImportError as exc:
         raise PermanentError(f"s3:// sources need boto3: {exc}") from exc
     endpoint = s3_endpoint(endpoint_url)
+    timeouts = {} if timeout is None else {"connect_timeout": timeout, "read_timeout": timeout}
     config = Config(
-        connect_timeout=timeout,
-        read_timeout=timeout,
-        retries={"total_max_attempts": 1},
+        **timeouts,
+        retries=retries or {"total_max_attempts": 1},
         # a custom server is addressed as host:port/bucket, never as bucket.host
         s3={"addressing_style": "path"} if endpoint else None,
     )

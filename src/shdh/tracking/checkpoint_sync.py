@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from shdh.data.s3_source import s3_endpoint
+from shdh.data.s3_source import s3_client as data_s3_client
 from shdh.plan.fits import RUN_REF, WORK_DIR
 from shdh.runtime.atomic import atomic_path
 
@@ -62,19 +62,9 @@ def from_env(run_id: str, fit: str) -> FitCheckpoints | None:
 
 
 def s3_client() -> Any:
-    """A boto3 S3 client for the stack's store: the endpoint from AWS_ENDPOINT_URL_S3 or
-    AWS_ENDPOINT_URL (MinIO, SeaweedFS) else AWS, addressed by path on a custom endpoint,
-    with botocore's standard retries for the transient errors of a busy server."""
-    import boto3
-    from botocore.config import Config
-
-    endpoint = s3_endpoint()
-    config = Config(
-        retries={"mode": "standard", "max_attempts": 5},
-        s3={"addressing_style": "path"} if endpoint else None,
-    )
-    # A new session each time: boto3's default one keeps the first credentials it found.
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+    """A boto3 S3 client for the stack's store, with botocore's standard retries for the
+    transient errors of a busy server (the endpoint and addressing as every S3 reader's)."""
+    return data_s3_client(retries={"mode": "standard", "max_attempts": 5})
 
 
 class StoreAccess:
