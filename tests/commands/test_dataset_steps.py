@@ -13,6 +13,7 @@ import pytest
 
 from shdh.cli import main
 from shdh.core.hierarchy import LabelTree
+from shdh.data.dataset import load_dataset
 from shdh.data.download import md5sum
 from shdh.data.folder import make_demo_folder
 from shdh.settings.profiles import ConfigError
@@ -47,6 +48,11 @@ def test_table_dataset_reads_paths_and_labels_from_csv(tmp_path):
         tmp_path, table, "table", table={"image_column": "file", "label_column": "path"}
     )
     assert ancestors.shape == (18, 4) and tree.height == 4
+    # every item's deepest node is its row's label, the ids its row numbers
+    ids = load_dataset(tmp_path / "prepared" / "dataset").ids.tolist()
+    assert sorted(ids) == list(range(18))
+    leaves = [tree.path(int(a[a >= 0][-1])) for a in ancestors]
+    assert leaves == [rows[i].parent.as_posix() for i in ids]
 
 
 def test_cifar100_from_a_mirror_with_the_builtin_tree(tmp_path):

@@ -52,7 +52,7 @@ def results_location(label: str, profile: str | None) -> tuple[str, str]:
     return folder, f"{folder}/{REPORT_NAME}"
 
 
-def project_root() -> Path | None:
+def dvc_project_root() -> Path | None:
     """The checkout the run is in: the nearest folder at or above the working directory with a
     dvc.yaml (DVC runs every stage there). Elsewhere no location is anyone's."""
     here = Path.cwd()
@@ -62,7 +62,7 @@ def project_root() -> Path | None:
 def owner(path: str | Path) -> tuple[str, str] | None:
     """The (dataset, profile) whose results `path` is or lies in; None for a place of no run's
     (outside the checkout's results/ and not a published report)."""
-    root = project_root()
+    root = dvc_project_root()
     if root is None:
         return None
     target = Path(os.path.abspath(path))
