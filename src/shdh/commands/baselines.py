@@ -16,14 +16,12 @@ import argparse
 from shdh.commands.common import (
     add_params_argument,
     end_hand_run,
-    fit_planned,
     params_section,
     script_main,
 )
+from shdh.commands.fitting import fit_method
 from shdh.hashers.shallow import SHALLOW
-from shdh.plan.runs import section_fits
 from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
-from shdh.runtime.atomic import check_writable
 from shdh.runtime.errors import whole_number
 from shdh.steps.fit_shallow import fit
 
@@ -57,23 +55,16 @@ def run(args: argparse.Namespace) -> int:
     root = shallow_models_root(params)
     context = None
     for method in methods:
-        bits_list = args.bits or shallow_method_bits(params, method)
-        if not bits_list:
-            raise SystemExit(f"shdh baselines: no code length to fit {method} at (see --bits)")
-        check_writable(root / method, "baselines.models_dir")
-        context = fit_planned(
+        context = fit_method(
             args,
             params,
             context,
-            lambda m=method, b=bits_list: section_fits(
-                section,
-                [m],
-                b,
-                seed=params["seed"],
-                models_root=root,
-                method_params=shallow_method_params,
-            ),
-            fit,
+            "baselines",
+            method,
+            args.bits or shallow_method_bits(params, method),
+            models_root=root,
+            method_params=shallow_method_params,
+            fit=fit,
             prepared_dir=params["data"]["prepared_dir"],
             smatrix_path=params["smatrix"]["out"],
             features_path=params["features"]["out"],

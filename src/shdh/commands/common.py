@@ -109,27 +109,6 @@ def end_hand_run(context: dict[str, Any] | None) -> None:
         tracking.end_parent(context["parent_run_id"])
 
 
-def fit_planned(
-    args: argparse.Namespace,
-    params: dict[str, Any],
-    context: dict[str, Any] | None,
-    plan: Callable[[], Sequence[Any]],
-    fit: Callable[..., Path],
-    **options: Any,
-) -> dict[str, Any]:
-    """Make one method's planned fits in the pipeline's parent run, opened on the first call;
-    returns the tracking context for the next method. The plan is made inside the run, so that a
-    settings error found there marks the parent run failed too (`options`: the step's own
-    arguments to `fit`)."""
-    from shdh.tracking import runs as tracking
-
-    context = context if context is not None else pipeline_context(args, params)
-    with tracking.failure_ends(context["parent_run_id"]):
-        for planned in plan():
-            print(f"model written to {fit(planned, **options, **context)}")
-    return context
-
-
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

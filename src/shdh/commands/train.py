@@ -15,16 +15,14 @@ import argparse
 from shdh.commands.common import (
     add_params_argument,
     end_hand_run,
-    fit_planned,
     params_section,
     script_main,
 )
+from shdh.commands.fitting import fit_method
 from shdh.hashers import DEEP
 from shdh.hashers.method_catalogue import PAPER_METHOD
 from shdh.plan.all_methods import method_bits, method_params, models_root
 from shdh.plan.processes import refuse_several_processes
-from shdh.plan.runs import section_fits
-from shdh.runtime.atomic import check_writable
 from shdh.runtime.errors import whole_number
 from shdh.steps.fit_deep import fit
 from shdh.training.checkpoint import RESUME_MODES
@@ -80,24 +78,16 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
     """Train one method at each of its code lengths; returns the tracking context to reuse."""
     params, section = params_section(args, "train")
     refuse_several_processes(section, "shdh train (dvc repro)")
-    bits_list = args.bits or method_bits(params, method)
-    if not bits_list:
-        raise SystemExit(f"shdh train: no code length to fit {method} at (see --bits)")
-    root = models_root(params, method)
-    check_writable(root / method, "train.models_dir")
-    return fit_planned(
+    return fit_method(
         args,
         params,
         context,
-        lambda: section_fits(
-            section,
-            [method],
-            bits_list,
-            seed=params["seed"],
-            models_root=root,
-            method_params=method_params,
-        ),
-        fit,
+        "train",
+        method,
+        args.bits or method_bits(params, method),
+        models_root=models_root(params, method),
+        method_params=method_params,
+        fit=fit,
         prepared_dir=params["data"]["prepared_dir"],
         smatrix_path=params["smatrix"]["out"],
         resume=args.resume,
