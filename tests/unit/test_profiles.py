@@ -47,3 +47,39 @@ def test_a_profile_with_an_unknown_key_is_refused_and_leaves_the_file(tmp_path):
     with pytest.raises(ConfigError, match=r"(?s)params.yaml: not valid YAML: .*line \d+"):
         apply_profile("smoke", params, REPO / "profiles")
     assert params.read_text() == broken
+
+
+def test_a_params_file_dvc_rewrote_takes_every_profile(tmp_path):
+    """`dvc exp run -S` rewrites params.yaml with its own YAML writer: lists in block style, the
+    key's comment held by the list. Every profile then applies (a replaced list used to take its
+    line's end along, and the key after it landed on the line before) and `default` gives back
+    the shipped values."""
+    from dvc.utils.serialize import modify_yaml
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    with modify_yaml(params) as doc:  # what `dvc exp run -S train.bits=[64] ...` writes
+        doc["train"]["bits"] = [64]
+        doc["train"]["methods"] = ["shdh"]
+        doc["baselines"]["methods"] = ["itq", "ksh"]
+    assert "bits:" in params.read_text() and "  - 64\n" in params.read_text()
+    for name in sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")):
+        overrides = apply_profile(name, params, REPO / "profiles")
+        applied = load_params(params)
+        assert applied["profile"] == name
+        for section in ("train", "baselines"):
+            for key, value in overrides.get(section, {}).items():
+                assert applied[section][key] == value, (name, section, key)
+    apply_profile("default", params, REPO / "profiles")
+    assert load_params(params) == load_params(REPO / "params.yaml")
+
+
+def test_a_rewrite_that_would_not_parse_is_refused_and_leaves_the_file(tmp_path, monkeypatch):
+    from shdh.settings import profiles
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    monkeypatch.setattr(profiles, "_dumped", lambda rt, doc: "train:\n  bits: [16] seeds: null\n")
+    with pytest.raises(ConfigError, match=r"with profile 'smoke'\): the rewritten file would not"):
+        apply_profile("smoke", params, REPO / "profiles")
+    assert params.read_text() == (REPO / "params.yaml").read_text()

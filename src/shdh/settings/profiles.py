@@ -74,6 +74,11 @@ def apply_profile(
                 raise ConfigError(_missing_key(source, params_file, f"{where}{key}", node))
             if isinstance(value, dict):
                 assign(node[key], value, f"{where}{key}.")
+            elif isinstance(value, list) and _in_block_style(node[key]):
+                # A list DVC wrote (`dvc exp run -S`) is in block style, with the key's comment
+                # held by the list: ruamel loses that line's end if the list is replaced, and
+                # the next key lands on the line before. Its items are replaced in place.
+                node[key][:] = value
             elif isinstance(value, list):
                 seq = CommentedSeq(value)
                 seq.fa.set_flow_style()
@@ -82,15 +87,21 @@ def apply_profile(
                 node[key] = value
 
     assign(doc, overrides, "")
-    _place_results(doc, _dumped(rt, doc))
-    text = _dumped(rt, doc)
+    where = f"{params_file} (with profile '{name}')"
+    _place_results(doc, _rewritten(rt, doc, where)[1])
+    text, written = _rewritten(rt, doc, where)
     from shdh import settings
     from shdh.settings.locations import check_results_location
 
-    where = f"{params_file} (with profile '{name}')"
-    check_results_location(settings.validate(yaml.safe_load(text), where).params, where)
+    check_results_location(settings.validate(written, where).params, where)
     atomic_write_text(params_file, text)
     return overrides
+
+
+def _in_block_style(value: Any) -> bool:
+    from ruamel.yaml.comments import CommentedSeq
+
+    return isinstance(value, CommentedSeq) and not value.fa.flow_style()
 
 
 def _missing_key(source: Path, params_file: Path, dotted: str, node: Any) -> str:
@@ -107,13 +118,25 @@ def _dumped(rt: Any, doc: Any) -> str:
     return buffer.getvalue()
 
 
-def _place_results(doc: Any, text: str) -> None:
+def _rewritten(rt: Any, doc: Any, where: str) -> tuple[str, Any]:
+    """The text the edited document dumps to, and what it parses back to. ruamel's writer, not
+    the user, is at fault where it does not parse: say so, before the file is touched."""
+    text = _dumped(rt, doc)
+    try:
+        return text, yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            f"{where}: the rewritten file would not be valid YAML ({err}); the file is left as "
+            "it was: apply the profile to the shipped params.yaml (git checkout params.yaml)"
+        ) from err
+
+
+def _place_results(doc: Any, params: Any) -> None:
     """Point evaluate.results_dir and evaluate.report at this dataset's and profile's folder
     unless they are already theirs (or a place of the user's own): a profile run on other data
     must never write over the project's published results."""
     from shdh.settings.locations import fitting_location
 
-    params = yaml.safe_load(text)
     if not isinstance(params.get("evaluate"), dict) or not isinstance(params.get("data"), dict):
         return  # settings.validate names what is missing
     for key, value in fitting_location(params).items():
