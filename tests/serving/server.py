@@ -83,6 +83,7 @@ class PixelEncoder:
 
     image_shape = IMAGE_SHAPE
     n_bits = N_BITS
+    method = None  # no method's: the index's method is not checked against it
     run_id = None
 
     def encode(self, images: np.ndarray) -> np.ndarray:

@@ -113,3 +113,31 @@ def test_the_registered_encoder_serves_by_alias_and_must_match_the_index(store, 
     assert top["distance"] == 0
     assert np.array_equal(index.packed[index.rows_of([top["item_id"]])], index.packed[[7]])
     assert version["encoder"]["run_id"] == run_id and version["image_shape"] == [28, 28]
+
+
+def test_a_fits_folder_serves_as_its_hasher_and_must_be_the_indexs(database):
+    """--model-dir takes the fit's folder as `shdh index` does, with the run it recorded; an
+    index of another method's codes, or of another run's, is refused at load with both named."""
+    from shdh.serving.state import Service
+
+    fit_dir = database["hasher"].parent
+    loaded = Service(database["index"], HasherFolder(fit_dir)).reload()
+    assert (loaded.encoder.method, loaded.encoder.n_bits) == ("shdh", 16)
+    assert loaded.encoder.run_id == loaded.index.record["encoder"]["run_id"]
+    index = SearchIndex.load(database["index"])
+    for change, refusal in (
+        ({"method": "dpsh"}, "the encoder is shdh's but the index in .* holds dpsh's codes"),
+        ({"encoder": index.record["encoder"] | {"run_id": "another"}}, "encoded by run another"),
+    ):
+        other = write_index(
+            database["index"].parent / f"index-{next(iter(change))}",
+            codes=index.packed,
+            item_ids=index.item_ids,
+            ancestors=index.ancestors,
+            segment_sizes=index.segment_sizes,
+            weights=index.weights,
+            record=index.record | change,
+        )
+        for model_dir in (fit_dir, database["hasher"]):
+            with pytest.raises(ValueError, match=refusal):
+                Service(other, HasherFolder(model_dir)).reload()

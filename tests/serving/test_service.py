@@ -379,3 +379,35 @@ def test_database_images_are_served_for_the_thumbnails(index_dir, tmp_path):
     with serving(without) as base:
         missing = requests.get(f"{base}/items/1007/image", headers=AUTH, timeout=5)
         assert missing.status_code == 404 and "--images" in missing.json()["detail"]
+
+
+def test_a_reload_reads_the_images_anew_and_refuses_another_datasets(index_dir, tmp_path):
+    """A prepare step run again replaces the dataset the thumbnails and label paths come from:
+    the reload that serves its new index serves its new images too, and images of a dataset
+    the index was not built from are refused, the loaded version serving on."""
+    from shdh.data.dataset import Dataset, save_dataset
+
+    dataset = make_dataset(tmp_path / "prepared", index_dir, seed=0)
+    app = create_app(index_dir, token=TOKEN, images=DatasetImages(dataset))
+
+    def thumbnail(base: str) -> np.ndarray:
+        shown = requests.get(f"{base}/items/1007/image", headers=AUTH, timeout=5)
+        return np.asarray(Image.open(io.BytesIO(shown.content)))
+
+    with serving(app) as base:
+        before = thumbnail(base)
+        make_dataset(dataset, index_dir, seed=1)  # the prepare step, run again
+        assert np.array_equal(thumbnail(base), before)  # the loaded version, until a reload
+        assert post(base, "/admin/reload").status_code == 200
+        after = load_dataset(dataset / "dataset")
+        assert np.array_equal(thumbnail(base), after.images[1])
+        assert not np.array_equal(after.images[1], before)
+        save_dataset(
+            Dataset(images=after.images, labels=after.labels, ids=after.ids, name="shapes"),
+            dataset / "dataset",
+        )
+        failed = post(base, "/admin/reload")
+        assert failed.status_code == 409
+        assert "the images are of dataset shapes but the index" in failed.json()["detail"]
+        assert "holds dataset toy" in failed.json()["detail"]
+        assert np.array_equal(thumbnail(base), after.images[1])

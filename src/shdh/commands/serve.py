@@ -1,7 +1,7 @@
 """shdh serve: the search service over an index folder (shdh index), on uvicorn.
 
     export SHDH_SERVE_TOKEN=$(openssl rand -hex 24)
-    shdh serve --index data/index --model-dir models/shdh-64         # a fitted hasher's folder
+    shdh serve --index data/index --model-dir artifacts/models/shdh/shdh-64   # a fit's folder
     shdh serve --index data/index --model shdh-encoder --alias champion   # the registered one
     shdh serve --index s3://shdh/serving/index --cache-dir /cache        # copied from S3
     kill -HUP <pid>              # or POST /admin/reload: load the index and encoder anew
@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", help="with an s3:// --index: where its copy is kept (default: a temp folder)"
     )
     encoder = parser.add_mutually_exclusive_group()
-    encoder.add_argument("--model-dir", help="a fitted deep hasher's folder, for image queries")
+    encoder.add_argument(
+        "--model-dir", help="a deep method's fit folder (or its hasher/), for image queries"
+    )
     encoder.add_argument(
         "--model",
         nargs="?",

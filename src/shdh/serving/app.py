@@ -27,7 +27,6 @@ from shdh.serving.api_docs import add_docs
 from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
-from shdh.serving.labels import ItemLabels
 from shdh.serving.limits import BodyLimit, Limits
 from shdh.serving.metrics import (
     CONTENT_TYPE,
@@ -65,8 +64,7 @@ def create_app(
     the answers their label paths. The index and encoder load in the background once the
     server starts (see /readyz)."""
     limits = limits or Limits()
-    service = Service(index_dir, encoder)
-    labels = None if images is None else images.labels
+    service = Service(index_dir, encoder, images)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -85,12 +83,12 @@ def create_app(
     add_docs(app)
     app.state.service = service  # shdh serve reloads it on SIGHUP
     metrics = RequestMetrics()
-    by_codes = _codes_endpoint(service, limits, labels)
+    by_codes = _codes_endpoint(service, limits)
     routers = [
         _probes(service, token),
         _metrics_route(service, metrics),
-        _search_routes(service, limits, by_codes, labels),
-        _item_routes(images),
+        _search_routes(service, limits, by_codes),
+        _item_routes(service),
     ]
     for router in routers:
         app.include_router(router)
@@ -151,7 +149,7 @@ def _probes(service: Service, token: str | None) -> APIRouter:
     return router
 
 
-def _codes_endpoint(service: Service, limits: Limits, labels: ItemLabels | None):
+def _codes_endpoint(service: Service, limits: Limits):
     """POST /search/codes: concurrent queries ranked in batches (shdh.serving.batching)."""
     batcher = CodeBatcher(max_queries=limits.max_batch)
 
@@ -161,14 +159,12 @@ def _codes_endpoint(service: Service, limits: Limits, labels: ItemLabels | None)
         queries.check_request(len(body.codes), body.k, limits)
         packed = queries.code_rows(body.codes, loaded.index.n_bits)
         rows, distances = await batcher.rank(loaded.index, packed, body.k)
-        return queries.code_answer(loaded.describe(), loaded.index, rows, distances, labels)
+        return queries.code_answer(loaded.describe(), loaded.index, rows, distances, loaded.labels)
 
     return by_codes
 
 
-def _search_routes(
-    service: Service, limits: Limits, by_codes, labels: ItemLabels | None
-) -> APIRouter:
+def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
     router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
     router.post(
         "/search/codes",
@@ -185,7 +181,7 @@ def _search_routes(
             hits = loaded.index.search_ids(body.ids, body.k)
         except KeyError as exc:
             raise QueryError(404, str(exc.args[0])) from None
-        return _answer(loaded, hits, labels, body.ids)
+        return _answer(loaded, hits, body.ids)
 
     @router.post(
         "/search/image",
@@ -198,7 +194,7 @@ def _search_routes(
         if kind not in CONTENT_TYPES:
             raise QueryError(415, f"Content-Type {kind or '(none)'}: send image/png or image/jpeg")
         data = await request.body()
-        return await run_in_threadpool(_image_answer, service, limits, {"image": data}, k, labels)
+        return await run_in_threadpool(_image_answer, service, limits, {"image": data}, k)
 
     @router.post(
         "/search/images",
@@ -210,7 +206,7 @@ def _search_routes(
             f"images[{i}]": queries.decode_base64(text, f"images[{i}]")
             for i, text in enumerate(body.images)
         }
-        return _image_answer(service, limits, datas, body.k, labels)
+        return _image_answer(service, limits, datas, body.k)
 
     @router.post("/admin/reload", summary="load the index and encoder anew, then switch to them")
     def reload() -> dict[str, Any]:
@@ -231,7 +227,7 @@ def _json_body(model: type) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": schema}}}
 
 
-def _item_routes(images: DatasetImages | None) -> APIRouter:
+def _item_routes(service: Service) -> APIRouter:
     router = APIRouter(dependencies=[Security(HTTPBearer(auto_error=False))])
 
     @router.get(
@@ -241,6 +237,7 @@ def _item_routes(images: DatasetImages | None) -> APIRouter:
         summary="a database item's image (PNG), when the service was given the dataset",
     )
     def item_image(item_id: int) -> Response:
+        images = _ready(service).images
         if images is None:
             raise QueryError(404, "no database images: start the service with --images")
         try:
@@ -256,7 +253,6 @@ def _image_answer(
     limits: Limits,
     datas: dict[str, bytes],
     k: int,
-    labels: ItemLabels | None,
 ) -> dict[str, Any]:
     loaded = _ready(service)
     if loaded.encoder is None:
@@ -268,7 +264,7 @@ def _image_answer(
     shape = loaded.encoder.image_shape
     images = np.stack([decode_upload(data, name, shape, limits) for name, data in datas.items()])
     packed = loaded.encoder.encode(images)
-    return _answer(loaded, loaded.index.search_codes(packed, k), labels)
+    return _answer(loaded, loaded.index.search_codes(packed, k))
 
 
 def _ready(service: Service) -> Loaded:
@@ -278,10 +274,11 @@ def _ready(service: Service) -> Loaded:
     return loaded
 
 
-def _answer(
-    loaded: Loaded, hits: list, labels: ItemLabels | None, query_ids: list[int] | None = None
-) -> dict[str, Any]:
-    return {"version": loaded.describe(), "results": queries.results(hits, query_ids, labels)}
+def _answer(loaded: Loaded, hits: list, query_ids: list[int] | None = None) -> dict[str, Any]:
+    return {
+        "version": loaded.describe(),
+        "results": queries.results(hits, query_ids, loaded.labels),
+    }
 
 
 async def _refused(request: Request, exc: Exception) -> JSONResponse:

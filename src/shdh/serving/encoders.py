@@ -23,6 +23,7 @@ class ImageEncoder(Protocol):
 
     image_shape: tuple[int, ...]
     n_bits: int
+    method: str | None  # the method whose encoder it is, when known
     run_id: str | None  # the MLflow run that trained it, when known
 
     def encode(self, images: np.ndarray) -> np.ndarray: ...
@@ -39,7 +40,7 @@ class EncoderSource(Protocol):
 
 
 class HasherEncoder:
-    def __init__(self, hasher: Any, where: str) -> None:
+    def __init__(self, hasher: Any, where: str, run_id: str | None = None) -> None:
         self._lock = threading.Lock()
         if hasher.input_kind != "images":
             raise ValueError(
@@ -49,7 +50,8 @@ class HasherEncoder:
         self.hasher = hasher
         self.image_shape = tuple(int(s) for s in hasher.image_shape_)
         self.n_bits = int(hasher.n_bits)
-        self.run_id = None
+        self.method = hasher.name
+        self.run_id = run_id
 
     def encode(self, images: np.ndarray) -> np.ndarray:
         from shdh.ranking.exact import pack_codes
@@ -68,6 +70,7 @@ class PyfuncEncoder:
         self.model = model
         self.image_shape = tuple(int(s) for s in meta.get_input_schema().inputs[0].shape[1:])
         self.n_bits = int(meta.metadata["n_bits"])
+        self.method = meta.metadata.get("method")
         self.run_id = meta.run_id
 
     def encode(self, images: np.ndarray) -> np.ndarray:
@@ -83,8 +86,10 @@ class HasherFolder:
 
     def load(self) -> ImageEncoder:
         from shdh.hashers import load_hasher
+        from shdh.tracking.runs import fitted_hasher
 
-        return HasherEncoder(load_hasher(self.folder), str(self.folder))
+        hasher_dir, run_id = fitted_hasher(self.folder)
+        return HasherEncoder(load_hasher(hasher_dir), str(self.folder), run_id)
 
     def describe(self) -> str:
         return str(self.folder)

@@ -1,5 +1,5 @@
-"""What a service answers with (an index and its encoder, loaded together) and the switch to a
-new one.
+"""What a service answers with (an index, its encoder and the database's images and labels,
+loaded together) and the switch to a new one.
 
 Every request reads `Service.current` once and answers wholly from that `Loaded`. A reload
 builds the next `Loaded` completely (the index read and checked, the encoder loaded and checked
@@ -20,6 +20,8 @@ from typing import Any
 from shdh.ranking.search_index import SearchIndex
 from shdh.serving.encoders import EncoderSource, ImageEncoder
 from shdh.serving.index_source import IndexSource, index_source
+from shdh.serving.labels import ItemLabels
+from shdh.serving.thumbnails import DatasetImages
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,11 @@ class Loaded:
     index: SearchIndex
     encoder: ImageEncoder | None
     generation: int
+    images: DatasetImages | None = None
+
+    @property
+    def labels(self) -> ItemLabels | None:
+        return None if self.images is None else self.images.labels
 
     def describe(self) -> dict[str, Any]:
         record = self.index.record
@@ -57,6 +64,13 @@ def check_match(
             f"{where}: the encoder makes {encoder.n_bits}-bit codes but the index in "
             f"{index_dir} holds {index.n_bits}-bit codes"
         )
+    indexed_method = index.record.get("method")
+    if encoder.method and indexed_method and encoder.method != indexed_method:
+        raise ValueError(
+            f"{where}: the encoder is {encoder.method}'s but the index in {index_dir} holds "
+            f"{indexed_method}'s codes; give the encoder the index was built with, or rebuild "
+            "the index (`shdh index`) with this one"
+        )
     indexed_run = (index.record.get("encoder") or {}).get("run_id")
     if encoder.run_id and indexed_run and encoder.run_id != indexed_run:
         raise ValueError(
@@ -65,13 +79,30 @@ def check_match(
         )
 
 
+def check_dataset(index: SearchIndex, images: DatasetImages, where: str) -> None:
+    """Images and labels of the dataset the index was built from: another one's would put wrong
+    label paths and thumbnails on every hit."""
+    indexed = index.record.get("dataset")
+    if indexed and images.name != indexed:
+        raise ValueError(
+            f"{images.prepared_dir}: the images are of dataset {images.name} but the index in "
+            f"{where} holds dataset {indexed}; give --images the prepared folder it was built from"
+        )
+
+
 class Service:
     """The current `Loaded` (None until the first load) and how to load the next one: `index`
     is an index folder, an s3:// prefix (copied anew on every load) or an `IndexSource`."""
 
-    def __init__(self, index: str | Path | IndexSource, encoder: EncoderSource | None) -> None:
+    def __init__(
+        self,
+        index: str | Path | IndexSource,
+        encoder: EncoderSource | None,
+        images: DatasetImages | None = None,
+    ) -> None:
         self.index_source = index_source(index) if isinstance(index, str | Path) else index
         self.encoder_source = encoder
+        self.images = images
         self.current: Loaded | None = None
         self.last_error: str | None = None
         self.loads_failed = 0  # for /metrics: a failed reload leaves the old version serving
@@ -89,13 +120,17 @@ class Service:
                     encoder = self.encoder_source.load()
                     where = self.index_source.describe()
                     check_match(index, encoder, where, self.encoder_source.describe())
+                # read anew with the index: the prepare step that rebuilt one rebuilt the other
+                images = None if self.images is None else self.images.reloaded()
+                if images is not None:
+                    check_dataset(index, images, self.index_source.describe())
             except Exception as exc:
                 self.last_error = str(exc)
                 self.loads_failed += 1
                 log.error("loading the index or the encoder failed: %s", exc)
                 raise
             self._generation += 1
-            loaded = Loaded(index, encoder, self._generation)
+            loaded = Loaded(index, encoder, self._generation, images)
             self.current = loaded  # the switch: one reference, replaced whole
             self.last_error = None
             log.info("serving generation %d: %s", loaded.generation, loaded.describe())

@@ -17,11 +17,18 @@ from shdh.serving.labels import ItemLabels
 
 class DatasetImages:
     def __init__(self, prepared_dir: str | Path) -> None:
-        dataset = load_dataset(Path(prepared_dir) / "dataset", mmap=True)
+        self.prepared_dir = Path(prepared_dir)
+        dataset = load_dataset(self.prepared_dir / "dataset", mmap=True)
+        self.name = dataset.name
         self.images = dataset.images
         self._order = np.argsort(dataset.ids, kind="stable")
         self._sorted_ids = np.asarray(dataset.ids)[self._order]
         self.labels = ItemLabels(dataset.ids, dataset.labels)
+
+    def reloaded(self) -> DatasetImages:
+        """The folder read again: a reload serves the files there now, not those memory-mapped
+        at the start (a prepare step replaces them)."""
+        return DatasetImages(self.prepared_dir)
 
     def png(self, item_id: int) -> bytes:
         """The item's image as PNG bytes; KeyError naming an id the dataset does not hold."""

@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shdh.plan.fits import HASHER_DIR, RUN_REF
 from shdh.ranking.index_file import ENCODER_FIELDS
 from shdh.ranking.search_index import write_index
 from shdh.runtime.atomic import check_writable
-from shdh.runtime.json_files import read_json_object
 from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
@@ -103,13 +101,7 @@ def folder_encoder(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     itself, and its record: no registry version or alias; the run id where the fit recorded
     its MLflow run."""
     from shdh.hashers import load_hasher
+    from shdh.tracking.runs import fitted_hasher
 
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise ValueError(f"--model-dir {model_dir}: no such folder")
-    fit_folder = (model_dir / HASHER_DIR).is_dir()
-    hasher = load_hasher(model_dir / HASHER_DIR if fit_folder else model_dir)
-    run_id = None
-    if fit_folder and (model_dir / RUN_REF).is_file():
-        run_id = read_json_object(model_dir / RUN_REF, "the MLflow run reference").get("run_id")
-    return hasher, {"name": None, "version": None, "alias": None, "run_id": run_id}
+    hasher_dir, run_id = fitted_hasher(model_dir)
+    return load_hasher(hasher_dir), {"name": None, "version": None, "alias": None, "run_id": run_id}

@@ -195,6 +195,27 @@ def save_run_ref(path: str | Path, active: Any) -> None:
     atomic_write_text(path, json.dumps(ref, indent=2) + "\n")
 
 
+def fitted_hasher(model_dir: str | Path) -> tuple[Path, str | None]:
+    """The hasher folder of a fit's model folder (models_root/METHOD/NAME), or of its hasher/
+    folder given itself, and the MLflow run that trained it where the fit recorded one (its
+    mlflow_run.json beside hasher/): `shdh index` and `shdh serve` take either folder, and the
+    run is what ties an encoder to the index its codes were ranked in."""
+    from shdh.plan.fits import HASHER_DIR, RUN_REF
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ValueError(f"--model-dir {model_dir}: no such folder")
+    if (model_dir / HASHER_DIR).is_dir():
+        hasher_dir, fit_dir = model_dir / HASHER_DIR, model_dir
+    else:
+        hasher_dir = model_dir
+        fit_dir = model_dir.parent if model_dir.name == HASHER_DIR else None
+    ref = None if fit_dir is None else fit_dir / RUN_REF
+    if ref is None or not ref.is_file():
+        return hasher_dir, None
+    return hasher_dir, read_json_object(ref, "the MLflow run reference").get("run_id")
+
+
 def load_run_ref(path: str | Path, parent_run_id: str | None = None) -> str | None:
     """The run id saved by save_run_ref, or None when the model was trained untracked, in
     another store, or (given parent_run_id) under another pipeline run: a model that a later
