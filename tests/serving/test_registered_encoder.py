@@ -87,7 +87,10 @@ def test_the_registered_encoder_serves_by_alias_and_must_match_the_index(store, 
             return requests.get(f"{url}/readyz", headers=AUTH, timeout=5).json()["detail"]
 
         wait_until(lambda: "failed" in detail(), "the load to fail", 120)
-        assert "rebuild the index (`shdh index`) first" in detail()
+        assert (
+            f"rebuild the index with it first (`shdh index --name {NAME} --alias {ALIAS}`)"
+            in detail()
+        )
     # The same codes indexed under the registered run: served, and the image finds itself.
     index = SearchIndex.load(database["index"])
     record = index.record | {"encoder": index.record["encoder"] | {"run_id": run_id}}

@@ -142,6 +142,13 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
     )
     assert again.run_id == children["shdh-32"] and again.version == "2"
     assert str(client.get_model_version_by_alias("shdh-encoder", "champion").version) == "2"
+    # The first metric's winner again, under another alias: its version, not a third one.
+    best = model_registry.register_best(parent_id, "shdh-encoder", alias="best-ndcg")
+    assert (best.run_id, best.version) == (children["dpsh-16"], "1")
+    assert str(client.get_model_version_by_alias("shdh-encoder", "best-ndcg").version) == "1"
+    assert str(client.get_model_version_by_alias("shdh-encoder", "champion").version) == "2"
+    versions = client.search_model_versions("name='shdh-encoder'")
+    assert sorted(int(v.version) for v in versions) == [1, 2]
 
 
 def test_register_best_without_candidates_names_the_run_and_the_metrics(store):

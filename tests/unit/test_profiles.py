@@ -83,3 +83,12 @@ def test_a_rewrite_that_would_not_parse_is_refused_and_leaves_the_file(tmp_path,
     with pytest.raises(ConfigError, match=r"with profile 'smoke'\): the rewritten file would not"):
         apply_profile("smoke", params, REPO / "profiles")
     assert params.read_text() == (REPO / "params.yaml").read_text()
+
+
+def test_profiles_are_listed_by_name(capsys):
+    from shdh.cli import main
+
+    assert main(["profile", "list"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names == sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
+    assert names.index("photos") < names.index("photos-smoke")

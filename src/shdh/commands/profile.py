@@ -21,8 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if args.action == "list":
-        for path in sorted(Path(args.profiles_dir).glob("*.yaml")):
-            print(path.stem)
+        # by name, not file name: `photos` before `photos-smoke` ('-' sorts before '.yaml')
+        for name in sorted(path.stem for path in Path(args.profiles_dir).glob("*.yaml")):
+            print(name)
         return 0
     if not args.name:
         raise SystemExit("shdh profile apply: give a profile name")

@@ -34,6 +34,7 @@ from shdh.runtime.atomic import atomic_path
 # CODES_DIR/NAME.npz, each beside its fit record FITS_DIR/NAME.json (shdh.bundle).
 CODES_DIR = "codes"
 FITS_DIR = "fits"
+ZIP_MAGIC = b"PK\x03\x04"  # every .npz is a zip archive, and every zip starts so
 
 KEYS = (
     "query_codes",
@@ -85,6 +86,11 @@ def load_codes(path: str | os.PathLike[str]) -> Codes:
         raise CodesFileError(f"{path}: a folder; give one codes file in it (codes/NAME.npz)")
     if not path.is_file():
         raise CodesFileError(f"{path}: no such codes file")
+    with open(path, "rb") as head:
+        # numpy takes anything that is neither .npy nor .npz for a pickle, and its refusal then
+        # suggests loading it unsafely: a text file or an image must not get that advice.
+        if head.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            raise CodesFileError(f"{name}: not an .npz archive (docs/codes-format.md)")
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):  # a plain .npy loads as an array

@@ -68,15 +68,26 @@ def check_match(
     if encoder.method and indexed_method and encoder.method != indexed_method:
         raise ValueError(
             f"{where}: the encoder is {encoder.method}'s but the index in {index_dir} holds "
-            f"{indexed_method}'s codes; give the encoder the index was built with, or rebuild "
-            "the index (`shdh index`) with this one"
+            f"{indexed_method}'s codes; give the encoder the index was built with, or "
+            f"{rebuild_with(where)}"
         )
     indexed_run = (index.record.get("encoder") or {}).get("run_id")
     if encoder.run_id and indexed_run and encoder.run_id != indexed_run:
         raise ValueError(
             f"{where}: the encoder comes from run {encoder.run_id} but the index in {index_dir} "
-            f"was encoded by run {indexed_run}; rebuild the index (`shdh index`) first"
+            f"was encoded by run {indexed_run}; {rebuild_with(where)}"
         )
+
+
+def rebuild_with(encoder: str) -> str:
+    """The `shdh index` that encodes the database with this encoder (models:/NAME@ALIAS or a
+    folder): its own defaults would use params.yaml's model and alias, maybe another one."""
+    name, at, alias = encoder.removeprefix("models:/").partition("@")
+    if encoder.startswith("models:/") and at:
+        how = f"--name {name} --alias {alias}"
+    else:
+        how = f"--model-dir {encoder}"
+    return f"rebuild the index with it first (`shdh index {how}`)"
 
 
 def check_dataset(index: SearchIndex, images: DatasetImages, where: str) -> None:

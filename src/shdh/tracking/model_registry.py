@@ -69,23 +69,28 @@ def register_best(
     metric: str = DEFAULT_METRIC,
     alias: str = DEFAULT_ALIAS,
 ) -> Registered:
-    """Register the best encoder of a pipeline run as a new version of model `name` and point
-    `alias` at it (an alias moves: the previous holder loses it)."""
+    """Register the best encoder of a pipeline run as a version of model `name` and point
+    `alias` at it (an alias moves: the previous holder loses it). An encoder already registered
+    there (the same run, chosen again by another metric) keeps its version and gains the alias:
+    one version per trained encoder, however many aliases point at it."""
     import mlflow
 
     best = best_run(parent_run_id, metric)
     key = metric_key(metric)
     value = float(best.data.metrics[key])
-    version = mlflow.register_model(
-        best.data.tags[MODEL_URI_TAG],
-        name,
-        tags={
-            "shdh.selected_by": key,
-            f"shdh.{key}": f"{value:.6f}",
-            "shdh.parent_run_id": parent_run_id,
-        },
-    )
+    tags = {"shdh.selected_by": key, f"shdh.{key}": f"{value:.6f}"}
     client = mlflow.MlflowClient()
+    known = client.search_model_versions(f"name='{name}' and run_id='{best.info.run_id}'")
+    if known:
+        version = min(known, key=lambda v: int(v.version))
+        for tag, text in tags.items():
+            client.set_model_version_tag(name, version.version, tag, text)
+    else:
+        version = mlflow.register_model(
+            best.data.tags[MODEL_URI_TAG],
+            name,
+            tags={**tags, "shdh.parent_run_id": parent_run_id},
+        )
     parent = client.get_run(parent_run_id)
     text = version_description(best, parent, key, value)
     client.update_model_version(name, version.version, description=text)
