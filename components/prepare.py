@@ -36,12 +36,13 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
 
     from shdh.kubeflow import section_arg
     from shdh.steps.dvc_pull import pull_or_fetch
-    from shdh.steps.prepare import prepare, prepare_options
+    from shdh.steps.prepare import load_prepared, prepare, prepare_options
 
     cfg = section_arg(data, "data")
     with tempfile.TemporaryDirectory(prefix="shdh-raw-") as work:
         raw = pull_or_fetch(data_version, work, cfg)
         prepare(raw.path, prepared.path, seed=seed, **prepare_options(cfg))
-        prepared.metadata.update(
-            dataset=cfg["dataset"], dvc_data_md5=raw.md5, data_source=raw.source
-        )
+        # named as the converter named it (`shapes`, not the reader `folder`): the runs' tag
+        # and the report's title
+        name = load_prepared(prepared.path)[0].name
+        prepared.metadata.update(dataset=name, dvc_data_md5=raw.md5, data_source=raw.source)

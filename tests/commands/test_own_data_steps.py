@@ -82,7 +82,7 @@ def test_a_tree_json_with_repeated_names_and_a_label_it_lacks(tmp_path, shapes, 
         )
     )
     assert main(["tree", "--params", str(params)]) == 1
-    assert f"tree.source {tree_file}: the data's label at position 24: label path " in caplog.text
+    assert f"tree.source {tree_file}: the data's label of item 24: label path " in caplog.text
     assert "'warm/red/circle' is not in the tree" in caplog.text
     assert "np.str_" not in caplog.text
 

@@ -49,6 +49,8 @@ def test_requests_are_counted_and_timed_by_route_method_and_status(tmp_path):
         assert refused.status_code == 422
         assert requests.get(f"{base}/metrics", timeout=5).status_code == 401  # needs the token
         assert requests.get(f"{base}/wp-login.php", timeout=5).status_code == 401
+        assert requests.get(f"{base}/docs", timeout=5).status_code == 200
+        assert requests.get(f"{base}/docs/assets/none.js", timeout=5).status_code == 404
         got = scrape(base)
     ok = series("/search/ids", "POST", 200)
     assert got[f"shdh_search_requests_total{{{ok}}}"] == 3
@@ -57,6 +59,10 @@ def test_requests_are_counted_and_timed_by_route_method_and_status(tmp_path):
     assert (
         got[f"shdh_search_requests_total{{{series('other', 'GET', 401)}}}"] == 1
     )  # no label per path
+    # the service's own pages are routes like any other
+    assert got[f"shdh_search_requests_total{{{series('/docs', 'GET', 200)}}}"] == 1
+    docs_assets = series("/docs/assets/{path:path}", "GET", 404)
+    assert got[f"shdh_search_requests_total{{{docs_assets}}}"] == 1
     buckets = [got[f'shdh_search_request_seconds_bucket{{{ok},le="{b}"}}'] for b in BUCKETS]
     assert (
         buckets == sorted(buckets)

@@ -100,3 +100,13 @@ def test_profile_apply_keeps_a_folder_of_the_users_choosing(in_tmp):
     )
     apply_profile("smoke", "params.yaml", "profiles")
     assert load_params("params.yaml")["evaluate"]["results_dir"] == "/srv/out"
+
+
+def test_runs_are_tagged_with_the_datasets_name_not_its_reader(tmp_path):
+    from shdh.commands.common import run_tags
+
+    own = {"data": {"dataset": "folder", "raw_dir": str(tmp_path / "shapes")}, "profile": "smoke"}
+    assert run_tags(own)["dataset"] == "shapes"
+    named = {"data": {"dataset": "table", "raw_dir": "x/labels.csv", "name": "mine"}}
+    assert run_tags(named)["dataset"] == "mine"
+    assert run_tags({"data": {"dataset": "cifar100", "raw_dir": "d"}})["dataset"] == "cifar100"

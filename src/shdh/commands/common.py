@@ -41,10 +41,15 @@ def params_section(args: argparse.Namespace, name: str) -> tuple[dict[str, Any],
 
 
 def run_tags(params: dict[str, Any]) -> dict[str, str]:
-    """MLflow tags that let runs be filtered by dataset, profile, data version and pipeline run."""
+    """MLflow tags that let runs be filtered by dataset, profile, data version and pipeline run.
+    The dataset is named as its results folder is (`shapes`, not the reader `folder`), so that
+    runs on two datasets of your own can be told apart."""
+    from shdh.settings.locations import dataset_label
+
     data = params.get("data", {})
+    known = "dataset" in data and "raw_dir" in data
     return {
-        "dataset": str(data.get("dataset", "")),
+        "dataset": dataset_label(data) if known else str(data.get("dataset", "")),
         "profile": str(params.get("profile", "")),
         "dvc_data_md5": data_hash(),
     }

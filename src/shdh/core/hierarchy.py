@@ -38,6 +38,12 @@ from shdh.runtime.atomic import atomic_write_text
 FORMAT = "shdh-label-tree/1"
 
 
+def _label_of(pos: int, item_ids: Sequence[int] | None) -> str:
+    """How an error names an item's label: by its id where the caller knows it (what a user
+    finds in the dataset's ids.npy or a table's row), else by its position."""
+    return f"label at position {pos}" if item_ids is None else f"label of item {item_ids[pos]}"
+
+
 def _ancestor_sets(rows: np.ndarray, items: np.ndarray, n_items: int) -> np.ndarray:
     """Group the ancestor rows (P, K) of labels owned by items (P,) into (n_items, K, M) sets:
     distinct ids sorted within each (item, level) cell, -1 padded."""
@@ -227,15 +233,20 @@ class _Ancestors(_Lookup):
             )
         return self._ancestor_table[arr]
 
-    def ancestors_of_labels(self, labels: Sequence[str]) -> np.ndarray:
-        """(N, K) ancestor matrix from label names or paths (each distinct label looked up once)."""
+    def ancestors_of_labels(
+        self, labels: Sequence[str], item_ids: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """(N, K) ancestor matrix from label names or paths (each distinct label looked up once).
+        item_ids name the items in errors (the dataset's ids), else their positions do."""
         seen: dict[str, int] = {}
         ids = np.empty(len(labels), dtype=np.int64)
         for pos, label in enumerate(labels):
-            ids[pos] = self._looked_up(seen, label, f"label at position {pos}")
+            ids[pos] = self._looked_up(seen, label, _label_of(pos, item_ids))
         return self.ancestors(ids)
 
-    def ancestor_sets_of_labels(self, labels: Sequence[str], sep: str = "|") -> np.ndarray:
+    def ancestor_sets_of_labels(
+        self, labels: Sequence[str], sep: str = "|", item_ids: Sequence[int] | None = None
+    ) -> np.ndarray:
         """(N, K, M) int32 ancestor sets of multi-label items, each label string holding its
         label paths joined by `sep` ("landscape/sky|humans/person").
 
@@ -251,10 +262,11 @@ class _Ancestors(_Lookup):
         items: list[int] = []
         nodes: list[int] = []
         for pos, label in enumerate(labels):
+            where = _label_of(pos, item_ids)
             if not isinstance(label, str):
-                raise TreeError(f"label at position {pos}: must be a string, got {label!r}")
+                raise TreeError(f"{where}: must be a string, got {label!r}")
             for path in label.split(sep):
-                nodes.append(self._looked_up(seen, path, f"label at position {pos}: path {path!r}"))
+                nodes.append(self._looked_up(seen, path, f"{where}: path {path!r}"))
                 items.append(pos)
         rows = self._ancestor_table[np.asarray(nodes, dtype=np.int64)]  # (P, K): one per label
         return _ancestor_sets(rows, np.asarray(items, dtype=np.int64), len(labels))

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from shdh.serving import queries
 from shdh.serving.api_docs import add_docs
@@ -104,9 +104,21 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     if token is not None:
         app.add_middleware(BearerAuth, token=token)
-    labels = RouteLabels(route.path for router in routers for route in router.routes)
+    labels = RouteLabels(_templates(app, routers))
     app.add_middleware(MetricsMiddleware, metrics=metrics, labels=labels)  # runs first: sees 401s
     return app
+
+
+def _templates(app: FastAPI, routers: list[APIRouter]) -> list[str]:
+    """Every route's path template, the API docs' pages and assets included: a request is
+    labelled by the route it reached, and "other" only where it reached none. (The app lists
+    an included router as one entry without a path: its routes come from the router.)"""
+    routes = [*app.routes, *(route for router in routers for route in router.routes)]
+    return [
+        f"{route.path}/{{path:path}}" if isinstance(route, Mount) else route.path
+        for route in routes
+        if hasattr(route, "path")
+    ]
 
 
 def _metrics_route(service: Service, metrics: RequestMetrics) -> APIRouter:

@@ -46,9 +46,9 @@ def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
     labels = [str(label) for label in ds.labels]
     try:
         if any(LABEL_SEP in label for label in labels):
-            ancestors = label_tree.ancestor_sets_of_labels(labels, sep=LABEL_SEP)
+            ancestors = label_tree.ancestor_sets_of_labels(labels, LABEL_SEP, ds.ids.tolist())
         else:
-            ancestors = label_tree.ancestors_of_labels(labels)
+            ancestors = label_tree.ancestors_of_labels(labels, ds.ids.tolist())
     except TreeError as err:
         raise TreeError(f"tree.source {source}: the data's {err}") from None
     with atomic_dir(out_dir) as tmp:
