@@ -180,3 +180,19 @@ def test_a_model_pickled_under_the_old_module_path_loads():
         cls.__module__ = encoder_model.__name__
     assert b"shdh.encoder_model" in old and b"shdh.tracking" not in old
     assert pickle.loads(old) is cls
+
+
+def test_defining_the_encoder_class_asks_for_no_type_hints():
+    """MLflow warns, in raw terminal colours, about a predict without type hints each time a
+    process defines the class (register, index, serve); the ndarray hint it takes no schema
+    from silences it. A process of its own: this one may have defined the class already."""
+    script = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from shdh.tracking.encoder_model import encoder_model_class\n"
+        "    encoder_model_class()\n"
+        "print(sum('type hints' in str(w.message) for w in caught))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"

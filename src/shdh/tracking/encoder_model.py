@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shdh.tracking.runs import MODEL_URI_TAG
 
 MODEL_ARTIFACT = "encoder"  # the logged model's name inside its run
@@ -19,7 +21,6 @@ MODEL_ARTIFACT = "encoder"  # the logged model's name inside its run
 
 def encoder_signature(image_shape: tuple[int, ...], n_bits: int) -> Any:
     """uint8 images (N, H, W[, C]) in, packed codes uint8 (N, ceil(L/8)) out."""
-    import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
@@ -42,7 +43,6 @@ def log_encoder(hasher_dir: str | Path, example: Any) -> str:
     maps images to packed codes; returns its model URI (also set as the run's tag
     shdh.model_uri, so the best model of a pipeline run can be found and registered)."""
     import mlflow
-    import numpy as np
 
     from shdh.hashers import load_hasher
 
@@ -83,10 +83,9 @@ def encoder_model_class() -> type:
 
             self.hasher = load_hasher(context.artifacts["hasher"])
 
-        # No type hints: MLflow would read them as a schema; the signature is the schema.
-        def predict(self, context, model_input, params=None):
-            import numpy as np
-
+        # An ndarray hint is one MLflow takes no schema from (the signature is the schema) and
+        # no longer warns about, in raw terminal colours, on every register, index and serve.
+        def predict(self, context, model_input: np.ndarray, params=None):
             from shdh.ranking.exact import pack_codes
 
             images = np.asarray(model_input)
