@@ -33,16 +33,19 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
     import tempfile
+    from pathlib import Path
 
+    from shdh.data.dataset import read_meta
     from shdh.kubeflow import section_arg
     from shdh.steps.dvc_pull import pull_or_fetch
-    from shdh.steps.prepare import load_prepared, prepare, prepare_options
+    from shdh.steps.prepare import prepare, prepare_options
 
     cfg = section_arg(data, "data")
     with tempfile.TemporaryDirectory(prefix="shdh-raw-") as work:
         raw = pull_or_fetch(data_version, work, cfg)
         prepare(raw.path, prepared.path, seed=seed, **prepare_options(cfg))
         # named as the converter named it (`shapes`, not the reader `folder`): the runs' tag
-        # and the report's title
-        name = load_prepared(prepared.path)[0].name
+        # and the report's title; its meta.json alone says it
+        meta = Path(prepared.path) / "dataset" / "meta.json"
+        name = read_meta(meta.read_text(), meta)["name"]
         prepared.metadata.update(dataset=name, dvc_data_md5=raw.md5, data_source=raw.source)

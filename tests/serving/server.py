@@ -108,6 +108,9 @@ class PixelEncoderSource:
     def describe(self) -> str:
         return "pixel encoder"
 
+    def index_arguments(self) -> str:
+        return "--model-dir pixels"  # no such folder: this stand-in is never indexed with
+
 
 def png(pixels: np.ndarray, fmt: str = "PNG") -> bytes:
     out = io.BytesIO()

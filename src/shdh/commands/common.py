@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from shdh import settings
-from shdh.settings.locations import check_results_location
+from shdh.settings.locations import check_results_location, dataset_label
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
@@ -44,12 +44,8 @@ def run_tags(params: dict[str, Any]) -> dict[str, str]:
     """MLflow tags that let runs be filtered by dataset, profile, data version and pipeline run.
     The dataset is named as its results folder is (`shapes`, not the reader `folder`), so that
     runs on two datasets of your own can be told apart."""
-    from shdh.settings.locations import dataset_label
-
-    data = params.get("data", {})
-    known = "dataset" in data and "raw_dir" in data
     return {
-        "dataset": dataset_label(data) if known else str(data.get("dataset", "")),
+        "dataset": dataset_label(params["data"]),
         "profile": str(params.get("profile", "")),
         "dvc_data_md5": data_hash(),
     }

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(ev["results_dir"]) / METRICS_FILE
     if not path.is_file():
         raise SystemExit(f"{path}: no results yet; run `dvc repro` first")
-    print(results_table(read_metrics(path.parent), ev["n"]))
+    print(results_table(read_metrics(ev["results_dir"]), ev["n"]))
     return 0
 
 

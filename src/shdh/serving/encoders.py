@@ -34,6 +34,10 @@ class EncoderSource(Protocol):
 
     def describe(self) -> str: ...
 
+    def index_arguments(self) -> str:
+        """The `shdh index` options that encode the database with this encoder."""
+        ...
+
 
 # Each encoder encodes one batch at a time (its lock): a network's forward pass already uses
 # every core, and the hashers do not promise to be safe to call from several threads at once.
@@ -94,6 +98,9 @@ class HasherFolder:
     def describe(self) -> str:
         return str(self.folder)
 
+    def index_arguments(self) -> str:
+        return f"--model-dir {self.folder}"
+
 
 @dataclass(frozen=True)
 class RegisteredModel:
@@ -109,3 +116,6 @@ class RegisteredModel:
 
     def describe(self) -> str:
         return f"models:/{self.name}@{self.alias}"
+
+    def index_arguments(self) -> str:
+        return f"--name {self.name} --alias {self.alias}"

@@ -54,11 +54,13 @@ class Loaded:
 
 
 def check_match(
-    index: SearchIndex, encoder: ImageEncoder, index_dir: str | Path, where: str
+    index: SearchIndex, encoder: ImageEncoder, index_dir: str | Path, source: EncoderSource
 ) -> None:
     """An encoder whose codes the index can rank: the same code length, and the same training
     run when both name one (an alias moved on without a rebuilt index would give codes from
     another model, ranked as if they were comparable)."""
+    where = source.describe()
+    rebuild = f"rebuild the index with it first (`shdh index {source.index_arguments()}`)"
     if encoder.n_bits != index.n_bits:
         raise ValueError(
             f"{where}: the encoder makes {encoder.n_bits}-bit codes but the index in "
@@ -68,26 +70,14 @@ def check_match(
     if encoder.method and indexed_method and encoder.method != indexed_method:
         raise ValueError(
             f"{where}: the encoder is {encoder.method}'s but the index in {index_dir} holds "
-            f"{indexed_method}'s codes; give the encoder the index was built with, or "
-            f"{rebuild_with(where)}"
+            f"{indexed_method}'s codes; give the encoder the index was built with, or {rebuild}"
         )
     indexed_run = (index.record.get("encoder") or {}).get("run_id")
     if encoder.run_id and indexed_run and encoder.run_id != indexed_run:
         raise ValueError(
             f"{where}: the encoder comes from run {encoder.run_id} but the index in {index_dir} "
-            f"was encoded by run {indexed_run}; {rebuild_with(where)}"
+            f"was encoded by run {indexed_run}; {rebuild}"
         )
-
-
-def rebuild_with(encoder: str) -> str:
-    """The `shdh index` that encodes the database with this encoder (models:/NAME@ALIAS or a
-    folder): its own defaults would use params.yaml's model and alias, maybe another one."""
-    name, at, alias = encoder.removeprefix("models:/").partition("@")
-    if encoder.startswith("models:/") and at:
-        how = f"--name {name} --alias {alias}"
-    else:
-        how = f"--model-dir {encoder}"
-    return f"rebuild the index with it first (`shdh index {how}`)"
 
 
 def check_dataset(index: SearchIndex, images: DatasetImages, where: str) -> None:
@@ -114,6 +104,7 @@ class Service:
         self.index_source = index_source(index) if isinstance(index, str | Path) else index
         self.encoder_source = encoder
         self.images = images
+        self._first_copy = images  # read by the caller just now: what the first load serves
         self.current: Loaded | None = None
         self.last_error: str | None = None
         self.loads_failed = 0  # for /metrics: a failed reload leaves the old version serving
@@ -130,9 +121,8 @@ class Service:
                 if self.encoder_source is not None:
                     encoder = self.encoder_source.load()
                     where = self.index_source.describe()
-                    check_match(index, encoder, where, self.encoder_source.describe())
-                # read anew with the index: the prepare step that rebuilt one rebuilt the other
-                images = None if self.images is None else self.images.reloaded()
+                    check_match(index, encoder, where, self.encoder_source)
+                images = self._images_now()
                 if images is not None:
                     check_dataset(index, images, self.index_source.describe())
             except Exception as exc:
@@ -146,6 +136,13 @@ class Service:
             self.last_error = None
             log.info("serving generation %d: %s", loaded.generation, loaded.describe())
             return loaded
+
+    def _images_now(self) -> DatasetImages | None:
+        """The database's images as the folder holds them now: the caller's copy for the first
+        load, read anew for every later one (the prepare step that rebuilt the index rebuilt
+        them)."""
+        first, self._first_copy = self._first_copy, None
+        return first or (self.images and self.images.reloaded())
 
     def not_ready_reason(self) -> str:
         """Why nothing is served yet: still loading, or the load failed and why (a failed load
