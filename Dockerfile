@@ -57,7 +57,8 @@ ARG SHDH_VERSION=0.1.0
 
 # No bytecode written at run time; logs unbuffered so `kubectl logs` streams them; matplotlib
 # draws without a display and keeps its cache in /tmp, as numba keeps the compiled ranking
-# kernel (the root filesystem is read-only in the pods of k8s/). SHDH_GIT_COMMIT (at the end)
+# kernel and evaluate its score cache (the root filesystem is read-only in the pods of k8s/;
+# mount a volume at /tmp/shdh to keep scores between pods). SHDH_GIT_COMMIT (at the end)
 # tags every MLflow run with the image's commit (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -67,7 +68,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     MPLBACKEND=Agg \
     MPLCONFIGDIR=/tmp/matplotlib \
-    NUMBA_CACHE_DIR=/tmp/numba
+    NUMBA_CACHE_DIR=/tmp/numba \
+    SHDH_CACHE_DIR=/tmp/shdh
 
 # A fixed, numeric UID/GID (10001): the pods' securityContext names the same numbers, and
 # Kubernetes can only verify runAsNonRoot for a numeric USER. /gcs, /minio and /s3 are where

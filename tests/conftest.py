@@ -11,7 +11,11 @@ from shdh.runtime.instruction_set import pin_cpu
 # profile's metrics) are those of the AVX2 code path on every CPU (shdh.runtime.instruction_set).
 pin_cpu()
 
+import atexit  # noqa: E402
 import contextlib  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -26,6 +30,12 @@ from tests.checkout_guard import (  # noqa: E402, F401
 )
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The suite's own score cache (shdh.steps.score_cache), inherited by the commands it runs: never
+# the user's ~/.cache, and empty at each session's start, so that no test reads scores that an
+# earlier session (of other code, on other data) left behind.
+os.environ["SHDH_CACHE_DIR"] = tempfile.mkdtemp(prefix="shdh-test-cache-")
+atexit.register(shutil.rmtree, os.environ["SHDH_CACHE_DIR"], ignore_errors=True)
 
 # Fixtures that start a server (a process, or an HTTP listener on a loopback port). A test that
 # uses one is an integration test wherever it lives, so `-m "not integration"` (make test-fast)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -84,9 +85,11 @@ ALL_METHODS = ("shdh", "dpsh", "itq", "kmh", "ksh", "ksh+h", "lfh", "cosdish", "
 
 
 @pytest.mark.slow  # end to end: raw data to metrics
-def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
+def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys, monkeypatch, caplog):
     """Every method and the classifier-oracle row (a train.methods entry, as in the paper
-    profile's run) through the command-line steps."""
+    profile's run) through the command-line steps; then a refit of one and a rerun of evaluate,
+    which ranks that one's codes alone."""
+    monkeypatch.setenv("SHDH_CACHE_DIR", str(tmp_path / "cache"))  # cold: nothing scored yet
     params = smoke_params(tmp_path, fashion_raw, train={"methods": ["shdh", "dpsh", "oracle"]})
     run_steps(params, ["prepare"], ["tree"], ["smatrix"], ["features"])
     for method in ("shdh", "dpsh", "oracle"):
@@ -129,6 +132,40 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys):
     assert (tmp_path / "results" / "plots" / "wr_at_n-16.png").stat().st_size > 1000
     table = (tmp_path / "results" / "table.md").read_text()
     assert "| shdh | 16 |" in table and "| oracle | 16 |" in table
+    _rerun_scores_only_the_refitted_method(tmp_path, fashion_raw, metrics, monkeypatch, caplog)
+
+
+def _rerun_scores_only_the_refitted_method(tmp_path, fashion_raw, metrics, monkeypatch, caplog):
+    """ITQ refitted with one iteration instead of the smoke profile's: a rerun of evaluate ranks
+    its codes alone and reads the other ten code sets' scores from the score cache."""
+    from shdh.steps import score as score_step
+
+    ranked = []
+
+    def counted(codes, **settings):
+        ranked.append(codes.query_codes.shape)
+        return real(codes, **settings)
+
+    real = score_step.evaluate_codes
+    monkeypatch.setattr(score_step, "evaluate_codes", counted)
+    codes = tmp_path / "results" / "codes"
+    itq_before = (codes / "itq-16.npz").read_bytes()
+    params = smoke_params(
+        tmp_path,
+        fashion_raw,
+        train={"methods": ["shdh", "dpsh", "oracle"]},
+        baselines={"itq": {"n_iter": 1}},
+    )
+    run_steps(params, ["baselines", "--method", "itq", "--bits", "16"])
+    with caplog.at_level(logging.INFO, logger="shdh.steps.score"):
+        run_steps(params, ["evaluate"])
+    assert ranked == [(30, 2)]  # one code set: 30 queries of 16 bits
+    assert (codes / "itq-16.npz").read_bytes() != itq_before
+    rescored = json.loads((tmp_path / "results" / "metrics.json").read_text())
+    assert {m: r for m, r in rescored.items() if m != "itq"} == {
+        m: r for m, r in metrics.items() if m != "itq"
+    }
+    assert "10 of 11 code sets unchanged since an earlier run" in caplog.text
 
 
 @pytest.mark.slow  # end to end: raw data to metrics

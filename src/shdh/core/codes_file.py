@@ -21,10 +21,11 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from shdh.core.metrics import evaluate
+from shdh.core.metrics import Curves, evaluate
 from shdh.core.peer_metrics import MAHP_DEPTHS, MAP_DEPTHS
 from shdh.core.similarity import check_ancestors
 from shdh.ranking.exact import integer_weights
@@ -113,20 +114,24 @@ def evaluate_codes_file(
 ) -> dict[str, float]:
     """The metrics dict of `shdh.core.metrics.evaluate` for one codes file (what `shdh metrics`
     prints as JSON)."""
-    c = load_codes(path)
-    result, _ = evaluate(
-        c.query_codes,
-        c.db_codes,
-        c.query_ancestors,
-        c.db_ancestors,
-        c.segment_sizes,
-        c.segment_weights,
-        n=n,
-        workers=workers,
-        map_depths=MAP_DEPTHS,
-        mahp_depths=MAHP_DEPTHS,
+    codes = load_codes(path)
+    metrics, _ = evaluate_codes(
+        codes, n=n, workers=workers, map_depths=MAP_DEPTHS, mahp_depths=MAHP_DEPTHS
     )
-    return result
+    return metrics
+
+
+def evaluate_codes(codes: Codes, **settings: Any) -> tuple[dict[str, float], Curves]:
+    """`shdh.core.metrics.evaluate` of a codes file's contents, with its keyword settings."""
+    return evaluate(
+        codes.query_codes,
+        codes.db_codes,
+        codes.query_ancestors,
+        codes.db_ancestors,
+        codes.segment_sizes,
+        codes.segment_weights,
+        **settings,
+    )
 
 
 def _arrays_of(codes: Codes) -> dict[str, np.ndarray]:

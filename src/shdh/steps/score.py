@@ -21,8 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, load_codes, save_codes
-from shdh.core.metrics import evaluate as score_codes
+from shdh.core.codes_file import (
+    CODES_DIR,
+    FITS_DIR,
+    Codes,
+    evaluate_codes,
+    load_codes,
+    save_codes,
+)
 from shdh.core.peer_metrics import MAHP_DEPTHS, MAP_DEPTHS
 from shdh.hashers import load_hasher
 from shdh.plan.fits import Fit, fit_name
@@ -44,6 +50,7 @@ from shdh.reporting.report import (
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.errors import ConfigError
 from shdh.runtime.json_files import read_json_object
+from shdh.steps import score_cache
 from shdh.steps.seed_summary import (
     Scored,
     mean_curves,
@@ -114,6 +121,14 @@ def score(
         timings.setdefault(plan.method, {}).setdefault(str(plan.bits), []).append(timing)
     if eval_params.get("random_floor", True):
         scored += _random_floor(fits, split, **context)
+    read = sum(s.cached for s in scored)
+    if read:
+        log.info(
+            "%d of %d code sets unchanged since an earlier run: their scores were read from %s",
+            read,
+            len(scored),
+            score_cache.cache_dir(),
+        )
     return _write_results(scored, timings, split, results_dir, eval_params)
 
 
@@ -292,25 +307,15 @@ def _score(
     """Write the codes file, score it, and log metrics, codes and plot to the method's run."""
     path = results_dir / CODES_DIR / f"{name}.npz"
     save_codes(path, codes)
-    n_db = len(codes.db_ids)
-    wr_ns = tuple(n for n in eval_params.get("wr_ns", (100, 1000, 5000)) if n <= n_db)
-    metrics, curves = score_codes(
-        codes.query_codes,
-        codes.db_codes,
-        codes.query_ancestors,
-        codes.db_ancestors,
-        codes.segment_sizes,
-        codes.segment_weights,
-        n=eval_params["n"],
-        wr_ns=wr_ns,
-        curve_max=min(eval_params.get("curve_max", 5000), n_db),
-        workers=eval_workers(eval_params.get("workers")),
-        radius_queries=eval_params.get("radius_queries"),
-        map_depths=MAP_DEPTHS,
-        mahp_depths=MAHP_DEPTHS,
+    settings = scoring_settings(eval_params, len(codes.db_ids))
+    (metrics, curves), read = score_cache.cached_scores(
+        codes,
+        settings,
+        lambda: evaluate_codes(codes, workers=eval_workers(eval_params.get("workers")), **settings),
     )
-    result = Scored(method, bits, metrics, curves, path, seed)
-    log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    result = Scored(method, bits, metrics, curves, path, seed, cached=read)
+    rounded = json.dumps({k: round(v, 4) for k, v in metrics.items()})
+    log.info("%s%s: %s", name, " (from the score cache)" if read else "", rounded)
     with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
         artifacts = _run_artifacts(Path(tmp), path, result, name)
         logged = {**metrics, **(extra or {})}
@@ -319,6 +324,19 @@ def _score(
         else:
             _new_method_run(name, method, bits, seed, logged, artifacts, tags, parent_run_id)
     return result
+
+
+def scoring_settings(eval_params: dict[str, Any], n_db: int) -> dict[str, Any]:
+    """The settings of shdh.core.metrics.evaluate that decide a score, from params.yaml's
+    evaluate section; depths beyond the database are cut to it."""
+    return {
+        "n": eval_params["n"],
+        "wr_ns": tuple(n for n in eval_params.get("wr_ns", (100, 1000, 5000)) if n <= n_db),
+        "curve_max": min(eval_params.get("curve_max", 5000), n_db),
+        "radius_queries": eval_params.get("radius_queries"),
+        "map_depths": MAP_DEPTHS,
+        "mahp_depths": MAHP_DEPTHS,
+    }
 
 
 # A method run's artifacts carry the same names in every run (the comparison view lists the

@@ -24,6 +24,7 @@ class Scored:
     curves: Curves
     codes_path: Path
     seed: int  # the seed of the fit (metrics_by_seed.json keys each fit by it)
+    cached: bool = False  # read from the score cache (shdh.steps.score_cache), not ranked again
 
 
 def _groups(scored: list[Scored]) -> dict[tuple[str, int], list[Scored]]:

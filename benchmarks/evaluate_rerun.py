@@ -1,0 +1,97 @@
+"""What a rerun of `shdh evaluate` costs with the score cache (shdh.steps.score_cache).
+
+    python benchmarks/evaluate_rerun.py [--params params.yaml] [--changed shdh dpsh]
+
+Needs the artifacts that evaluate reads (after `make run`, or `dvc pull`). Runs `shdh evaluate`
+three times, each in a child process writing into a temporary results folder (never the
+project's results/), with a score cache and an MLflow store of its own:
+
+1. cold: an empty cache, which is what every run cost before the cache (plus storing entries);
+2. warm: nothing changed, as when only the report or the alpha sweep brought evaluate back;
+3. an experiment: the entries of the --changed methods' codes are removed first, so that those
+   are ranked again, as after `dvc exp run -S train.epochs=5`, which retrains the deep fits
+   (their encoding is in every run here, so this is that experiment's evaluate stage).
+
+The three metrics.json must be byte-identical, or the script fails. Prints a markdown table with
+the machine and the commit. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from provenance import commit_line, machine_line  # benchmarks/provenance.py
+
+from shdh.core.codes_file import CODES_DIR, load_codes
+from shdh.reporting.report import METRICS_FILE
+from shdh.steps import score_cache
+from shdh.steps.score import scoring_settings
+
+
+def evaluate_once(params: Path, env: dict[str, str]) -> float:
+    """Seconds of one `shdh evaluate` in a child process."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "shdh.cli", "evaluate", "--params", str(params)],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - start
+
+
+def forget(results: Path, methods: list[str], eval_params: dict) -> int:
+    """Remove the cache entries of these methods' codes files; how many were removed."""
+    removed = 0
+    for method in methods:
+        for path in sorted((results / CODES_DIR).glob(f"{method}-*.npz")):
+            codes = load_codes(path)
+            settings = scoring_settings(eval_params, len(codes.db_ids))
+            entry = score_cache.cache_dir() / f"{score_cache.entry_key(codes, settings)}.npz"
+            removed += entry.is_file()
+            entry.unlink(missing_ok=True)
+    return removed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("--changed", nargs="+", default=["shdh", "dpsh"])
+    args = parser.parse_args()
+    params = yaml.safe_load(args.params.read_text())
+    with tempfile.TemporaryDirectory(prefix="evaluate-rerun-") as tmp:
+        work = Path(tmp)
+        results = work / "results"
+        params["evaluate"].update(results_dir=str(results), report=str(work / "report.md"))
+        own = work / "params.yaml"
+        own.write_text(yaml.safe_dump(params))
+        os.environ["SHDH_CACHE_DIR"] = str(work / "cache")
+        env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+        env.pop("SHDH_SCORE_CACHE", None)
+        cold = evaluate_once(own, env)
+        written = (results / METRICS_FILE).read_bytes()
+        n_sets = len(list((results / CODES_DIR).glob("*.npz")))
+        warm = evaluate_once(own, env)
+        same = (results / METRICS_FILE).read_bytes() == written
+        removed = forget(results, args.changed, params["evaluate"])
+        changed = evaluate_once(own, env)
+        same = same and (results / METRICS_FILE).read_bytes() == written
+    if not same:
+        raise SystemExit("FAIL: a rerun's metrics.json differs from the cold run's")
+    print(f"{machine_line()}\n{commit_line()}\n")
+    print("| run of `shdh evaluate` | code sets ranked | seconds |\n|---|---:|---:|")
+    print(f"| cold (empty cache) | {n_sets} of {n_sets} | {cold:.0f} |")
+    print(f"| warm (nothing changed) | 0 of {n_sets} | {warm:.0f} |")
+    print(f"| {', '.join(args.changed)} changed | {removed} of {n_sets} | {changed:.0f} |")
+    print("\nmetrics.json: byte-identical in all three runs")
+
+
+if __name__ == "__main__":
+    main()
