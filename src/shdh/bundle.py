@@ -183,7 +183,7 @@ def plan_fits(
     if shallow:
         raise ConfigError(
             f"bundle: {shallow} are shallow methods; they fit GIST features where the pipeline "
-            "runs (shdh train --baselines), not from a bundle"
+            "runs (shdh baselines), not from a bundle"
         )
     return section_fits(
         section,
