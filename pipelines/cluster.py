@@ -117,6 +117,7 @@ def trainjob_nodes(
         "resources": node_resources(train, resources, settings.gpu),
         "node_selector": dict(settings.node_selector),
         "tolerations": list(settings.tolerations),
+        "deadline_seconds": settings.timeout_seconds,
     }
 
 

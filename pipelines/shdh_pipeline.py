@@ -340,7 +340,11 @@ def _scoring(
 
 def _search_index(tasks: _Tasks, upstream: _Upstream, registered: Any) -> Any:
     """The database encoded by the version the register task has just registered (by its
-    alias), as the search index artifact (the pipeline root's object store, S3)."""
+    alias), as the search index artifact (the pipeline root's object store, S3).
+
+    Never from KFP's cache: its inputs (the data, the model's name and alias) are the same in
+    every run on the same data, while the version behind the alias is not, and a cached index
+    of the last champion would be refused by the service beside the new one."""
     args = tasks.args
     made = index_op(
         prepared=upstream.prepared,
@@ -348,7 +352,7 @@ def _search_index(tasks: _Tasks, upstream: _Upstream, registered: Any) -> Any:
         model_name=args.register_model,
         alias=args.register_alias,
     )
-    return tasks.add(made.after(registered))
+    return tasks.add(made.after(registered).set_caching_options(False))
 
 
 def _deploy(tasks: _Tasks, indexed: Any, deploy: Deploy) -> Any:
@@ -362,7 +366,7 @@ def _deploy(tasks: _Tasks, indexed: Any, deploy: Deploy) -> Any:
         made, CONFIG_MAP, {"SHDH_SEARCH_INDEX_URL": "SHDH_SEARCH_INDEX_URL"}
     )
     kubernetes.use_secret_as_env(made, deploy.token_secret, {"token": "SHDH_SERVE_TOKEN"})
-    return tasks.add(made)
+    return tasks.add(made.set_caching_options(False))  # its work is the reload: never skipped
 
 
 def compile_pipeline(

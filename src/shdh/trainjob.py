@@ -25,14 +25,17 @@ and a launch first removes the job a killed step left behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,7 @@ class JobSpec:
     env_refs: list[dict] = field(default_factory=list)
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
+    deadline_seconds: int | None = None  # the job's own (train.timeout): its nodes stop there
 
 
 def job_name(*parts: str) -> str:
@@ -171,18 +175,38 @@ def run_job(client: Any, spec: JobSpec, node_args: dict[str, Any], out: Callable
     )
     options = [Name(spec.name), *_cluster_options(client, spec)]
     log.info("TrainJob %s: %d node(s) of %s", spec.name, spec.nodes, spec.image)
+    with _sigterm_raises():
+        try:
+            client.train(runtime=RUNTIME, trainer=trainer, options=options)
+        except Exception as exc:  # the SDK wraps API refusals (RBAC, admission) in bare errors
+            raise TrainJobError(f"TrainJob {spec.name} could not be created: {exc}") from exc
+        try:
+            running = {"Running", "Complete", "Failed"}
+            client.wait_for_job_status(spec.name, running, timeout=WAIT_S, polling_interval=POLL_S)
+            for line in client.get_job_logs(spec.name, follow=True):  # node 0's: rank 0 logs
+                out(line.rstrip("\n"))
+            _wait_for_end(client, spec.name)
+        finally:
+            _remove(client, spec.name, "done")
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM as SystemExit while the job runs. Kubernetes stops the step's pod with SIGTERM
+    (its deadline, a terminated pipeline run), which by default ends Python without running
+    `finally`: the job would be left running, holding its nodes' GPUs, until its own deadline."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; a caller elsewhere keeps its own
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
-        client.train(runtime=RUNTIME, trainer=trainer, options=options)
-    except Exception as exc:  # the SDK wraps API refusals (RBAC, admission) in bare errors
-        raise TrainJobError(f"TrainJob {spec.name} could not be created: {exc}") from exc
-    try:
-        running = {"Running", "Complete", "Failed"}
-        client.wait_for_job_status(spec.name, running, timeout=WAIT_S, polling_interval=POLL_S)
-        for line in client.get_job_logs(spec.name, follow=True):
-            out(line.rstrip("\n"))
-        _wait_for_end(client, spec.name)
+        yield
     finally:
-        _remove(client, spec.name, "done")
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _wait_for_end(client: Any, name: str) -> None:
@@ -212,8 +236,8 @@ def _remove(client: Any, name: str, why: str) -> None:
 
 def _cluster_options(client: Any, spec: JobSpec) -> list[Any]:
     """On Kubernetes, a runtime patch of the nodes' pods: the ConfigMap and Secret variables
-    by reference (no value in the TrainJob), shared memory for the loader's workers, and the
-    GPU nodes' selector and tolerations."""
+    by reference (no value in the TrainJob), shared memory for the loader's workers, the GPU
+    nodes' selector and tolerations, no Istio sidecar; and the job's own deadline."""
     from kubeflow.trainer.backends.kubernetes.backend import KubernetesBackend
 
     if not isinstance(client.backend, KubernetesBackend):
@@ -228,10 +252,20 @@ def _cluster_options(client: Any, spec: JobSpec) -> list[Any]:
         node_selector=spec.node_selector or None,
         tolerations=spec.tolerations or None,
     )
-    job = k8s.JobTemplatePatch(spec=k8s.JobSpecPatch(template=k8s.PodTemplatePatch(spec=pod)))
+    # No Istio sidecar, as on every pod of the stack (k8s/base/kustomization.yaml): in a Kubeflow
+    # profile's namespace one would keep each node's pod running after training, and the job
+    # would never end.
+    no_sidecar = {"labels": {"sidecar.istio.io/inject": "false"}}
+    template = k8s.PodTemplatePatch(metadata=no_sidecar, spec=pod)
+    job = k8s.JobTemplatePatch(spec=k8s.JobSpecPatch(template=template))
     nodes = k8s.ReplicatedJobPatch(name="node", template=job)
     jobset = k8s.JobSetTemplatePatch(spec=k8s.JobSetSpecPatch(replicated_jobs=[nodes]))
-    return [k8s.RuntimePatch(training_runtime_spec=k8s.TrainingRuntimeSpecPatch(template=jobset))]
+    patch = k8s.RuntimePatch(training_runtime_spec=k8s.TrainingRuntimeSpecPatch(template=jobset))
+    if spec.deadline_seconds is None:
+        return [patch]
+    # A step killed without warning (SIGKILL, a lost node) cannot delete its job: the job's own
+    # deadline still stops its nodes.
+    return [patch, k8s.ActiveDeadlineSeconds(int(spec.deadline_seconds))]
 
 
 def stream(line: str) -> None:
@@ -295,6 +329,7 @@ def launch(
             env_refs=cluster_env.env_references() if backend == "kubernetes" else [],
             node_selector=nodes.get("node_selector") or {},
             tolerations=nodes.get("tolerations") or [],
+            deadline_seconds=nodes.get("deadline_seconds"),
         )
         run_job(client, spec, {"job_url": job.url}, stream)
         fitted = get_tree(job, "model", Path(tmp, "model"))

@@ -512,6 +512,24 @@ def test_the_manifests_name_the_image_as_the_code_does():
         assert container["image"] == DEFAULT_IMAGE, label
 
 
+def test_the_documented_image_override_reaches_every_project_container(tmp_path):
+    """docs/cluster.md's `kustomize edit set image NAME=$SHDH_IMAGE` in the dev overlay: the
+    entry it writes must name the image as the overlay sees it, after the base's own entry."""
+    command = re.search(
+        r'kustomize edit set image "([^"=]+)=\$SHDH_IMAGE"',
+        (REPO / "docs" / "cluster.md").read_text(),
+    )
+    assert command, "docs/cluster.md shows no `kustomize edit set image NAME=$SHDH_IMAGE`"
+    shutil.copytree(K8S, tmp_path / "k8s")
+    kustomization = tmp_path / "k8s" / "overlays" / "dev" / "kustomization.yaml"
+    entry = {"name": command[1], "newName": "registry.example.com/team/shdh", "newTag": "9.9.9"}
+    kustomization.write_text(kustomization.read_text() + yaml.safe_dump({"images": [entry]}))
+    found = project_image_containers(render_folder(kustomization.parent))
+    assert len(found) >= 3  # MLflow, the search service, the pipeline user's Job
+    for label, container, _ in found:
+        assert container["image"] == "registry.example.com/team/shdh:9.9.9", label
+
+
 # --- the servers and how they find each other -------------------------------------------------
 
 

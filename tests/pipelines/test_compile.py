@@ -167,6 +167,9 @@ def test_the_index_encodes_the_database_with_the_version_just_registered(smoke):
     outputs = spec["components"]["comp-index"]["outputDefinitions"]["artifacts"]
     assert set(outputs) == {"search_index"}
     assert not any("index" in t.get("dependentTasks", []) for t in tasks.values())
+    # Its inputs repeat in every run on the same data while the alias moves: never cached.
+    assert index["cachingOptions"] == {}
+    assert tasks["prepare"]["cachingOptions"] == {"enableCache": True}
 
 
 def test_parameters_mirror_params_yaml_with_the_profile_as_defaults(smoke):
@@ -312,6 +315,11 @@ def test_two_nodes_per_fit_launch_a_trainjob_from_a_task_without_a_gpu(tmp_path,
     data = overlay_data("gpu")
     for task in jobs.values():
         assert task["retryPolicy"]["maxRetryCount"] == int(data["train.retries"])
+        executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        kube = platform["executors"][executor]
+        assert "SHDH_CHECKPOINT_URL" in env_sources(kube)
+        deadline = int(kube["activeDeadlineSeconds"])
+        assert deadline == 6 * 3600  # the overlay's train.timeout
         wanted = json.loads(task["inputs"]["parameters"]["nodes"]["runtimeValue"]["constant"])
         assert wanted == {
             "image": f"{DEFAULT_IMAGE}-cuda",
@@ -325,15 +333,12 @@ def test_two_nodes_per_fit_launch_a_trainjob_from_a_task_without_a_gpu(tmp_path,
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
+            "deadline_seconds": deadline,  # the job's own: it stops where the step would
         }
-        executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         container = spec["deploymentSpec"]["executors"][executor]["container"]
         assert container["image"] == DEFAULT_IMAGE
         assert "accelerator" not in container["resources"]
         assert "launch(" in " ".join(container["command"])  # shdh.trainjob.launch
-        kube = platform["executors"][executor]
-        assert "SHDH_CHECKPOINT_URL" in env_sources(kube)
-        assert kube["activeDeadlineSeconds"]
 
 
 def test_several_processes_on_a_cpu_node_are_refused_when_compiling(tmp_path, monkeypatch, caplog):
@@ -462,6 +467,7 @@ def test_the_deploy_step_publishes_the_new_index_and_reloads_the_service(tmp_pat
     tasks = root_tasks(spec)
     deploy = tasks["deploy"]
     assert deploy["dependentTasks"] == ["index"]
+    assert deploy["cachingOptions"] == {}  # the reload is its work: never taken from the cache
     artifact = deploy["inputs"]["artifacts"]["search_index"]["taskOutputArtifact"]
     assert artifact == {"outputArtifactKey": "search_index", "producerTask": "index"}
     url = deploy["inputs"]["parameters"]["service_url"]["runtimeValue"]["constant"]

@@ -79,6 +79,27 @@ def test_a_failed_job_fails_with_its_reason_and_is_deleted_all_the_same():
     assert client.calls[-1] == ("delete_job", "shdh-0123")
 
 
+def test_a_step_stopped_by_sigterm_deletes_its_job_before_it_exits():
+    """Kubernetes stops the step's pod with SIGTERM at its deadline or when the run is
+    terminated: the job must not outlive it, holding its nodes' GPUs."""
+    import os
+    import signal
+
+    class Stopped(FakeClient):
+        def get_job_logs(self, name, follow):
+            yield "epoch 1\n"
+            os.kill(os.getpid(), signal.SIGTERM)
+            yield "never streamed\n"
+
+    client, lines = Stopped(), []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        trainjob.run_job(client, SPEC, {}, lines.append)
+    assert stopped.value.code == 128 + signal.SIGTERM and lines == ["epoch 1"]
+    assert client.calls[-1] == ("delete_job", "shdh-0123")
+    assert signal.getsignal(signal.SIGTERM) is before  # the step's own handling after the job
+
+
 def test_a_job_left_by_a_killed_step_is_deleted_before_the_new_one():
     client = FakeClient(existing=True)
     trainjob.run_job(client, SPEC, {}, lambda line: None)
@@ -120,13 +141,18 @@ def test_cluster_nodes_read_credentials_by_reference_run_on_the_gpu_nodes_with_s
         env_refs=env_references(),
         node_selector={"nvidia.com/gpu.present": "true"},
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        deadline_seconds=7200,
     )
     job_spec: dict = {}
     for option in trainjob._cluster_options(client, spec):
         option(job_spec, None, client.backend)
     (patch,) = job_spec["spec"]["runtimePatches"]
+    # the job's own deadline stops its nodes where a killed step could not delete it
+    assert job_spec["spec"]["activeDeadlineSeconds"] == 7200
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     pod = node["template"]["spec"]["template"]["spec"]
+    labels = node["template"]["spec"]["template"]["metadata"]["labels"]
+    assert labels == {"sidecar.istio.io/inject": "false"}  # as every pod of the stack
     assert node["name"] == "node" and pod["nodeSelector"] == spec.node_selector
     assert pod["tolerations"] == spec.tolerations
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
