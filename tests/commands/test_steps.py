@@ -242,7 +242,7 @@ def test_a_fit_the_epoch_cap_cut_short_is_tagged_so_in_its_run(tmp_path, fashion
     assert tags["ended_by"] == "the epoch cap, still gaining"
 
 
-def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
+def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw, caplog):
     """...and a train step with weights it cannot use fails before it changes the fit's
     folder: the checkpoint still resumes, under the same MLflow run."""
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 1})
@@ -257,6 +257,16 @@ def test_resume_continues_a_run_to_more_epochs(tmp_path, fashion_raw):
     with as_dvc_stage("train"):
         assert main(argv) == 1
     assert {name: (fit / name).read_bytes() for name in kept} == before
+    # A fit that fails once its run is open (here, by hand: a run under a parent of its own)
+    # keeps the reference to the run of the model still in the folder.
+    checkpoint = fit / "work" / "checkpoint.pt"
+    checkpoint.write_bytes(b"")
+    params = smoke_params(tmp_path, fashion_raw, train={"epochs": 1})  # the same file as `bad`
+    always = ["train", "--bits", "16", "--no-progress", "--resume", "always"]
+    assert main([*always, "--params", str(params)]) == 1
+    assert f"{checkpoint}: cannot be read" in caplog.text
+    assert (fit / "mlflow_run.json").read_bytes() == before["mlflow_run.json"]
+    checkpoint.write_bytes(before["work/checkpoint.pt"])
     params = smoke_params(tmp_path, fashion_raw, train={"epochs": 2})
     run_steps(params, ["train", "--bits", "16", "--no-progress", "--resume", "auto"])
     history = json.loads((tmp_path / "models" / "shdh" / "shdh-16" / "history.json").read_text())
@@ -299,6 +309,16 @@ def test_corrupt_raw_file_is_named_and_keeps_previous_output(tmp_path, fashion_r
     assert main(["prepare", "--params", str(params)]) == 1
     assert "train-images-idx3-ubyte" in caplog.text
     assert sorted(p.name for p in (tmp_path / "prepared").rglob("*")) == before
+
+
+def test_an_output_setting_pointing_at_the_raw_data_is_refused_and_deletes_nothing(
+    tmp_path, fashion_raw, caplog
+):
+    before = {p.name: p.read_bytes() for p in fashion_raw.iterdir()}
+    params = smoke_params(tmp_path, fashion_raw, data={"prepared_dir": str(fashion_raw)})
+    assert main(["prepare", "--params", str(params)]) == 1
+    assert f"data.prepared_dir: {fashion_raw} holds other files" in caplog.text
+    assert {p.name: p.read_bytes() for p in fashion_raw.iterdir()} == before
 
 
 def test_corrupt_codes_file_is_named(tmp_path, caplog):

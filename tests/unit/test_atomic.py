@@ -11,6 +11,7 @@ from shdh.runtime.atomic import (
     atomic_dir,
     atomic_path,
     atomic_write_text,
+    check_output_folder,
     check_writable,
 )
 from tests.readonly import read_only, run_without_override
@@ -102,3 +103,26 @@ def test_a_read_only_folder_fails_the_check_and_the_write_naming_it(tmp_path):
         "make it writable or choose another folder",
         f"WriteError {folder}/m.json: cannot write: Permission denied",
     ]
+
+
+def test_an_output_folder_replaces_only_an_earlier_output_of_its_step(tmp_path):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "tree.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for fine in (earlier, tmp_path / "empty", tmp_path / "new"):
+        check_output_folder(fine, "tree.out_dir", "tree.json")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("a.gz", "b.gz", "c.gz", "d.gz"):
+        (raw / name).write_bytes(b"data")
+    with pytest.raises(WriteError) as refused:
+        check_output_folder(raw, "tree.out_dir", "tree.json")
+    assert str(refused.value) == (
+        f"tree.out_dir: {raw} holds other files (a.gz, b.gz, c.gz, ...) and no tree.json, so it "
+        "is not an earlier output of this step, and writing there would delete them; choose a "
+        "new or empty folder"
+    )
+    (tmp_path / "gist.npy").write_bytes(b"x")
+    with pytest.raises(WriteError, match=r"gist.npy is a file; this step writes a folder there"):
+        check_output_folder(tmp_path / "gist.npy", "tree.out_dir", "tree.json")

@@ -160,6 +160,15 @@ def test_register_best_without_candidates_names_the_run_and_the_metrics(store):
         model_registry.register_best(store["parent_id"], "nothing", metric="map@100")
 
 
+def test_register_names_a_run_id_that_is_not_in_the_store(caplog):
+    from shdh.cli import main
+
+    assert main(["register", "--run-id", "nonexist"]) == 1
+    assert "MLflow run nonexist: no such run at sqlite:///" in caplog.text
+    assert "give --run-id a pipeline run's id from this store" in caplog.text
+    assert "Traceback" not in caplog.text
+
+
 def test_a_model_pickled_under_the_old_module_path_loads():
     """Models logged before the package had folders name shdh.encoder_model.EncoderModel in their
     pickle; that path must keep giving the encoder class."""

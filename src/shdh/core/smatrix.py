@@ -9,7 +9,6 @@ SMatrix.save and SMatrix.load write and read it (written atomically, checked fie
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ from shdh.core.similarity import (
     similarity,
     similarity_by_shared,
 )
+from shdh.runtime.array_files import READ_ERRORS, reason
 from shdh.runtime.atomic import atomic_path
 
 FORMAT = "shdh-smatrix/1"
@@ -96,8 +96,8 @@ class SMatrix:
                 raise ValueError(f"holds a single {type(loaded).__name__}, not named arrays")
             with loaded as npz:
                 data = {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-            raise ValueError(f"{path}: cannot read S matrix (.npz): {err}") from None
+        except READ_ERRORS as err:
+            raise ValueError(f"{path}: cannot read S matrix (.npz): {reason(err)}") from None
         for key in ("format", *_FIELDS):
             if key not in data:
                 raise ValueError(f"{path}: missing key {key!r}")

@@ -31,6 +31,7 @@ from shdh.data.shards import (
     shard_items,
     truncate_npy_rows,
 )
+from shdh.runtime.array_files import READ_ERRORS, reason
 from shdh.runtime.atomic import atomic_dir
 
 FORMAT = "shdh-dataset/1"
@@ -267,8 +268,8 @@ def _load_array(path: Path, mmap: bool) -> np.ndarray:
         raise DataFormatError(f"{path}: missing")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataFormatError(f"{path}: unreadable .npy: {exc}") from exc
+    except READ_ERRORS as exc:
+        raise DataFormatError(f"{path}: unreadable .npy: {reason(exc)}") from exc
 
 
 def read_meta(text: str, meta_path: Path | str) -> dict:

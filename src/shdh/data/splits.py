@@ -11,13 +11,13 @@ of different sizes are nested.
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from shdh.data.idx import DataFormatError
+from shdh.runtime.array_files import READ_ERRORS, reason
 from shdh.runtime.atomic import atomic_path
 
 _FIELDS = ("query_idx", "db_idx", "seed", "query_fraction")
@@ -135,8 +135,8 @@ def load_split(path: str | os.PathLike[str], *, n_items: int | None = None) -> S
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {f: npz[f] for f in _FIELDS if f in npz.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataFormatError(f"{path}: unreadable .npz: {exc}") from exc
+    except READ_ERRORS as exc:
+        raise DataFormatError(f"{path}: unreadable .npz: {reason(exc)}") from exc
     for field in _FIELDS:
         if field not in arrays:
             raise DataFormatError(f"{path}: {field}: missing")

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shdh.hashers.method_catalogue import declared
+from shdh.runtime.array_files import load_arrays
 from shdh.runtime.atomic import atomic_dir
 from shdh.runtime.json_files import read_json_object
 
@@ -64,13 +65,9 @@ class HasherFiles:
             hasher = cls(**cls._saved_params(dict(meta.get("params", {}))))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{meta_path}: field 'params': {exc}") from exc
-        state_path = directory / "state.npz"
-        try:
-            with np.load(state_path, allow_pickle=False) as arrays:
-                for key in arrays.files:
-                    setattr(hasher, key, arrays[key])
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{state_path}: cannot read the fitted state: {exc}") from exc
+        state = load_arrays(directory / "state.npz", "the fitted state", "fit it again")
+        for key, value in state.items():
+            setattr(hasher, key, value)
         hasher._after_load()
         return hasher
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from shdh.core.metrics import Curves
 from shdh.hashers import method_catalogue
+from shdh.runtime.array_files import load_arrays
 from shdh.runtime.atomic import atomic_path
 
 CURVES_FILE = "curves.npz"
@@ -60,13 +61,7 @@ def save_curves(
 def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, int]:
     """(curves by (method, bits), dataset name, n), or a ValueError naming the file and field."""
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"{path}: cannot read the saved curves ({err}); rerun `shdh evaluate`"
-        ) from err
+    arrays = load_arrays(path, "the saved curves", "rerun `shdh evaluate`")
     for key in ("dataset", "n"):
         if key not in arrays:
             raise ValueError(f"{path}: field '{key}' is missing; rerun `shdh evaluate`")

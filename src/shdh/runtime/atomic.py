@@ -77,6 +77,26 @@ def check_writable(path: str | os.PathLike[str], setting: str | None = None) -> 
         ) from exc
 
 
+def check_output_folder(path: str | os.PathLike[str], setting: str, marker: str) -> None:
+    """Fail now if writing the output folder `path` would replace anything but an earlier output
+    of the same step: atomic_dir swaps a folder in whole, deleting what was there, so a setting
+    that points at the raw data or another step's folder would lose it. An earlier output holds
+    `marker` (the file the step always writes); an empty folder is taken too."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise WriteError(f"{setting}: {path} is a file; this step writes a folder there")
+    entries = sorted(entry.name for entry in path.iterdir())
+    if entries and marker not in entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise WriteError(
+            f"{setting}: {path} holds other files ({shown}) and no {marker}, so it is not an "
+            "earlier output of this step, and writing there would delete them; choose a new or "
+            "empty folder"
+        )
+
+
 def _sibling(path: Path, kind: str, suffix: str = "") -> Path:
     """A unique hidden name beside `path`: same filesystem, so os.replace is an atomic rename."""
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.{kind}{suffix}")

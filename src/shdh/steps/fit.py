@@ -177,7 +177,11 @@ def _run_of(
     tracked: Tracked | None,
 ) -> Iterator[OnEpoch | None]:
     """The fit's MLflow run when it is tracked (reopened when a resumed fit has one: it already
-    has its params), with its reference saved in the model folder; yields the epoch logger."""
+    has its params), with its reference saved in the model folder; yields the epoch logger.
+
+    A fit that fails leaves the folder's model as it was (the hasher is written whole at the
+    end), so the reference to that model's run is put back too: otherwise it would name the
+    failed run, which holds neither the model nor its scores."""
     epochs = hasher.loop.epochs if _is_deep(type(hasher)) else 0
     on_epoch = epoch_logger(fit.name, epochs, tracked=tracked is not None)
     if tracked is None:
@@ -199,8 +203,14 @@ def _run_of(
         parent_run_id=tracked.parent_run_id,
     ) as active:
         fit.out_dir.mkdir(parents=True, exist_ok=True)
+        previous = fit.run_ref.read_text() if fit.run_ref.is_file() else None
         runs.save_run_ref(fit.run_ref, active)
-        yield on_epoch
+        try:
+            yield on_epoch
+        except BaseException:
+            if previous is not None:
+                atomic_write_text(fit.run_ref, previous)
+            raise
 
 
 def _fit_deep(

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shdh.ranking.index_file import ENCODER_FIELDS
+from shdh.ranking.index_file import ENCODER_FIELDS, INDEX_RECORD
 from shdh.ranking.search_index import write_index
-from shdh.runtime.atomic import check_writable
+from shdh.runtime.atomic import check_output_folder, check_writable
 from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ def build_index(
     if missing:
         raise ValueError(f"index: the encoder's record lacks {', '.join(missing)}")
     check_writable(out_dir, "index.out_dir")
+    check_output_folder(out_dir, "index.out_dir", INDEX_RECORD)
     # GIST features only for a shallow hasher: a deep one would read a large file for nothing.
     features = features_path if hasher.input_kind == "features" else None
     split = load_split(prepared_dir, smatrix_path, features)

@@ -17,7 +17,7 @@ import numpy as np
 from shdh.core.hierarchy import LabelTree
 from shdh.core.tree_fields import TreeError
 from shdh.data.dataset_catalogue import DATASETS, dataset_entry
-from shdh.runtime.atomic import atomic_dir, check_writable
+from shdh.runtime.atomic import atomic_dir, check_output_folder, check_writable
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ def prepare(
 
     out_dir = Path(out_dir)
     check_writable(out_dir, "data.prepared_dir")
+    check_output_folder(out_dir, "data.prepared_dir", SPLIT_FILE)
     with atomic_dir(out_dir) as tmp:
         label_tree = module.convert(
             Path(raw_dir), tmp / "dataset", verify=verify, table=table, **reader

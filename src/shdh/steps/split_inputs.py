@@ -17,6 +17,7 @@ import numpy as np
 from shdh.core.codes_file import Codes
 from shdh.data.shards import select_rows
 from shdh.ranking.exact import pack_codes
+from shdh.runtime.array_files import load_array
 
 
 @dataclass
@@ -75,10 +76,7 @@ def load_split(
 
 def load_features(path: str | Path, n_items: int) -> np.ndarray:
     path = Path(path)
-    try:
-        features = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the features: {exc}") from exc
+    features = load_array(path, "the features", "rerun `shdh features`", mmap=True)
     if features.ndim != 2 or len(features) != n_items:
         raise ValueError(f"{path}: features have shape {features.shape}, expected ({n_items}, d)")
     return features

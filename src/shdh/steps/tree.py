@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from shdh.core.hierarchy import LabelTree
-from shdh.runtime.atomic import atomic_dir, check_writable
+from shdh.runtime.array_files import load_array
+from shdh.runtime.atomic import atomic_dir, check_output_folder, check_writable
 from shdh.runtime.errors import ConfigError
 from shdh.steps.prepare import LABEL_TREE_FILE, builtin_tree
 
@@ -41,6 +42,7 @@ def tree(prepared_dir: str | Path, out_dir: str | Path, *, source: str) -> Path:
     from shdh.data.dataset import LABEL_SEP, load_dataset
 
     check_writable(out_dir, "tree.out_dir")
+    check_output_folder(out_dir, "tree.out_dir", TREE_FILE)
     label_tree = load_tree_source(source, prepared_dir)
     ds = load_dataset(Path(prepared_dir) / "dataset")
     labels = [str(label) for label in ds.labels]
@@ -71,10 +73,7 @@ def load_tree(tree_dir: str | Path) -> tuple[LabelTree, np.ndarray]:
     tree_dir = Path(tree_dir)
     label_tree = LabelTree.load(tree_dir / TREE_FILE)
     path = tree_dir / ANCESTORS_FILE
-    try:
-        ancestors = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the ancestor matrix: {exc}") from exc
+    ancestors = load_array(path, "the ancestor matrix", "rerun `shdh tree`")
     K = label_tree.height
     if (
         ancestors.ndim not in (2, 3)

@@ -40,11 +40,25 @@ class Registered:
         return f"models:/{self.name}@{self.alias}"
 
 
+def _pipeline_run(client: Any, run_id: str) -> Any:
+    """The pipeline's parent run, or a ValueError naming the id and the store it is not in
+    (MLflow's own error is a traceback's last line)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as err:
+        raise ValueError(
+            f"MLflow run {run_id}: no such run at {client.tracking_uri} ({err.error_code}); "
+            "give --run-id a pipeline run's id from this store"
+        ) from err
+
+
 def best_run(parent_run_id: str, metric: str = DEFAULT_METRIC) -> Any:
     """The method run under `parent_run_id` with a logged encoder and the highest `metric`."""
     client = configure().MlflowClient()
     metric = metric_key(metric)  # ndcg@100 is logged as ndcg_at_100
-    parent = client.get_run(parent_run_id)
+    parent = _pipeline_run(client, parent_run_id)
     children = client.search_runs(
         [parent.info.experiment_id],
         max_results=1000,
