@@ -40,6 +40,7 @@ from shdh.data.splits import Split
 from shdh.hashers import get_hasher_class, is_deep
 from shdh.plan.all_methods import method_params
 from shdh.plan.fits import Fit
+from shdh.plan.overrides import merged_section, parse_settings
 from shdh.plan.runs import section_fits
 from shdh.ranking.exact import pack_codes
 from shdh.runtime import instruction_set, source_fingerprint
@@ -235,18 +236,6 @@ def train_bundle(
     return [_train_fit(bundle, fit, split, out_dir, manifest, progress) for fit in fits]
 
 
-def merged_section(section: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The bundle's train section with the overrides; a method's own mapping (train.shdh) is
-    updated key by key, so that setting shdh.alpha keeps the bundle's other SHDH settings."""
-    out = dict(section)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = value
-    return out
-
-
 def _train_fit(
     bundle: Bundle, fit: Fit, split: Split, out_dir: Path, manifest: dict, progress: bool
 ) -> Path:
@@ -366,38 +355,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_settings(pairs: list[str]) -> dict[str, Any]:
-    """--set KEY=VALUE pairs as a train-section override. A dotted key sets a method's own
-    setting (shdh.alpha). Names the settings do not know are refused later, by the planner, as
-    for params.yaml; here only the form is checked, naming the pair."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(p.isidentifier() for p in parts) or len(parts) > 2:
-            raise ConfigError(
-                f"--set {pair!r}: expected KEY=VALUE or METHOD.KEY=VALUE (e.g. image_size=224)"
-            )
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text  # a path or a name: backbone=resnet18, pretrained=weights/r18.pth
-        if len(parts) == 2:
-            own = out.setdefault(parts[0], {})
-            if not isinstance(own, dict):
-                raise ConfigError(f"--set {pair!r}: {parts[0]} is set as a value and a section")
-            own[parts[1]] = value
-        elif parts[0] in LISTS and not isinstance(value, list) and value is not None:
-            raise ConfigError(f"--set {pair!r}: train.{parts[0]} is a list, e.g. {LISTS[parts[0]]}")
-        else:
-            out[parts[0]] = value
-    return out
-
-
-LISTS = {"methods": 'methods=["shdh"]', "bits": "bits=[16]", "seeds": "seeds=[0,1,2]"}
-
-
 def run_train(args: argparse.Namespace) -> int:
+    for option, folder in (("--out", args.out), ("--work-dir", args.work_dir)):
+        if folder and Path(folder).exists() and not Path(folder).is_dir():
+            raise ConfigError(f"{option} {folder}: a file; the codes and records go in a folder")
     bundle = read_bundle(args.bundle)
     overrides = parse_settings(args.set)
     overrides |= {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}

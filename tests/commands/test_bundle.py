@@ -319,6 +319,21 @@ def test_set_reads_json_values_paths_and_method_keys():
     with pytest.raises(ConfigError, match=re.escape("train.bits is a list, e.g. bits=[16]")):
         parse_settings(["bits=16"])
     assert parse_settings(["seeds=null", "bits=[16,32]"]) == {"seeds": None, "bits": [16, 32]}
+    # params.yaml's spelling, as `dvc exp run -S` takes it, means the same
+    spelled = parse_settings(["train.epochs=3", "train.shdh.alpha=0.5"])
+    assert spelled == {"epochs": 3, "shdh": {"alpha": 0.5}}
+    for method in ("itq", "nosuch"):  # a bundle trains the deep methods only
+        with pytest.raises(ConfigError, match=f"{method} is not a deep method, whose own"):
+            parse_settings([f"{method}.n_iter=3"])
+
+
+def test_an_output_folder_that_is_a_file_is_named_before_anything_is_read(tmp_path, caplog):
+    taken = tmp_path / "gist.npy"
+    taken.write_bytes(b"a file of another step")
+    argv = ["bundle", "train", str(tmp_path / "no-such-bundle.npz"), "--out", str(taken)]
+    assert cli_main(argv) == 1
+    assert f"--out {taken}: a file; the codes and records go in a folder" in caplog.text
+    assert taken.read_bytes() == b"a file of another step"
 
 
 def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_raw, caplog):

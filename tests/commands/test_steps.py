@@ -321,6 +321,17 @@ def test_an_output_setting_pointing_at_the_raw_data_is_refused_and_deletes_nothi
     assert {p.name: p.read_bytes() for p in fashion_raw.iterdir()} == before
 
 
+def test_a_method_whose_settings_rule_out_every_length_names_them(tmp_path, fashion_raw):
+    kmh = {"bits_per_subspace": 3, "lam": 10.0, "n_iter": 5}
+    params = smoke_params(tmp_path, fashion_raw, baselines={"bits": [16], "kmh": kmh})
+    with pytest.raises(SystemExit) as refused:
+        main(["baselines", "--method", "kmh", "--params", str(params)])
+    assert str(refused.value) == (
+        f"shdh baselines: {params}: baselines.bits [16] holds no code length that kmh can make "
+        f"with baselines.kmh: {kmh}"
+    )
+
+
 def test_corrupt_codes_file_is_named(tmp_path, caplog):
     bad = tmp_path / "codes.npz"
     np.savez(bad, query_codes=np.zeros((2, 1), np.uint8))

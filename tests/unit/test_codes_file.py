@@ -115,6 +115,10 @@ def test_save_without_npz_suffix_keeps_the_name(tmp_path: Path) -> None:
         ({"db_ancestors": np.zeros((30, 3))}, "key 'db_ancestors' must be an integer (N, K)"),
         ({"db_ancestors": np.full((30, 3), -2)}, "key 'db_ancestors' holds ids outside"),
         ({"db_ids": np.arange(60).reshape(30, 2)}, "key 'db_ids' must be a 1-D"),
+        (
+            {"query_codes": np.zeros((0, 2), np.uint8), "query_ids": np.arange(0)},
+            "key 'query_codes' holds no codes: a file needs one item at least",
+        ),
     ],
 )
 def test_bad_file_is_named_with_key_and_problem(tmp_path: Path, overrides, message) -> None:

@@ -185,6 +185,22 @@ def test_every_image_labelled_at_an_inner_node_is_named(tmp_path):
     assert check_folder(root, inner_labels=True)[0] == root / "animal" / "a.png"
 
 
+def test_an_image_link_to_nothing_is_named_before_any_decoding(tmp_path):
+    root = tmp_path / "r"
+    png(root / "animal" / "cat" / "c.png")
+    link = root / "animal" / "dog" / "d.png"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(tmp_path / "gone.png")
+    with pytest.raises(DataFormatError) as err:
+        check_folder(root)
+    assert str(err.value).splitlines() == [
+        f"{root}: 1 image link(s) lead to no file; restore their targets, remove them, or set "
+        "data.skip_bad_images: true:",
+        f"  {link}: links to {tmp_path / 'gone.png'}",
+    ]
+    assert link in check_folder(root, skip_bad_images=True)  # decoding then skips it
+
+
 def test_every_undecodable_image_is_named_and_nothing_is_left(tmp_path, demo):
     for path in (demo / "vehicle" / "boat" / "boat_001.png", demo / "animal/bird/bird_003.png"):
         path.write_bytes(b"broken")

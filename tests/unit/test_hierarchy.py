@@ -398,6 +398,9 @@ def test_load_errors_name_file_and_field(tmp_path) -> None:
         LabelTree.load(path)
     with pytest.raises(TreeError, match="missing.json.*cannot read"):
         LabelTree.load(tmp_path / "missing.json")
+    path.write_bytes(b"\x93NUMPY\x01\x00")  # a binary file given as the tree source
+    with pytest.raises(TreeError, match=f"{path}: cannot read label tree as UTF-8 JSON"):
+        LabelTree.load(path)
 
 
 def test_the_tree_files_of_docs_own_data_load() -> None:

@@ -46,3 +46,23 @@ def test_metrics_of_another_shape_name_the_method_whose_entry_is_wrong(tmp_path)
         f"{tmp_path / 'metrics.json'}: field 'shdh': expected the scores by code length, "
         "found a float; run `shdh evaluate`"
     )
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        (
+            {"16": {"ndcg@100": "high"}},
+            "field 'itq'.'16'.'ndcg@100': expected a number, got 'high'",
+        ),
+        ({"16": {"ndcg@100": True}}, "field 'itq'.'16'.'ndcg@100': expected a number, got True"),
+        ({"x16": {"ndcg@100": 0.9}}, "field 'itq'.'x16': expected a code length (digits)"),
+        ({"16": [0.9]}, "field 'itq'.'16': expected the scores, found a list"),
+    ],
+)
+def test_a_hand_edited_score_names_its_method_length_and_metric(tmp_path, entry, problem):
+    """What `shdh results` and `shdh report` would otherwise meet in a table's formatting."""
+    (tmp_path / "metrics.json").write_text(json.dumps({"shdh": {"16": {"seeds": 3}}, "itq": entry}))
+    with pytest.raises(ValueError) as caught:
+        read_metrics(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'metrics.json'}: {problem}")

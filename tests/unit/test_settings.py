@@ -93,6 +93,8 @@ ERRORS = [
     ("data.name", "a/b", "data.name: expected null or a name without '/' or '|', got 'a/b'"),
     ("data.shard_mb", 0, "data.shard_mb: expected null or a number > 0, got 0"),
     ("train.loader_workers", -1, "train.loader_workers: expected an integer >= 0, got -1"),
+    # a fit learns from pairs: one item has none
+    ("train.n_train", 1, "train.n_train: expected null or an integer >= 2, got 1"),
     ("tree.source", "builtin:cifar", "tree.source: unknown built-in tree 'builtin:cifar'"),
     ("evaluate", None, "evaluate: expected a mapping of settings, got null"),
     ("trian", {}, "unknown setting trian; did you mean train?"),
@@ -316,3 +318,12 @@ def test_a_device_that_is_none_of_auto_cpu_cuda_is_named_in_the_settings():
         settings.validate(params)
     params["train"]["device"] = "cuda:1"
     assert settings.validate(params).typed.train.device == "cuda:1"
+
+
+def test_a_params_path_that_is_no_params_file_is_named(tmp_path):
+    binary = tmp_path / "gist.npy"
+    binary.write_bytes(b"\x93NUMPY\x01\x00")
+    with pytest.raises(ConfigError, match=f"{binary}: cannot read the params file as UTF-8 text"):
+        load_params(binary)
+    with pytest.raises(ConfigError, match=f"{tmp_path}: a folder, not a params file"):
+        load_params(tmp_path)

@@ -55,13 +55,20 @@ def run(args: argparse.Namespace) -> int:
     root = shallow_models_root(params)
     context = None
     for method in methods:
+        bits = args.bits or shallow_method_bits(params, method)
+        if not bits:  # a method's own settings rule out every length (KMH's subspace size)
+            raise SystemExit(
+                f"shdh baselines: {args.params}: baselines.bits {section.get('bits')} holds no "
+                f"code length that {method} can make with baselines.{method}: "
+                f"{section.get(method)}"
+            )
         context = fit_method(
             args,
             params,
             context,
             "baselines",
             method,
-            args.bits or shallow_method_bits(params, method),
+            bits,
             models_root=root,
             method_params=shallow_method_params,
             fit=fit,

@@ -185,6 +185,8 @@ class _Contract:
         v = np.asarray(self.a[key])
         if v.dtype != np.uint8 or v.ndim != 2:
             raise self.fail(f"key {key!r} must be a 2-D uint8 array, got {v.dtype} {v.shape}")
+        if v.shape[0] == 0:
+            raise self.fail(f"key {key!r} holds no codes: a file needs one item at least")
         if v.shape[1] != width:
             raise self.fail(
                 f"key {key!r} has {v.shape[1]} bytes per code but n_bits = {n_bits} "

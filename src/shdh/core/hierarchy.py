@@ -339,8 +339,8 @@ class _File:
     def load(cls, path: str | os.PathLike[str]) -> LabelTree:
         try:
             text = Path(path).read_text(encoding="utf-8")
-        except OSError as err:
-            raise TreeError(f"{path}: cannot read label tree: {err}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise TreeError(f"{path}: cannot read label tree as UTF-8 JSON: {err}") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:

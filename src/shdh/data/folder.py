@@ -103,13 +103,26 @@ def folder_items(root: str | os.PathLike[str], name: str | None = None) -> Image
 
 
 def check_folder(
-    root: str | os.PathLike[str], *, inner_labels: bool = False, name: str | None = None
+    root: str | os.PathLike[str],
+    *,
+    inner_labels: bool = False,
+    name: str | None = None,
+    skip_bad_images: bool = False,
 ) -> list[Path]:
     """Every check of folder_dataset that needs no image decoded (the folders' names, the
-    labels and their tree, the dataset's name); returns the image paths. The pipeline's inputs
-    stage runs it, so that such errors stop `dvc repro` before it deletes the prepared data."""
+    labels and their tree, the dataset's name, links to nothing); returns the image paths. The
+    pipeline's inputs stage runs it, so that such errors stop `dvc repro` before it deletes the
+    prepared data. A link to nothing would fail decoding: with skip_bad_images it is skipped
+    there, as an undecodable image is."""
     items = folder_items(root, name)
     items.check(inner_labels=inner_labels)
+    dangling = [path for path in items.paths if not path.exists()]
+    if dangling and not skip_bad_images:
+        shown = "\n".join(f"  {path}: links to {os.readlink(path)}" for path in dangling[:10])
+        raise DataFormatError(
+            f"{root}: {len(dangling)} image link(s) lead to no file; restore their targets, "
+            f"remove them, or set data.skip_bad_images: true:\n{shown}"
+        )
     return list(items.paths)
 
 

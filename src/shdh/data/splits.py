@@ -35,11 +35,11 @@ class Split:
 
 def _n_queries(n_items: int, query_fraction: float) -> int:
     if not 0.0 < query_fraction < 1.0:
-        raise ValueError(f"query_fraction: must be in (0, 1), got {query_fraction}")
+        raise ValueError(f"data.query_fraction: must be in (0, 1), got {query_fraction}")
     n_query = round(query_fraction * n_items)
     if not 1 <= n_query <= n_items - 1:
         raise ValueError(
-            f"query_fraction: {query_fraction} of {n_items} items gives {n_query} queries; "
+            f"data.query_fraction: {query_fraction} of {n_items} items gives {n_query} queries; "
             f"need at least one query and one database item"
         )
     return n_query

@@ -308,7 +308,24 @@ def read_metrics(results_dir: str | Path) -> dict[str, Any]:
                 f"{path}: field {method!r}: expected the scores by code length, found a "
                 f"{type(by_bits).__name__}; run `shdh evaluate`"
             )
+        for bits, row in by_bits.items():
+            _check_row(path, method, bits, row)
     return metrics
+
+
+def _check_row(path: Path, method: str, bits: str, row: Any) -> None:
+    """One method and code length's scores: a code length as digits, and a number for each
+    metric, so that the tables' formatting never meets anything else."""
+    where = f"{path}: field {method!r}.{bits!r}"
+    if not bits.isdigit():
+        raise ValueError(f"{where}: expected a code length (digits) as the key")
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected the scores, found a {type(row).__name__}")
+    for key, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(
+                f"{where}.{key!r}: expected a number, got {value!r}; run `shdh evaluate`"
+            )
 
 
 def report_from_results(

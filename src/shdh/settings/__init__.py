@@ -61,10 +61,14 @@ class _UniqueKeys(yaml.SafeLoader):
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read params.yaml as plain dicts; the file must be a mapping."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a params file (params.yaml)")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: params file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the params file as UTF-8 text ({exc})") from exc
     try:
         params = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:

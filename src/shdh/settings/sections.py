@@ -286,7 +286,7 @@ class _TrainSettings(LoopSettings):
     bits: list = setting(BITS, "code lengths")
     models_dir: str = setting(TEXT, "METHOD/METHOD-BITS folders of the deep methods")
     seeds: list | None = setting(SEEDS, "null: one fit with `seed`; a list: one fit per seed", None)
-    n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
+    n_train: int | None = setting(optional(integer(2)), "training subset (null: all)", None)
     nodes: int = setting(integer(1), "nodes of a fit's Kubeflow TrainJob (1: the plain step)", 1)
     processes_per_node: int = setting(
         integer(1), "training processes (GPUs) on each node of a fit's TrainJob", 1
@@ -303,7 +303,7 @@ class _BaselinesSettings:
     )
     bits: list = setting(list_of(integer(1), distinct=True), "code lengths", ())
     seeds: list | None = setting(SEEDS, "as train.seeds", None)
-    n_train: int | None = setting(optional(integer(1)), "training subset (null: all)", None)
+    n_train: int | None = setting(optional(integer(2)), "training subset (null: all)", None)
 
 
 TrainSettings = _with_methods(_TrainSettings, "deep")

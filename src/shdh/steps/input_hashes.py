@@ -44,7 +44,8 @@ def stage_inputs(params: Mapping[str, Any]) -> dict[str, list[Path]]:
     if data["dataset"] == "folder":
         from shdh.data.folder import check_folder
 
-        check_folder(data["raw_dir"], **own)  # the folder itself is a dvc.yaml dependency
+        skip = data.get("skip_bad_images", False)
+        check_folder(data["raw_dir"], **own, skip_bad_images=skip)  # the folder: a dvc.yaml dep
     if data["dataset"] == "table":
         from shdh.data.table import check_table
 
