@@ -4,6 +4,7 @@ import gzip
 import hashlib
 import http.server
 import os
+import re
 import threading
 from functools import partial
 
@@ -13,6 +14,7 @@ import pytest
 from shdh.data import fashion_mnist as fm
 from shdh.data.download import DownloadError
 from shdh.data.idx import DataFormatError, read_idx, write_idx
+from shdh.runtime.errors import ConfigError
 
 
 def write_fake_raw(directory, n_train=12, n_test=5, *, compress=True, seed=0):
@@ -61,6 +63,9 @@ def test_source_urls(monkeypatch, tmp_path):
     assert fm.source_urls("file:///x/y", "a.gz") == ["file:///x/y/a.gz"]
     assert fm.source_urls("https://h/p", "a.gz") == ["https://h/p/a.gz"]
     assert fm.source_urls("rel/dir", "a.gz") == [str(os.path.join("rel", "dir", "a.gz"))]
+    for unknown in ("ftp://x/y", "", "  "):
+        with pytest.raises(ConfigError, match=re.escape(f"source {unknown!r}: expected debian")):
+            fm.source_urls(unknown, "a.gz")
 
 
 def test_fetch_raw_from_directory_writes_plain_idx_only(tmp_path):

@@ -300,8 +300,10 @@ def test_load_refuses_a_model_that_does_not_fit(case: Case, tmp_path) -> None:
     meta = json.loads((saved / "params.json").read_text())
     meta["params"]["n_bits"] = 2 * N_BITS
     (saved / "params.json").write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=rf"\bn_bits={2 * N_BITS}\b"):
+    with pytest.raises(ValueError, match=rf"\bn_bits={2 * N_BITS}\b") as refused:
         load_hasher(saved)
+    # the file that does not fit, so that the user knows what to fit again
+    assert str(refused.value).startswith(f"{saved / 'state.npz'}: ")
 
 
 def _acg_ndcg(q_codes, db_codes, q_anc, db_anc, sizes, weights) -> tuple[float, float]:

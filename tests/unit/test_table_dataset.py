@@ -142,6 +142,13 @@ def test_a_row_with_a_missing_file_and_a_bad_label_gets_both_named(tmp_path, ima
     assert "line 2: column 'label': label 'a//b' has an empty path component" in lines[2]
 
 
+def test_an_image_cell_naming_a_folder_says_so(tmp_path, images):
+    table = write_csv(tmp_path / "data" / "t.csv", "image,label\nimg,a/b\nimg/a.png,a/c\n")
+    with pytest.raises(DataFormatError) as err:
+        table_dataset(table, tmp_path / "out")
+    assert "line 2: column 'image': 'img' is a folder, not an image file" in str(err.value)
+
+
 def test_rows_are_named_by_the_line_they_start_on(tmp_path, images):
     """Blank lines (which pandas skips) and a quoted cell over two lines still give the line an
     editor shows; the header is line 1."""

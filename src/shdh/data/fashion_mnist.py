@@ -22,6 +22,7 @@ from shdh.data.dataset import Dataset, save_dataset
 from shdh.data.download import fetch, md5sum
 from shdh.data.idx import DataFormatError, parse_idx, read_idx, read_idx_bytes
 from shdh.runtime.atomic import atomic_path
+from shdh.runtime.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,11 @@ def source_urls(source: str, filename: str) -> list[str]:
     scheme = urllib.parse.urlparse(source).scheme.lower()
     if scheme in ("file", "http", "https", "s3"):
         return [source.rstrip("/") + "/" + filename]
+    if len(scheme) > 1 or not source.strip():  # len 1: a Windows drive letter, a plain path
+        raise ConfigError(
+            f"source {source!r}: expected debian, official, an http(s)://, s3:// or file:// "
+            "address, or a folder"
+        )
     return [str(Path(source) / filename)]
 
 

@@ -130,7 +130,12 @@ def table_items(
         found = len(problems)
         try:
             path = _image_path(image_cell, base, f"{where}: column {image_column!r}")
-            if not path.is_file():
+            if path.is_dir():
+                problems.append(
+                    f"{where}: column {image_column!r}: {image_cell!r} is a folder, not an "
+                    f"image file ({path})"
+                )
+            elif not path.is_file():
                 problems.append(
                     f"{where}: column {image_column!r}: image file {image_cell!r} does not "
                     f"exist (looked for {path})"

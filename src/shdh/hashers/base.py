@@ -68,7 +68,10 @@ class HasherFiles:
         state = load_arrays(directory / "state.npz", "the fitted state", "fit it again")
         for key, value in state.items():
             setattr(hasher, key, value)
-        hasher._after_load()
+        try:  # the state must be the model params.json describes
+            hasher._after_load()
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{directory / 'state.npz'}: {exc}; fit it again") from exc
         return hasher
 
     @classmethod

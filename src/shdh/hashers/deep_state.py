@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from shdh.hashers.base import Hasher
 from shdh.training.checkpoint import build_model_for
 
 NET_PREFIX = "net."  # state.npz keys of the network weights
@@ -42,13 +41,6 @@ class SavedNetwork:
                     "(its checkpoint); save the model elsewhere"
                 )
         return super().save(directory)
-
-    @classmethod
-    def load(cls, directory: str | Path) -> Hasher:
-        try:
-            return super().load(directory)
-        except _StateError as err:
-            raise ValueError(f"{Path(directory) / 'state.npz'}: {err}") from err
 
     def _after_load(self) -> None:
         """Rebuild the network from the loaded arrays; refuse state from another setting."""
