@@ -93,6 +93,11 @@ ERRORS = [
     ("data.name", "a/b", "data.name: expected null or a name without '/' or '|', got 'a/b'"),
     ("data.shard_mb", 0, "data.shard_mb: expected null or a number > 0, got 0"),
     ("train.loader_workers", -1, "train.loader_workers: expected an integer >= 0, got -1"),
+    (  # a check across two keys, made at the first step, not when a fit starts
+        "train.pretrained",
+        "https://example.com/w.pth",
+        "train.pretrained 'https://example.com/w.pth': weights from the web need pretrained_sha256",
+    ),
     # a fit learns from pairs: one item has none
     ("train.n_train", 1, "train.n_train: expected null or an integer >= 2, got 1"),
     ("tree.source", "builtin:cifar", "tree.source: unknown built-in tree 'builtin:cifar'"),

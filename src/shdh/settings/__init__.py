@@ -83,6 +83,7 @@ def validate(params: dict[str, Any], source: str | Path = "params.yaml") -> Sett
     source = str(source)
     typed = parse_section(ParamsSettings, params, "", source)
     _check_tree_source(typed.tree.source, source)
+    _check_loop(typed.train, source)
     return Settings(params=params, typed=typed, source=source)
 
 
@@ -103,6 +104,22 @@ def validate_section(name: str, mapping: Any, source: str) -> Any:
     if name == "tree":
         _check_tree_source(typed.source, source)
     return typed
+
+
+def _check_loop(train: Any, source: str) -> None:
+    """The deep loop's checks across keys (pretrained weights from the web need their SHA-256,
+    ...), which each key's own check cannot see: here, at the first step, not when a fit
+    starts an hour later."""
+    import dataclasses
+
+    from shdh.training.loop_settings import LoopSettings
+
+    values = {f.name: getattr(train, f.name) for f in dataclasses.fields(LoopSettings)}
+    try:
+        LoopSettings(**values)
+    except ValueError as err:
+        problem = str(err).removeprefix(f"{LoopSettings.__name__}.")
+        raise ConfigError(f"{source}: train.{problem}") from err
 
 
 def _check_tree_source(value: str, source: str) -> None:
