@@ -161,6 +161,16 @@ def test_load_wrong_format(saved):
         load_dataset(saved)
 
 
+@pytest.mark.parametrize("n_items", ["5", 0, True, 2.5])
+def test_load_n_items_of_another_type_is_named_as_such(saved, n_items):
+    _edit_meta(saved, n_items=n_items)
+    with pytest.raises(DataFormatError) as refused:
+        load_dataset(saved)
+    assert str(refused.value) == (
+        f"{saved / 'meta.json'}: n_items: expected a positive integer, got {n_items!r}"
+    )
+
+
 def test_load_n_items_mismatch(saved):
     _edit_meta(saved, n_items=7)
     with pytest.raises(DataFormatError, match=r"images\.npy: n_items: meta\.json says 7"):

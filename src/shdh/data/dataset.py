@@ -285,6 +285,9 @@ def read_meta(text: str, meta_path: Path | str) -> dict:
             raise DataFormatError(f"{meta_path}: {key}: missing")
     if meta["format"] != FORMAT:
         raise DataFormatError(f"{meta_path}: format: expected {FORMAT!r}, got {meta['format']!r}")
+    n_items = meta["n_items"]
+    if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 1:
+        raise DataFormatError(f"{meta_path}: n_items: expected a positive integer, got {n_items!r}")
     return meta
 
 
