@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from shdh.core.codes_file import Codes
 from shdh.core.metrics import Curves
+from shdh.runtime.array_files import load_arrays
 from shdh.runtime.atomic import atomic_path
 from shdh.runtime.source_fingerprint import fingerprint
 
@@ -103,12 +103,12 @@ def _read(path: Path) -> Scores | None:
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            metrics = json.loads(str(z["metrics"]))
-            curves = Curves(**{field: z[field] for field in CURVE_FIELDS})
+        arrays = load_arrays(path, "a score-cache entry", "it is scored again")
+        metrics = json.loads(str(arrays["metrics"]))
+        curves = Curves(**{field: arrays[field] for field in CURVE_FIELDS})
         if not isinstance(metrics, dict):
             raise ValueError(f"'metrics' holds {type(metrics).__name__}, not an object")
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+    except (ValueError, KeyError) as err:
         log.warning("%s: a damaged score-cache entry (%s); scoring again", path, err)
         return None
     return metrics, curves
