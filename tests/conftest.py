@@ -31,9 +31,9 @@ from tests.checkout_guard import (  # noqa: E402, F401
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The suite's own score cache (shdh.steps.score_cache), inherited by the commands it runs: never
-# the user's ~/.cache, and empty at each session's start, so that no test reads scores that an
-# earlier session (of other code, on other data) left behind.
+# The suite's own caches of codes and scores (shdh.steps.codes_cache, score_cache), inherited by
+# the commands it runs: never the user's ~/.cache, and empty at each session's start, so that no
+# test reads codes or scores that an earlier session (of other code, on other data) left behind.
 os.environ["SHDH_CACHE_DIR"] = tempfile.mkdtemp(prefix="shdh-test-cache-")
 atexit.register(shutil.rmtree, os.environ["SHDH_CACHE_DIR"], ignore_errors=True)
 

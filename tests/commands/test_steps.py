@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +138,8 @@ def test_chain_fits_and_scores_every_method(tmp_path, fashion_raw, capsys, monke
 
 def _rerun_scores_only_the_refitted_method(tmp_path, fashion_raw, metrics, monkeypatch, caplog):
     """ITQ refitted with one iteration instead of the smoke profile's: a rerun of evaluate ranks
-    its codes alone and reads the other ten code sets' scores from the score cache."""
+    its codes alone and reads the other ten code sets' scores from the score cache, and the nine
+    other models' codes from the codes cache."""
     from shdh.steps import score as score_step
 
     ranked = []
@@ -166,6 +168,9 @@ def _rerun_scores_only_the_refitted_method(tmp_path, fashion_raw, metrics, monke
         m: r for m, r in metrics.items() if m != "itq"
     }
     assert "10 of 11 code sets unchanged since an earlier run" in caplog.text
+    # and the models that did not change did not encode again: their codes were read back
+    read = set(re.findall(r"(\S+): its codes were read from", caplog.text))
+    assert read == {f"{m}-16" for m in metrics if m not in ("itq", "random")}
 
 
 @pytest.mark.slow  # end to end: raw data to metrics

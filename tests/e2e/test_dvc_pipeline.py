@@ -29,6 +29,7 @@ def clone(tmp_path_factory):
         pytest.fail(f"{DEBIAN_DIR} is missing: run `make data` (installs dataset-fashion-mnist)")
     dest = tmp_path_factory.mktemp("clone") / "shdh"
     env = clone_repo(dest)
+    env["SHDH_CACHE_DIR"] = str(dest.parent / "cache")  # its own: what this run stored alone
     sh(["shdh", "profile", "apply", "smoke"], dest, env)
     sh(["shdh", "fetch"], dest, env)
     return dest, env
@@ -70,6 +71,10 @@ def test_dvc_repro_runs_every_stage(clone):
         "random",
     }
     assert "ndcg@100" in metrics["shdh"]["16"]
+    # evaluate encoded each model's queries and database once, and the index stage read the
+    # champion's database codes back from what evaluate stored, not encoding them a third time
+    entries = list((Path(env["SHDH_CACHE_DIR"]) / "codes").glob("*.npz"))
+    assert len(entries) == 2 * (len(metrics) - 1), sorted(e.name for e in entries)
     _same_as_the_reference(results / "metrics.json")
     assert "# Results: fashion-mnist-h" in (results / "report.md").read_text()
     for published in ("results/metrics.json", "results/table.md", "docs/results.md"):

@@ -89,10 +89,10 @@ def test_a_damaged_entry_is_scored_again_and_replaced(cache, caplog):
     first, _ = score_cache.cached_scores(codes, SETTINGS, _compute(codes, calls))
     [entry] = cache.glob("*.npz")
     entry.write_bytes(entry.read_bytes()[:100])  # cut short, as by a full disk
-    with caplog.at_level(logging.WARNING, logger="shdh.steps.score_cache"):
+    with caplog.at_level(logging.WARNING, logger="shdh.runtime.user_cache"):
         again, read = score_cache.cached_scores(codes, SETTINGS, _compute(codes, calls))
     assert (calls, read) == (["ranked", "ranked"], False) and again[0] == first[0]
-    assert f"{entry}: a damaged score-cache entry" in caplog.text
+    assert f"{entry}: cannot read a score-cache entry: damaged or cut short" in caplog.text
     assert score_cache.cached_scores(codes, SETTINGS, _compute(codes, calls))[1] is True
 
 
@@ -101,14 +101,15 @@ def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch, c
     blocker.write_text("a file where the cache folder would go")
     monkeypatch.setenv("SHDH_CACHE_DIR", str(blocker))
     calls = []
-    with caplog.at_level(logging.WARNING, logger="shdh.steps.score_cache"):
+    with caplog.at_level(logging.WARNING, logger="shdh.runtime.user_cache"):
         for seed in range(3):  # three code sets of one run: one warning
             codes = _codes(seed)
             (metrics, _), read = score_cache.cached_scores(codes, SETTINGS, _compute(codes, calls))
             assert read is False and metrics["ndcg@5"] >= 0
     assert calls == ["ranked"] * 3
     [warning] = [r.getMessage() for r in caplog.records]
-    assert warning.startswith(f"{blocker / 'scores'}: cannot store scores in the score cache")
+    assert warning.startswith(f"{blocker / 'scores'}: cannot store entries of the cache there")
+    assert warning.endswith("SHDH_SCORE_CACHE=0")
 
 
 def test_the_cache_can_be_turned_off_and_follows_xdg(tmp_path, monkeypatch, cache):

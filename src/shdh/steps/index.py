@@ -18,6 +18,7 @@ from typing import Any
 from shdh.ranking.index_file import ENCODER_FIELDS, INDEX_RECORD
 from shdh.ranking.search_index import write_index
 from shdh.runtime.atomic import check_output_folder, check_writable
+from shdh.steps import codes_cache
 from shdh.steps.split_inputs import load_split
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,13 @@ def build_index(
         )
     _, database = split.encoded(hasher.input_kind, {})
     items = split.items()
+    rows = codes_cache.RowKeys(split.inputs)(hasher.input_kind, split.db_idx)
+    codes, _, read = codes_cache.cached_encode(hasher, database, rows)
+    if read:  # the codes evaluate encoded with the same model
+        log.info("index: the database's codes were read from %s", codes_cache.cache_dir())
     written = write_index(
         out_dir,
-        codes=hasher.encode(database),
+        codes=codes,
         item_ids=items["db_ids"],
         ancestors=items["db_ancestors"],
         segment_sizes=hasher.segment_sizes(),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from shdh.reporting.report import (
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.errors import ConfigError
 from shdh.runtime.json_files import read_json_object
-from shdh.steps import score_cache
+from shdh.steps import codes_cache, score_cache
 from shdh.steps.seed_summary import (
     Scored,
     mean_curves,
@@ -102,7 +101,7 @@ def score(
     split = load_split(prepared_dir, smatrix_path, features_path)
     scored: list[Scored] = []
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
-    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    inputs = RunInputs(split)
     context = {
         "results_dir": results_dir,
         "eval_params": eval_params,
@@ -116,7 +115,7 @@ def score(
         if imported is not None:
             result, timing = _score_imported(plan, *imported, **context)
         else:
-            result, timing = _score_model(plan, split, cache, features_path, **context)
+            result, timing = _score_model(plan, split, inputs, features_path, **context)
         scored.append(result)
         timings.setdefault(plan.method, {}).setdefault(str(plan.bits), []).append(timing)
     if eval_params.get("random_floor", True):
@@ -133,7 +132,7 @@ def score(
 
 
 def _score_model(
-    plan: Fit, split: Split, cache: dict, features_path: Any, **context: Any
+    plan: Fit, split: Split, inputs: RunInputs, features_path: Any, **context: Any
 ) -> tuple[Scored, dict[str, float | None]]:
     """Encode the split with the fit's saved model, then score the codes in the fit's run."""
     hasher = load_hasher(plan.hasher_dir)
@@ -146,10 +145,7 @@ def _score_model(
             f"{plan.method}: needs {hasher.input_kind}, which the score step was not given "
             f"(features: {features_path})"
         )
-    X_q, X_db = split.encoded(hasher.input_kind, cache)
-    start = time.perf_counter()
-    q, db = hasher.encode(X_q), hasher.encode(X_db)
-    encode_s = time.perf_counter() - start
+    q, db, encode_s = inputs.encode(plan.name, hasher)
     codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
     run_id = runs.load_run_ref(plan.run_ref, context["parent_run_id"])
     result = _score(
@@ -163,6 +159,27 @@ def _score_model(
         **context,
     )
     return result, {"fit_seconds": _fit_seconds(plan.record), "encode_seconds": encode_s}
+
+
+class RunInputs:
+    """What the run's models encode, gathered once for all of them: each input kind's query and
+    database rows, and the keys of those rows in the codes cache."""
+
+    def __init__(self, split: Split) -> None:
+        self.split = split
+        self.gathered: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.keys = codes_cache.RowKeys(split.inputs)
+
+    def encode(self, name: str, hasher: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        """The split's query and database codes by this model, and the seconds encoding took:
+        read from the codes cache where this model encoded these items before."""
+        split, kind = self.split, hasher.input_kind
+        X_q, X_db = split.encoded(kind, self.gathered)
+        q, q_s, q_read = codes_cache.cached_encode(hasher, X_q, self.keys(kind, split.q_idx))
+        db, db_s, db_read = codes_cache.cached_encode(hasher, X_db, self.keys(kind, split.db_idx))
+        if q_read and db_read:
+            log.info("%s: its codes were read from %s", name, codes_cache.cache_dir())
+        return q, db, q_s + db_s
 
 
 def _score_imported(

@@ -10,19 +10,16 @@ back instead. Item ids, the fit's name and the thread count do not change a scor
 out of the key; the metric code enters as its source fingerprint (shdh.runtime.source_fingerprint),
 so an edit to the ranking or a metric scores everything afresh.
 
-The entries live outside the stage's outputs, which DVC deletes before a rerun, and outside the
-workspace, because queued experiments (`dvc exp run --queue`) each run in a temporary copy of it:
-$SHDH_CACHE_DIR/scores, else $XDG_CACHE_HOME/shdh/scores, else ~/.cache/shdh/scores.
-SHDH_SCORE_CACHE=0 turns it off. It is a cache, never a source of truth: an entry that cannot
-be read is scored again (and replaced), and a folder that cannot be written only costs time.
+The entries live in the user's cache (shdh.runtime.user_cache: ~/.cache/shdh/scores, or
+$SHDH_CACHE_DIR/scores), not in the stage's outputs, which DVC deletes before a rerun.
+SHDH_SCORE_CACHE=0 turns it off. An entry that cannot be read is scored again (and replaced),
+and a folder that cannot be written only costs time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +28,8 @@ import numpy as np
 
 from shdh.core.codes_file import Codes
 from shdh.core.metrics import Curves
-from shdh.runtime.array_files import load_arrays
-from shdh.runtime.atomic import atomic_path
+from shdh.runtime import user_cache
 from shdh.runtime.source_fingerprint import fingerprint
-
-log = logging.getLogger(__name__)
 
 # Bumped when an entry's layout changes, so that old entries are never read as new ones.
 FORMAT = "shdh-scores/1"
@@ -54,18 +48,13 @@ SCORED_ARRAYS = (
 Scores = tuple[dict[str, float], Curves]
 
 
+SWITCH = "SHDH_SCORE_CACHE"
+WHAT = "a score-cache entry"
+
+
 def cache_dir() -> Path | None:
     """The folder of entries, or None when SHDH_SCORE_CACHE=0 turns the cache off."""
-    if os.environ.get("SHDH_SCORE_CACHE", "1").strip() in ("0", "false", "no", "off"):
-        return None
-    if os.environ.get("SHDH_CACHE_DIR"):
-        return Path(os.environ["SHDH_CACHE_DIR"]) / "scores"
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "shdh" / "scores"
-    try:
-        return Path.home() / ".cache" / "shdh" / "scores"
-    except RuntimeError:  # no home (a bare container user): scoring goes on uncached
-        return None
+    return user_cache.cache_dir("scores", SWITCH)
 
 
 def entry_key(codes: Codes, settings: dict[str, Any]) -> str:
@@ -100,37 +89,21 @@ def cached_scores(
 
 def _read(path: Path) -> Scores | None:
     """An entry's scores; None where there is none, or where it cannot be read (said once)."""
-    if not path.is_file():
+    arrays = user_cache.read_entry(path, WHAT)
+    if arrays is None:
         return None
     try:
-        arrays = load_arrays(path, "a score-cache entry", "it is scored again")
         metrics = json.loads(str(arrays["metrics"]))
         curves = Curves(**{field: arrays[field] for field in CURVE_FIELDS})
         if not isinstance(metrics, dict):
             raise ValueError(f"'metrics' holds {type(metrics).__name__}, not an object")
     except (ValueError, KeyError) as err:
-        log.warning("%s: a damaged score-cache entry (%s); scoring again", path, err)
+        user_cache.damaged(path, WHAT, err)
         return None
     return metrics, curves
 
 
-_unwritable: set[Path] = set()  # folders already said to be unwritable
-
-
 def _write(path: Path, scores: Scores) -> None:
-    """Store an entry atomically. A folder that cannot be written is said once, not for each of
-    a run's thirty code sets, and the run goes on without it."""
     metrics, curves = scores
     arrays = {field: np.asarray(getattr(curves, field)) for field in CURVE_FIELDS}
-    try:
-        with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as f:
-            np.savez(f, metrics=np.array(json.dumps(metrics)), **arrays)
-    except OSError as err:
-        if path.parent not in _unwritable:
-            _unwritable.add(path.parent)
-            log.warning(
-                "%s: cannot store scores in the score cache (%s); set SHDH_CACHE_DIR to a "
-                "writable folder, or SHDH_SCORE_CACHE=0",
-                path.parent,
-                err,
-            )
+    user_cache.write_entry(path, {"metrics": np.array(json.dumps(metrics)), **arrays}, SWITCH)

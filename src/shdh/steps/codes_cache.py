@@ -1,0 +1,198 @@
+"""A fitted model's codes for a set of items, kept between runs of the score and index steps
+under a digest of what decides them.
+
+DVC reruns the whole evaluate stage when any fit changes, and its score cache
+(shdh.steps.score_cache) spares the ranking of unchanged codes, but not the encoding that comes
+first: six CNN-F encoders over 70,000 images are 40 of the 68 s of an evaluate in which nothing
+changed, on 2 cores, and a million photos through ResNet-50 are hours per encoder. A baseline's
+new setting, a report edit or a new alpha sweep would encode everything again. Codes are a pure
+function of the model, its inputs, the encoding code and the maths settings, so they are kept
+under a SHA-256 of exactly those:
+
+- the model: its method, its parameters (less where it keeps its files, LOCATION_PARAMS) and
+  every learned array, so that a refit with other weights never reads the old codes;
+- the inputs: the input's content (the array's bytes, or a sharded dataset's listed shard
+  digests) and the rows encoded (RowKeys);
+- the encoding code: the source fingerprint of the hasher's module and every shdh module it
+  imports (shdh.runtime.source_fingerprint);
+- the maths settings: the CPU pin, the library versions, the CPUs and thread settings, and a
+  network's device, because a float sum computed otherwise may flip a near-zero sign.
+
+The index step encodes the database with the registered champion, a copy of one of the score
+step's models: the same key, so it reads the codes evaluate stored. The entries live in the
+user's cache (shdh.runtime.user_cache: ~/.cache/shdh/codes, or $SHDH_CACHE_DIR/codes); an
+entry is packed bits, 8 bytes an item at 64 bits. SHDH_CODES_CACHE=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shdh.data.shards import LocalShards, ShardedImages
+from shdh.hashers.base import Hasher
+from shdh.ranking.exact import pack_codes, unpack_codes
+from shdh.runtime import instruction_set, user_cache
+from shdh.runtime.cpu_quota import available_cpus
+from shdh.runtime.json_files import read_json_object
+from shdh.runtime.source_fingerprint import fingerprint
+
+# Bumped when an entry's layout or the key's makeup changes, so that no old entry is read.
+FORMAT = "shdh-codes/1"
+SWITCH = "SHDH_CODES_CACHE"
+WHAT = "a codes-cache entry"
+# Parameters that say where a fit keeps its files, not what it computes (a deep method's
+# checkpoints): a registered copy of a fit differs from it there alone.
+LOCATION_PARAMS = ("work_dir",)
+# The variables that set how many threads numpy's BLAS and torch compute with.
+THREAD_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# Bytes of an input hashed at a time: a memory-mapped input is read once, in pieces.
+DIGEST_BYTES = 64 * 2**20
+
+
+def cache_dir() -> Path | None:
+    """The folder of entries, or None when SHDH_CODES_CACHE=0 turns the cache off."""
+    return user_cache.cache_dir("codes", SWITCH)
+
+
+def model_digest(hasher: Hasher) -> str:
+    """SHA-256 of the method, its parameters (not where it keeps its files) and its learned
+    arrays (name, dtype, shape and bytes of each). A settings object (a deep method's loop and
+    objective) enters as its repr, which names every field."""
+    params = {k: v for k, v in hasher.get_params().items() if k not in LOCATION_PARAMS}
+    digest = hashlib.sha256(
+        json.dumps([hasher.name, params], sort_keys=True, default=repr).encode()
+    )
+    for name, array in sorted(hasher.state().items()):
+        array = np.ascontiguousarray(array)
+        digest.update(f"\n{name} {array.dtype.str} {array.shape}\n".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
+def maths_settings(hasher: Hasher) -> dict[str, Any]:
+    """What decides encode's bits besides the model and its inputs: the CPU pin, numpy's version
+    and the threads its matrix products may use, and for a network (a deep hasher's `loop`)
+    torch's version, the device it encodes on and its thread count."""
+    settings = {
+        **instruction_set.describe(),
+        "numpy": np.__version__,
+        "cpus": available_cpus(),
+        **{name: os.environ.get(name) for name in THREAD_SETTINGS},
+    }
+    loop = getattr(hasher, "loop", None)
+    if loop is not None:
+        import torch
+
+        from shdh.runtime.devices import resolve_device
+
+        device = resolve_device(loop.device)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        threads = loop.num_threads or torch.get_num_threads()
+        settings |= {"torch": torch.__version__, "device": name, "threads": threads}
+    return settings
+
+
+def entry_key(hasher: Hasher, rows_key: str) -> str:
+    """The SHA-256 of the format, the model, the encoding code, the maths settings and the rows
+    encoded (RowKeys)."""
+    header = {
+        "model": model_digest(hasher),
+        "code": fingerprint([type(hasher).__module__]),
+        "maths": maths_settings(hasher),
+        "rows": rows_key,
+    }
+    return hashlib.sha256(f"{FORMAT}\n{json.dumps(header, sort_keys=True)}".encode()).hexdigest()
+
+
+class RowKeys:
+    """The keys of what a method encodes: some rows of one of a split's inputs. Each input's
+    content is hashed once, on first use."""
+
+    def __init__(self, inputs: dict[str, Any]) -> None:
+        self.inputs = inputs
+        self.digests: dict[str, str | None] = {}
+
+    def __call__(self, kind: str, rows: np.ndarray) -> str | None:
+        """A SHA-256 of the input's content and these row numbers; None for an input whose
+        content has no digest (encoded uncached)."""
+        if kind not in self.digests:
+            self.digests[kind] = content_digest(self.inputs[kind])
+        if self.digests[kind] is None:
+            return None
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        return hashlib.sha256(f"{self.digests[kind]} rows\n".encode() + rows.data).hexdigest()
+
+
+def content_digest(X: Any) -> str | None:
+    """A SHA-256 of an input's dtype, shape and values: read in pieces from an array (memory-
+    mapped images or features); from the shard digests of sharded images, as meta.json lists
+    them (the writer's) or as their download verified them (S3), so no shard is read; None for
+    an input that offers neither."""
+    if isinstance(X, ShardedImages):
+        digests = _shard_digests(X.source)
+        return None if digests is None else _digest_of([list(X.shape), digests])
+    if not isinstance(X, np.ndarray):
+        return None
+    h = hashlib.sha256(f"{X.dtype.str} {X.shape}\n".encode())
+    step = max(1, DIGEST_BYTES // max(1, X[:1].nbytes))
+    for start in range(0, len(X), step):
+        h.update(np.ascontiguousarray(X[start : start + step]).data)
+    return h.hexdigest()
+
+
+def _shard_digests(source: Any) -> list[str] | None:
+    if isinstance(source, LocalShards):
+        meta = read_json_object(source.root / "meta.json", "the dataset's record")
+        listed = {entry.get("file"): entry.get("sha256") for entry in meta.get("shards", [])}
+        digests = [listed.get(name) for name in source.files]
+    else:
+        digests = list(getattr(source, "digests", None) or [None])
+    return digests if all(isinstance(d, str) for d in digests) else None
+
+
+def _digest_of(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+
+def cached_encode(hasher: Hasher, X: Any, rows_key: str | None) -> tuple[np.ndarray, float, bool]:
+    """hasher.encode(X)'s {-1, +1} codes, the seconds encoding took, and whether they were read
+    from the cache (the seconds then are those of the run that stored them). rows_key: the
+    key of X's rows (RowKeys); None encodes uncached."""
+    folder = cache_dir()
+    path = (
+        None
+        if folder is None or rows_key is None
+        else folder / f"{entry_key(hasher, rows_key)}.npz"
+    )
+    found = None if path is None else _read(path, len(X), hasher.n_bits)
+    if found is not None:
+        return *found, True
+    start = time.perf_counter()
+    codes = hasher.encode(X)
+    seconds = time.perf_counter() - start
+    if path is not None:
+        arrays = {"packed": pack_codes(codes), "n_bits": np.int64(codes.shape[1])}
+        user_cache.write_entry(path, {**arrays, "seconds": np.float64(seconds)}, SWITCH)
+    return codes, seconds, False
+
+
+def _read(path: Path, n_items: int, n_bits: int) -> tuple[np.ndarray, float] | None:
+    """An entry's codes and seconds; None where there is none or it is not what the key says."""
+    arrays = user_cache.read_entry(path, WHAT)
+    if arrays is None:
+        return None
+    try:
+        codes = unpack_codes(arrays["packed"], int(arrays["n_bits"]))
+        if codes.shape != (n_items, n_bits):
+            raise ValueError(f"codes of shape {codes.shape}, expected {(n_items, n_bits)}")
+        return codes, float(arrays["seconds"])
+    except (ValueError, KeyError, TypeError) as err:
+        user_cache.damaged(path, WHAT, err)
+        return None
