@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,13 +131,21 @@ def test_sharded_images_are_keyed_by_their_listed_digests_and_unlisted_ones_not_
     itq, tmp_path, cache
 ):
     files = ("images/shard-00000.npy", "images/shard-00001.npy")
+    (tmp_path / "images").mkdir()
+    for name, rows in zip(files, (20, 34), strict=True):
+        np.save(tmp_path / name, np.zeros((rows, 32, 32), np.uint8))
     shards = [
         {"file": f, "rows": r, "sha256": d} for f, r, d in zip(files, (20, 34), "12", strict=True)
     ]
     (tmp_path / "meta.json").write_text(json.dumps({"shards": shards}))
-    local = ShardedImages(LocalShards(tmp_path, files), [20, 34], (32, 32))  # never read
+    local = ShardedImages(LocalShards(tmp_path, files), [20, 34], (32, 32))
+    key = content_digest(local)
+    assert key is not None and content_digest(local) == key
+    with open(tmp_path / files[1], "r+b") as f:  # cut short, as by a partial restore
+        f.truncate(1000)
+    assert content_digest(local) != key
     remote = ShardedImages(Downloaded(("1", "2")), [20, 34], (32, 32))
-    assert content_digest(local) == content_digest(remote) is not None
+    assert content_digest(remote) is not None
     assert content_digest(ShardedImages(Downloaded(("1", "3")), [20, 34], (32, 32))) != (
         content_digest(remote)
     )
@@ -152,6 +161,21 @@ def test_sharded_images_are_keyed_by_their_listed_digests_and_unlisted_ones_not_
     finally:
         del hasher.encode
     assert calls == [54, 54] and not cache.exists()
+
+
+def test_an_edit_of_the_code_between_the_input_and_encode_keys_anew(itq):
+    modules = codes_cache.fingerprint([type(itq).__module__, *codes_cache.ENCODING_CODE])
+    # the shard reader that gathers the rows, and the packing of the entries themselves
+    assert {"shdh.data.shards", "shdh.ranking.exact", "shdh.steps.split_inputs"} <= set(modules)
+
+
+def test_with_the_cache_off_no_input_is_hashed(monkeypatch, cache):
+    hashed = []
+    monkeypatch.setattr(codes_cache, "content_digest", lambda X: hashed.append(X) or "digest")
+    monkeypatch.setenv("SHDH_CODES_CACHE", "0")
+    assert _keys()("images", ROWS) is None and hashed == []
+    monkeypatch.delenv("SHDH_CODES_CACHE")
+    assert _keys()("images", ROWS) is not None and len(hashed) == 1
 
 
 def test_a_damaged_or_mismatched_entry_is_encoded_again_and_replaced(itq, cache, caplog):
@@ -173,6 +197,26 @@ def test_a_damaged_or_mismatched_entry_is_encoded_again_and_replaced(itq, cache,
     assert not read and np.array_equal(again, first)
     assert "codes of shape (5, 16), expected (44, 16); computing it again" in caplog.text
     assert codes_cache.cached_encode(itq, X, key)[2] is True
+
+
+def test_a_cache_folder_that_cannot_be_searched_is_said_once_and_encoding_goes_on(
+    itq, monkeypatch, caplog, cache
+):
+    key = _keys()("features", ROWS)
+    real = Path.is_file
+
+    def forbidden(path):  # as for a folder of another user's, made under umask 077
+        if cache in path.parents:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "is_file", forbidden)
+    with caplog.at_level(logging.WARNING, logger="shdh.runtime.user_cache"):
+        for _ in range(2):
+            codes, _, read = codes_cache.cached_encode(itq, FEATURES[ROWS], key)
+            assert not read and np.array_equal(codes, itq.encode(FEATURES[ROWS]))
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"{cache}: cannot read the cache there ([Errno 13] Permission")
 
 
 def test_the_cache_can_be_turned_off_or_unwritable(itq, tmp_path, monkeypatch, caplog, cache):

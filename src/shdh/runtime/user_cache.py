@@ -42,8 +42,18 @@ def cache_dir(part: str, switch: str) -> Path | None:
 
 def read_entry(path: Path, what: str) -> dict[str, np.ndarray] | None:
     """An entry's arrays; None where there is none, or where it cannot be read (said, and then
-    computed again by the caller). what: the entry's kind, as the warning names it."""
-    if not path.is_file():
+    computed again by the caller). what: the entry's kind, as the warning names it. A folder
+    this user may not search (another user's, made under a strict umask) is said once, and the
+    run goes on as if the cache were empty."""
+    try:
+        if not path.is_file():
+            return None
+    except OSError as err:
+        _say_once(
+            path.parent,
+            "read",
+            f"{path.parent}: cannot read the cache there ({err}); going on without it",
+        )
         return None
     try:
         return load_arrays(path, what, "computing it again")
@@ -57,9 +67,6 @@ def damaged(path: Path, what: str, err: Exception) -> None:
     log.warning("%s: cannot read %s: %s; computing it again", path, what, err)
 
 
-_unwritable: set[Path] = set()  # folders already said to be unwritable
-
-
 def write_entry(path: Path, arrays: dict[str, np.ndarray], switch: str) -> None:
     """Store an entry atomically. A folder that cannot be written is said once, not for each of
     a run's thirty entries, and the run goes on without it."""
@@ -67,12 +74,19 @@ def write_entry(path: Path, arrays: dict[str, np.ndarray], switch: str) -> None:
         with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as f:
             np.savez(f, **arrays)
     except OSError as err:
-        if path.parent not in _unwritable:
-            _unwritable.add(path.parent)
-            log.warning(
-                "%s: cannot store entries of the cache there (%s); set SHDH_CACHE_DIR to a "
-                "writable folder, or %s=0",
-                path.parent,
-                err,
-                switch,
-            )
+        _say_once(
+            path.parent,
+            "write",
+            f"{path.parent}: cannot store entries of the cache there ({err}); set SHDH_CACHE_DIR "
+            f"to a writable folder, or {switch}=0",
+        )
+
+
+_said: set[tuple[Path, str]] = set()  # (folder, "read" or "write") already said in this process
+
+
+def _say_once(folder: Path, action: str, message: str) -> None:
+    """Warn of a folder's problem once per process, not for each of a run's thirty entries."""
+    if (folder, action) not in _said:
+        _said.add((folder, action))
+        log.warning("%s", message)

@@ -12,11 +12,13 @@ under a SHA-256 of exactly those:
 - the model: its method, its parameters (less where it keeps its files, LOCATION_PARAMS) and
   every learned array, so that a refit with other weights never reads the old codes;
 - the inputs: the input's content (the array's bytes, or a sharded dataset's listed shard
-  digests) and the rows encoded (RowKeys);
-- the encoding code: the source fingerprint of the hasher's module and every shdh module it
-  imports (shdh.runtime.source_fingerprint);
-- the maths settings: the CPU pin, the library versions, the CPUs and thread settings, and a
-  network's device, because a float sum computed otherwise may flip a near-zero sign.
+  digests and sizes) and the rows encoded (RowKeys);
+- the encoding code: the source fingerprint of the hasher's module, of this module and of the
+  split's inputs (the shard reader, the bit packing), with every shdh module they import
+  (shdh.runtime.source_fingerprint);
+- the maths settings: the CPU pin and architecture, the library versions, the CPUs and thread
+  settings, and a network's device, because a float sum computed otherwise may flip a near-zero
+  sign.
 
 The index step encodes the database with the registered champion, a copy of one of the score
 step's models: the same key, so it reads the codes evaluate stored. The entries live in the
@@ -27,8 +29,10 @@ entry is packed bits, 8 bytes an item at 64 bits. SHDH_CODES_CACHE=0 turns it of
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
+import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,10 @@ WHAT = "a codes-cache entry"
 LOCATION_PARAMS = ("work_dir",)
 # The variables that set how many threads numpy's BLAS and torch compute with.
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# The code between an input and a hasher's encode, and the entries' own packing: with the
+# hasher's module (and everything of shdh each imports: the shard reader, the bit packing), the
+# source whose edit must encode afresh.
+ENCODING_CODE = (__name__, "shdh.steps.split_inputs")
 # Bytes of an input hashed at a time: a memory-mapped input is read once, in pieces.
 DIGEST_BYTES = 64 * 2**20
 
@@ -82,6 +90,7 @@ def maths_settings(hasher: Hasher) -> dict[str, Any]:
     torch's version, the device it encodes on and its thread count."""
     settings = {
         **instruction_set.describe(),
+        "machine": platform.machine(),
         "numpy": np.__version__,
         "cpus": available_cpus(),
         **{name: os.environ.get(name) for name in THREAD_SETTINGS},
@@ -95,7 +104,8 @@ def maths_settings(hasher: Hasher) -> dict[str, Any]:
         device = resolve_device(loop.device)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         threads = loop.num_threads or torch.get_num_threads()
-        settings |= {"torch": torch.__version__, "device": name, "threads": threads}
+        versions = {"torch": torch.__version__, "torchvision": _version("torchvision")}
+        settings |= {**versions, "device": name, "threads": threads}
     return settings
 
 
@@ -104,7 +114,7 @@ def entry_key(hasher: Hasher, rows_key: str) -> str:
     encoded (RowKeys)."""
     header = {
         "model": model_digest(hasher),
-        "code": fingerprint([type(hasher).__module__]),
+        "code": fingerprint([type(hasher).__module__, *ENCODING_CODE]),
         "maths": maths_settings(hasher),
         "rows": rows_key,
     }
@@ -121,7 +131,9 @@ class RowKeys:
 
     def __call__(self, kind: str, rows: np.ndarray) -> str | None:
         """A SHA-256 of the input's content and these row numbers; None for an input whose
-        content has no digest (encoded uncached)."""
+        content has no digest, and with the cache off, when no input is hashed for nothing."""
+        if cache_dir() is None:
+            return None
         if kind not in self.digests:
             self.digests[kind] = content_digest(self.inputs[kind])
         if self.digests[kind] is None:
@@ -148,13 +160,26 @@ def content_digest(X: Any) -> str | None:
 
 
 def _shard_digests(source: Any) -> list[str] | None:
+    """Each shard's SHA-256: a download's, which was verified; a local shard's as meta.json lists
+    it (its writer's, not checked when read), with the file's size, so that a shard cut short
+    or left out of a partial restore never passes for the one listed."""
     if isinstance(source, LocalShards):
         meta = read_json_object(source.root / "meta.json", "the dataset's record")
         listed = {entry.get("file"): entry.get("sha256") for entry in meta.get("shards", [])}
         digests = [listed.get(name) for name in source.files]
+        if all(isinstance(d, str) for d in digests):
+            sizes = [source.path(i).stat().st_size for i in range(len(source.files))]
+            digests = [f"{d} {size}" for d, size in zip(digests, sizes, strict=True)]
     else:
         digests = list(getattr(source, "digests", None) or [None])
     return digests if all(isinstance(d, str) for d in digests) else None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _digest_of(value: Any) -> str:
