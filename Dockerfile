@@ -58,8 +58,8 @@ ARG SHDH_VERSION=0.1.0
 # No bytecode written at run time; logs unbuffered so `kubectl logs` streams them; matplotlib
 # draws without a display and keeps its cache in /tmp, as numba keeps the compiled ranking
 # kernel and evaluate its caches of codes and scores (the root filesystem is read-only in the
-# pods of k8s/; mount a volume at /tmp/shdh to keep them between pods). SHDH_GIT_COMMIT (at the end)
-# tags every MLflow run with the image's commit (the image has no .git).
+# pods of k8s/; mount a volume at /tmp/shdh to keep them between pods). SHDH_GIT_COMMIT (at the
+# end) tags every MLflow run with the image's commit (the image has no .git).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
