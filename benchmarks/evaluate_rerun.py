@@ -77,8 +77,9 @@ def forget_codes(params: dict, methods: list[str]) -> int:
         if plan.method not in methods:
             continue
         hasher = load_hasher(plan.hasher_dir)
+        model = codes_cache.model_key(hasher)
         for rows in (split.q_idx, split.db_idx):
-            key = codes_cache.entry_key(hasher, keys(hasher.input_kind, rows))
+            key = codes_cache.entry_key(hasher, keys(hasher.input_kind, rows), model)
             entry = codes_cache.cache_dir() / f"{key}.npz"
             removed += entry.is_file()
             entry.unlink(missing_ok=True)

@@ -109,16 +109,22 @@ def maths_settings(hasher: Hasher) -> dict[str, Any]:
     return settings
 
 
-def entry_key(hasher: Hasher, rows_key: str) -> str:
-    """The SHA-256 of the format, the model, the encoding code, the maths settings and the rows
-    encoded (RowKeys)."""
+def model_key(hasher: Hasher) -> str:
+    """The SHA-256 of the model, the encoding code and the maths settings: what every entry of
+    one model shares, computed once for all the rows it encodes."""
     header = {
         "model": model_digest(hasher),
         "code": fingerprint([type(hasher).__module__, *ENCODING_CODE]),
         "maths": maths_settings(hasher),
-        "rows": rows_key,
     }
-    return hashlib.sha256(f"{FORMAT}\n{json.dumps(header, sort_keys=True)}".encode()).hexdigest()
+    return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
+
+
+def entry_key(hasher: Hasher, rows_key: str, model: str | None = None) -> str:
+    """The SHA-256 of the format, the model's key (model_key, given or computed) and the rows
+    encoded (RowKeys)."""
+    model = model_key(hasher) if model is None else model
+    return hashlib.sha256(f"{FORMAT}\n{model}\n{rows_key}".encode()).hexdigest()
 
 
 class RowKeys:
@@ -190,12 +196,27 @@ def cached_encode(hasher: Hasher, X: Any, rows_key: str | None) -> tuple[np.ndar
     """hasher.encode(X)'s {-1, +1} codes, the seconds encoding took, and whether they were read
     from the cache (the seconds then are those of the run that stored them). rows_key: the
     key of X's rows (RowKeys); None encodes uncached."""
+    [found] = cached_encodes(hasher, [(X, rows_key)])
+    return found
+
+
+def cached_encodes(
+    hasher: Hasher, parts: list[tuple[Any, str | None]]
+) -> list[tuple[np.ndarray, float, bool]]:
+    """cached_encode for several inputs of one model (a split's queries and database): the
+    model's key, which hashes every weight, is computed once, and only if some part has a key."""
     folder = cache_dir()
-    path = (
-        None
-        if folder is None or rows_key is None
-        else folder / f"{entry_key(hasher, rows_key)}.npz"
-    )
+    model = model_key(hasher) if folder is not None and any(k for _, k in parts) else None
+    out = []
+    for X, rows_key in parts:
+        path = None
+        if model is not None and rows_key is not None:
+            path = folder / f"{entry_key(hasher, rows_key, model)}.npz"
+        out.append(_encoded(hasher, X, path))
+    return out
+
+
+def _encoded(hasher: Hasher, X: Any, path: Path | None) -> tuple[np.ndarray, float, bool]:
     found = None if path is None else _read(path, len(X), hasher.n_bits)
     if found is not None:
         return *found, True

@@ -175,8 +175,8 @@ class RunInputs:
         read from the codes cache where this model encoded these items before."""
         split, kind = self.split, hasher.input_kind
         X_q, X_db = split.encoded(kind, self.gathered)
-        q, q_s, q_read = codes_cache.cached_encode(hasher, X_q, self.keys(kind, split.q_idx))
-        db, db_s, db_read = codes_cache.cached_encode(hasher, X_db, self.keys(kind, split.db_idx))
+        parts = [(X_q, self.keys(kind, split.q_idx)), (X_db, self.keys(kind, split.db_idx))]
+        (q, q_s, q_read), (db, db_s, db_read) = codes_cache.cached_encodes(hasher, parts)
         if q_read and db_read:
             log.info("%s: its codes were read from %s", name, codes_cache.cache_dir())
         return q, db, q_s + db_s

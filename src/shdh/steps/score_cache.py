@@ -33,6 +33,8 @@ from shdh.runtime.source_fingerprint import fingerprint
 
 # Bumped when an entry's layout changes, so that old entries are never read as new ones.
 FORMAT = "shdh-scores/1"
+SWITCH = "SHDH_SCORE_CACHE"
+WHAT = "a score-cache entry"
 METRIC_CODE = "shdh.core.metrics"  # with every shdh module it imports: ranking, weights, peers
 CURVE_FIELDS = ("wr_at_n", "radius", "radius_real", "wr_at_radius")
 # The arrays of a codes file that decide its scores, in the order they enter the digest.
@@ -46,10 +48,6 @@ SCORED_ARRAYS = (
 )
 
 Scores = tuple[dict[str, float], Curves]
-
-
-SWITCH = "SHDH_SCORE_CACHE"
-WHAT = "a score-cache entry"
 
 
 def cache_dir() -> Path | None:
