@@ -199,6 +199,40 @@ def test_requests_without_or_with_wrong_credentials_are_refused(mlflow_server, m
     tracking.check_server(mlflow_server["url"])  # the right ones pass
 
 
+def test_a_changed_password_is_refused_at_once_though_logins_are_remembered(
+    mlflow_server, monkeypatch
+):
+    """The cluster's server remembers a login for a minute (k8s/base/mlflow.yaml: the scrypt
+    check would cost every request ~0.15 s of CPU); a password changed through the API is
+    still refused by the worker that changed it from the next request on."""
+    import configparser
+
+    from mlflow.server import get_app_client
+
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(mlflow_server["log"].parent / "basic_auth.ini")
+    assert config.getint("mlflow", "auth_cache_ttl_seconds") > 0
+
+    def log_in(user: str, password: str) -> None:  # the clients read them from the environment
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+    admin = get_app_client("basic-auth", tracking_uri=mlflow_server["url"])
+    name, old, new = "shdh-rotated", "shdh-rotated-password-0", "shdh-rotated-password-1"
+    log_in(USER, PASSWORD)
+    admin.create_user(name, old)
+    log_in(name, old)
+    for _ in range(2):  # the second login is the remembered one
+        tracking.check_server(mlflow_server["url"])
+    log_in(USER, PASSWORD)
+    admin.update_user_password(name, new)
+    log_in(name, old)
+    with pytest.raises(tracking.TrackingUnavailableError, match="MLFLOW_TRACKING_PASSWORD"):
+        tracking.check_server(mlflow_server["url"])
+    log_in(name, new)
+    tracking.check_server(mlflow_server["url"])
+
+
 def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     mlflow_server, smoke_run, monkeypatch, capsys
 ):
