@@ -69,14 +69,18 @@ class S3Server:
             **self.isolation_env(),
         }
 
-    def client(self, secret_key: str | None = None):
+    def client(self, secret_key: str | None = None, retries: bool = True):
+        """A boto3 S3 client; without retries, one that fails at once (botocore would otherwise
+        retry a refused request with back-off, seconds after the server is up)."""
         import boto3
+        from botocore.config import Config
 
+        config = None if retries else Config(retries={"total_max_attempts": 1})
         return boto3.session.Session(
             aws_access_key_id=self.access_key,
             aws_secret_access_key=secret_key or self.secret_key,
             region_name=self.region,
-        ).client("s3", endpoint_url=self.endpoint)
+        ).client("s3", endpoint_url=self.endpoint, config=config)
 
 
 def weed_executable() -> str:
@@ -133,7 +137,7 @@ def wait_until_writable(server: S3Server, process: subprocess.Popen, log_path: P
     """Create the bucket and write a probe object, retrying until the volumes are up."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = server.client()
+    client = server.client(retries=False)  # this loop retries, every half second
     deadline = time.monotonic() + START_TIMEOUT_S
     last: Exception | None = None
     while time.monotonic() < deadline:
