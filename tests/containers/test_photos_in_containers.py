@@ -1,7 +1,7 @@
 """The photos profile's smoke settings as the DAG in the project's runtime image: a folder of
 photos, ResNet-18 at 64 px, the weights in the S3 server (s3://, fetched by the train step inside
 its container and verified by their SHA-256), tracked into the MLflow server. The settings are
-those tests/e2e/test_photos.py runs through `dvc exp run`, with the weights file's place in the
+those tests/e2e/test_own_data.py runs through `dvc exp run`, with the weights file's place in the
 object store, as a cluster's pods would find it. The DAG must train with that backbone, record
 the weights in the fit's MLflow run and score it with the paper's and the peers' metrics."""
 
