@@ -79,7 +79,8 @@ def reproduced(tmp_path_factory):
 @pytest.fixture
 def shapes(reproduced, tmp_path):
     """A copy of the reproduced clone for one test to edit: each test that changes inputs starts
-    from the same state, whichever tests ran before it (the clone is some 12 MB)."""
+    from the same state, whichever tests ran before it. With the weights file, the checkpoint
+    and DVC's cache of both, a copy takes seconds; rerunning the stages would take minutes."""
     source, env, _ = reproduced
     dest = tmp_path / "shdh"
     shutil.copytree(source, dest, symlinks=True)
