@@ -28,6 +28,7 @@ from tests.checkout_guard import (  # noqa: E402, F401
     pytest_sessionfinish,
     pytest_terminal_summary,
 )
+from tests.tracking_store import copy_store, make_empty_store, remove_if_unused  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,10 +77,21 @@ def as_dvc_stage(stage: str) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def empty_tracking_store(tmp_path_factory) -> Path:
+    return make_empty_store(tmp_path_factory.mktemp("empty-mlflow-store"))
+
+
 @pytest.fixture(autouse=True)
-def isolated_tracking(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+def isolated_tracking(tmp_path, tmp_path_factory, empty_tracking_store, monkeypatch):
+    """A store of the test's own, beside tmp_path (whose listings tests check), named after it."""
+    folder = tmp_path_factory.getbasetemp() / "mlflow-stores" / tmp_path.name
+    store = copy_store(empty_tracking_store, folder)
+    copied = store.stat()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.setenv("GIT_PYTHON_REFRESH", "quiet")
+    yield
+    remove_if_unused(store, (copied.st_size, copied.st_mtime_ns))
 
 
 @pytest.fixture

@@ -124,7 +124,8 @@ def serve(root: Path, store: list[str], env: dict[str, str]) -> Iterator[dict]:
 def basic_auth_server(s3_server: S3Server, root: Path) -> Iterator[dict]:
     """The cluster's MLflow: the users' table in the server's database (here a file), the
     administrator USER from the Secret's MLflow credentials, artifacts in the S3 bucket under
-    ARTIFACT_PREFIX, reached through the server's proxy."""
+    ARTIFACT_PREFIX, reached through the server's proxy. Yields serve's dict with the path of
+    the auth config, which tests read for the settings the cluster's server runs with."""
     auth_config = write_auth_config(root / "basic_auth.ini", f"sqlite:///{root / 'auth.db'}")
     env = {
         **s3_server.env(),
@@ -141,4 +142,4 @@ def basic_auth_server(s3_server: S3Server, root: Path) -> Iterator[dict]:
         "basic-auth",
     ]
     with serve(root, store, env) as server:
-        yield server
+        yield {**server, "auth_config": auth_config}

@@ -39,7 +39,6 @@ from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_s
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 METHODS = ("shdh", "itq")  # a deep and a shallow method: every kind of run and artifact
 SMOKE_RUNS = {f"{m}-16" for m in (*METHODS, "random")}
-AUTH = {"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
 
 
 def authorised(request: urllib.request.Request) -> urllib.request.Request:
@@ -63,6 +62,13 @@ def post_json(url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
+def log_in(monkeypatch: pytest.MonkeyPatch, user: str, password: str) -> None:
+    """As a user does it: MLflow's clients and `shdh` read the credentials from the
+    environment, on every request."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(s3_server: S3Server, tmp_path_factory) -> Iterator[dict]:
     with basic_auth_server(s3_server, tmp_path_factory.mktemp("mlflow-server")) as server:
@@ -81,8 +87,7 @@ def smoke_run(mlflow_server, tmp_path_factory) -> dict:
     params = smoke_settings(METHODS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
-        for name, value in AUTH.items():
-            mp.setenv(name, value)
+        log_in(mp, USER, PASSWORD)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
             mp.delenv(name, raising=False)
         mp.chdir(REPO)  # data.dvc and the git commit, as a user runs it
@@ -191,11 +196,10 @@ def test_requests_without_or_with_wrong_credentials_are_refused(mlflow_server, m
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(url, timeout=30)  # noqa: S310 (loopback)
     assert refused.value.code == 401
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", USER)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "wrong")
+    log_in(monkeypatch, USER, "wrong")
     with pytest.raises(tracking.TrackingUnavailableError, match="MLFLOW_TRACKING_PASSWORD"):
         tracking.check_server(mlflow_server["url"])
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+    log_in(monkeypatch, USER, PASSWORD)
     tracking.check_server(mlflow_server["url"])  # the right ones pass
 
 
@@ -210,26 +214,22 @@ def test_a_changed_password_is_refused_at_once_though_logins_are_remembered(
     from mlflow.server import get_app_client
 
     config = configparser.ConfigParser(interpolation=None)
-    config.read(mlflow_server["log"].parent / "basic_auth.ini")
+    config.read(mlflow_server["auth_config"])
     assert config.getint("mlflow", "auth_cache_ttl_seconds") > 0
-
-    def log_in(user: str, password: str) -> None:  # the clients read them from the environment
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
 
     admin = get_app_client("basic-auth", tracking_uri=mlflow_server["url"])
     name, old, new = "shdh-rotated", "shdh-rotated-password-0", "shdh-rotated-password-1"
-    log_in(USER, PASSWORD)
+    log_in(monkeypatch, USER, PASSWORD)
     admin.create_user(name, old)
-    log_in(name, old)
+    log_in(monkeypatch, name, old)
     for _ in range(2):  # the second login is the remembered one
         tracking.check_server(mlflow_server["url"])
-    log_in(USER, PASSWORD)
+    log_in(monkeypatch, USER, PASSWORD)
     admin.update_user_password(name, new)
-    log_in(name, old)
+    log_in(monkeypatch, name, old)
     with pytest.raises(tracking.TrackingUnavailableError, match="MLFLOW_TRACKING_PASSWORD"):
         tracking.check_server(mlflow_server["url"])
-    log_in(name, new)
+    log_in(monkeypatch, name, new)
     tracking.check_server(mlflow_server["url"])
 
 
@@ -250,8 +250,7 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     from shdh.steps.prepare import load_prepared
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server["url"])
-    for name, value in AUTH.items():
-        monkeypatch.setenv(name, value)
+    log_in(monkeypatch, USER, PASSWORD)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_S3_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(REPO)
@@ -271,8 +270,7 @@ def test_the_best_encoder_is_registered_and_loaded_back_by_its_alias(
     get_app_client("basic-auth", tracking_uri=mlflow_server["url"]).create_user(
         reader, reader_password
     )
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", reader)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", reader_password)
+    log_in(monkeypatch, reader, reader_password)
     encoder = RegisteredModel("shdh-smoke", "best").load()
     assert encoder.n_bits == 16 and encoder.run_id == model.metadata.run_id
     np.testing.assert_array_equal(encoder.encode(images), codes.db_codes[:50])
@@ -303,8 +301,7 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
     experiment, model = "shdh-least-privilege", "shdh-least-privilege-encoder"
     step_user, search_user = "shdh-pipeline", "shdh-search"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
-    for name, value in AUTH.items():
-        monkeypatch.setenv(name, value)
+    log_in(monkeypatch, USER, PASSWORD)
     admin = MlflowClient(url)
     admin.create_registered_model(model)  # one an earlier install registered
     other = admin.create_experiment("shdh-least-privilege-other")
@@ -325,8 +322,7 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
         assert result.returncode == 0, result.stderr
     assert f"{step_user} may edit registered_model {model}" in result.stdout
 
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", step_user)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    log_in(monkeypatch, step_user, password)
     step = MlflowClient(url)
     run = step.create_run(step.get_experiment_by_name(experiment).experiment_id)
     step.log_metric(run.info.run_id, "ndcg_at_100", 0.9)
@@ -340,8 +336,7 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
     version = step.create_model_version(model, f"runs:/{run.info.run_id}/model", run.info.run_id)
     step.set_registered_model_alias(model, "champion", version.version)
 
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", search_user)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", f"search-{password}")
+    log_in(monkeypatch, search_user, f"search-{password}")
     search = MlflowClient(url)
     assert search.get_model_version_by_alias(model, "champion").run_id == run.info.run_id
     assert search.get_run(run.info.run_id).data.metrics["ndcg_at_100"] == 0.9
@@ -356,7 +351,6 @@ def test_the_steps_user_edits_the_pipelines_experiment_and_administers_nothing(
     assert search.get_model_version_by_alias(model, "champion").version == version.version
 
     # The first password no longer logs in.
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", step_user)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "shdh-step-password-0123")
+    log_in(monkeypatch, step_user, "shdh-step-password-0123")
     with pytest.raises(MlflowException):
         MlflowClient(url).get_experiment_by_name(experiment)

@@ -37,6 +37,7 @@ SEED = 20261128
 def digests(skip: frozenset[str] = frozenset()) -> dict[str, str]:
     import torch
     import torch.nn.functional as F
+    from torch.optim.sgd import sgd
 
     torch.set_num_threads(1)  # float sums depend on the thread count; one CPU of any machine
     rng = np.random.default_rng(SEED)
@@ -88,13 +89,26 @@ def digests(skip: frozenset[str] = frozenset()) -> dict[str, str]:
     out["exp_log"] = fwd_bwd(lambda a: torch.log(torch.exp(a) + 1.0), t(4096, scale=3.0))
     out["sum"] = digest(t(1 << 20, grad=False).sum(), t(1000, 1000, grad=False).sum(dim=1))
     out["mean_sq"] = fwd_bwd(lambda a: (a * a).mean(), t(4096, 48))
-    # three SGD steps with momentum and weight decay
+    # three SGD steps with momentum and weight decay: torch.optim.SGD's arithmetic through its
+    # functional form, which, unlike the class, does not import torch._dynamo (a quarter of
+    # this module's time under an emulator)
     p = torch.nn.Parameter(t(4096, grad=False))
-    opt = torch.optim.SGD([p], lr=0.01, momentum=0.9, weight_decay=5e-4)
+    momentum_buffers: list[torch.Tensor | None] = [None]
     for _ in range(3):
-        opt.zero_grad()
+        p.grad = None
         (p.sin() * p).sum().backward()
-        opt.step()
+        with torch.no_grad():
+            sgd(
+                [p],
+                [p.grad],
+                momentum_buffers,
+                lr=0.01,
+                momentum=0.9,
+                weight_decay=5e-4,
+                dampening=0.0,
+                nesterov=False,
+                maximize=False,
+            )
     out["sgd_momentum"] = digest(p)
     return out
 

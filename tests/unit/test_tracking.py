@@ -118,9 +118,7 @@ def test_the_commit_is_gits_head_in_a_checkout_and_unknown_outside_one(tmp_path,
     assert tracking.git_commit() == "unknown"
 
 
-def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
-    tmp_path, monkeypatch
-):
+def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(monkeypatch):
     import mlflow
 
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "shdh-mine")
@@ -130,11 +128,12 @@ def test_the_experiment_is_a_model_training_one_with_artifacts_beside_the_store(
     experiment = mlflow.MlflowClient().get_experiment(active.info.experiment_id)
     assert experiment.name == "shdh-mine"
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert experiment.artifact_location == (tmp_path / "mlruns").as_uri()
+    beside = Path(tracking.tracking_uri().removeprefix("sqlite:///")).parent / "mlruns"
+    assert experiment.artifact_location == beside.as_uri()
     run = mlflow.MlflowClient().get_run(active.info.run_id)
     assert run.data.tags["mlflow.source.git.commit"] == "a" * 40
     assert run.data.tags["mlflow.source.type"] == "LOCAL"
-    assert (tmp_path / "mlruns").is_dir()
+    assert beside.is_dir()
 
 
 def test_parent_run_lives_from_the_first_step_to_evaluate_and_fails_with_a_step(tmp_path):

@@ -1,0 +1,52 @@
+"""Each test's own MLflow store, copied from one made empty once per worker.
+
+MLflow makes a new SQLite store's tables by running its whole migration history, about 1.6 s
+of CPU on these machines, on the first use of every store. A suite whose tests each track into
+a store of their own paid that a few dozen times; a copy of an empty store at the head revision
+costs a few milliseconds. The tests that make a store as a user does (a fresh clone's
+`dvc repro`, the servers) still start from nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+STORE_NAME = "mlflow.db"
+
+
+def make_empty_store(folder: Path) -> Path:
+    """An MLflow store with its tables made and nothing logged, in folder."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    path = folder / STORE_NAME
+    store = SqlAlchemyStore(f"sqlite:///{path}", str(folder / "mlruns"))
+    store.engine.dispose()
+    return path
+
+
+def copy_store(empty: Path, folder: Path) -> Path:
+    """A copy of the empty store in folder, its Default experiment's artifacts moved there too
+    (MLflow wrote the template's folder into it), so that no two tests share a folder."""
+    folder.mkdir(parents=True)
+    path = folder / STORE_NAME
+    shutil.copyfile(empty, path)
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+            (str(folder / "mlruns" / "0"),),
+        )
+    db.close()
+    return path
+
+
+def remove_if_unused(path: Path, copied: tuple[int, int]) -> None:
+    """Delete a test's store folder when the test left it as copied (same size and time, nothing
+    beside it), so that the thousands of tests that never track leave no copies behind; a store
+    a test wrote to stays for a look after a failure, as tmp_path does."""
+    stat = path.stat()
+    if (stat.st_size, stat.st_mtime_ns) == copied and [p.name for p in path.parent.iterdir()] == [
+        STORE_NAME
+    ]:
+        shutil.rmtree(path.parent)
