@@ -45,8 +45,9 @@ def remove_if_unused(path: Path, copied: tuple[int, int]) -> None:
     """Delete a test's store folder when the test left it as copied (same size and time, nothing
     beside it), so that the thousands of tests that never track leave no copies behind; a store
     a test wrote to stays for a look after a failure, as tmp_path does."""
+    if not path.is_file():  # a test that removed it has nothing left to keep
+        return
     stat = path.stat()
-    if (stat.st_size, stat.st_mtime_ns) == copied and [p.name for p in path.parent.iterdir()] == [
-        STORE_NAME
-    ]:
+    alone = [p.name for p in path.parent.iterdir()] == [STORE_NAME]
+    if alone and (stat.st_size, stat.st_mtime_ns) == copied:
         shutil.rmtree(path.parent)
