@@ -1,10 +1,10 @@
 """Each test's own MLflow store, copied from one made empty once per worker.
 
 MLflow makes a new SQLite store's tables by running its whole migration history, about 1.6 s
-of CPU on these machines, on the first use of every store. A suite whose tests each track into
-a store of their own paid that a few dozen times; a copy of an empty store at the head revision
-costs a few milliseconds. The tests that make a store as a user does (a fresh clone's
-`dvc repro`, the servers) still start from nothing.
+of CPU on these machines, on the first use of every store, and a few dozen tests track into a
+store of their own; a copy of an empty store at the head revision costs a few milliseconds. The
+tests that make a store as a user does (a fresh clone's `dvc repro`, the servers) still start
+from nothing.
 """
 
 from __future__ import annotations
