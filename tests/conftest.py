@@ -91,7 +91,7 @@ def isolated_tracking(tmp_path, tmp_path_factory, empty_tracking_store, monkeypa
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.setenv("GIT_PYTHON_REFRESH", "quiet")
     yield
-    remove_if_unused(store, (copied.st_size, copied.st_mtime_ns))
+    remove_if_unused(store, copied)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from nothing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -32,16 +34,15 @@ def copy_store(empty: Path, folder: Path) -> Path:
     folder.mkdir(parents=True)
     path = folder / STORE_NAME
     shutil.copyfile(empty, path)
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # closed, after the commit
         db.execute(
             "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
             (str(folder / "mlruns" / "0"),),
         )
-    db.close()
     return path
 
 
-def remove_if_unused(path: Path, copied: tuple[int, int]) -> None:
+def remove_if_unused(path: Path, copied: os.stat_result) -> None:
     """Delete a test's store folder when the test left it as copied (same size and time, nothing
     beside it), so that the thousands of tests that never track leave no copies behind; a store
     a test wrote to stays for a look after a failure, as tmp_path does."""
@@ -49,5 +50,5 @@ def remove_if_unused(path: Path, copied: tuple[int, int]) -> None:
         return
     stat = path.stat()
     alone = [p.name for p in path.parent.iterdir()] == [STORE_NAME]
-    if alone and (stat.st_size, stat.st_mtime_ns) == copied:
+    if alone and (stat.st_size, stat.st_mtime_ns) == (copied.st_size, copied.st_mtime_ns):
         shutil.rmtree(path.parent)
