@@ -105,11 +105,12 @@ data: setup
 	fi
 	shdh fetch
 
-## dvc-deps: regenerate each DVC stage's code dependencies in dvc.yaml from the imports of the
-## command it runs (tests/dvc_code_deps.py); tests/unit/test_dvc_deps.py fails until this is run
+## dvc-deps: regenerate stage-code.json, the code each DVC stage runs, from the imports of the
+## command it runs (tests/dvc_code_deps.py); the inputs stage hashes those files into the record
+## each stage depends on. tests/unit/test_dvc_deps.py fails until this is run
 .PHONY: dvc-deps
 dvc-deps: setup
-	$(BIN)/python -m tests.dvc_code_deps dvc.yaml
+	$(BIN)/python -m tests.dvc_code_deps dvc.yaml stage-code.json
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks components pipelines tools

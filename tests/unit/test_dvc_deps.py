@@ -1,63 +1,68 @@
 """Every DVC stage depends on exactly the code its command runs, so `dvc repro` never serves a
-result that older code made: dvc.yaml's code entries are generated from the import graph
-(tests/dvc_code_deps.py, `make dvc-deps`) and checked here against the current imports."""
+result that older code made: stage-code.json, whose files the inputs stage hashes into the record
+each stage depends on, is generated from the import graph (tests/dvc_code_deps.py,
+`make dvc-deps`) and checked here against the current imports."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
+from shdh.cli import main
 from tests import dvc_code_deps
 from tests.conftest import REPO
 from tests.e2e.clone import clone_repo, sh
 
-PACKAGES = dvc_code_deps.import_graph.PACKAGES
+CODE_LIST = REPO / "stage-code.json"
 
 
-def differences(dvc_yaml, **layout) -> list[str]:
-    declared = dvc_code_deps.declared_code_deps(dvc_yaml, layout.get("packages", PACKAGES))
+def differences(dvc_yaml, code_list, **layout) -> list[str]:
+    declared = dvc_code_deps.declared_code_deps(code_list)
     computed = dvc_code_deps.stage_code_deps(dvc_yaml, **layout)
     found = []
     for stage, paths in computed.items():
-        missing = sorted(set(paths) - set(declared[stage]))
-        extra = sorted(set(declared[stage]) - set(paths))
+        listed = declared.get(stage, [])
+        missing = sorted(set(paths) - set(listed))
+        extra = sorted(set(listed) - set(paths))
         if missing:
-            found.append(f"stage {stage}: code it runs, not in dvc.yaml: {', '.join(missing)}")
+            found.append(f"stage {stage}: code it runs, not listed: {', '.join(missing)}")
         if extra:
-            found.append(f"stage {stage}: in dvc.yaml, not generated: {', '.join(extra)}")
+            found.append(f"stage {stage}: listed, not generated: {', '.join(extra)}")
     return found
 
 
 def test_every_stage_depends_on_the_code_it_runs():
-    found = differences(REPO / "dvc.yaml")
+    found = differences(REPO / "dvc.yaml", CODE_LIST)
     assert not found, (
-        "dvc.yaml's code dependencies are out of date; run `make dvc-deps` and commit dvc.yaml:\n  "
+        "stage-code.json is out of date; run `make dvc-deps` and commit it:\n  "
         + "\n  ".join(found)
     )
 
 
-def test_dvc_ignores_bytecode_inside_folder_dependencies():
-    """A folder dependency covers its __pycache__: without this, the .pyc files that running a
-    stage writes (different for each Python version) would mark the stage changed."""
-    code = dvc_code_deps.stage_code_deps(REPO / "dvc.yaml")
-    folders = sorted({p for paths in code.values() for p in paths if (REPO / p).is_dir()})
-    ignored = (REPO / ".dvcignore").read_text().split()
-    assert not folders or "__pycache__/" in ignored, f"{folders} would hash their __pycache__"
+def test_every_stage_that_runs_code_depends_on_the_record_of_it():
+    """The list is only half: each stage must depend on the record the inputs stage writes of
+    its files, and the inputs stage must be the one that writes it."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    inputs = stages["inputs"]
+    assert "--code stage-code.json" in inputs["cmd"]
+    written = [next(iter(out)) for out in inputs["outs"]]
+    for stage in dvc_code_deps.declared_code_deps(CODE_LIST):
+        record = f"artifacts/inputs/{stage}.json"
+        assert record in written, f"the inputs stage does not write {record}"
+        body = stages[stage].get("do", stages[stage])
+        assert record in body["deps"], f"stage {stage} does not depend on {record}"
+        assert not any(d.startswith("src/") for d in body["deps"]), stage
 
 
-def stages_running(path: str, dvc_yaml=REPO / "dvc.yaml") -> set[str]:
-    """The stages whose code entries in dvc.yaml cover `path` (itself, or a folder above it):
-    those that `dvc repro` reruns when it is edited."""
-    declared = dvc_code_deps.declared_code_deps(dvc_yaml)
-    return {
-        stage
-        for stage, deps in declared.items()
-        if any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
-    }
+def stages_running(path: str) -> set[str]:
+    """The stages whose list names `path`: those that `dvc repro` reruns when it is edited."""
+    declared = dvc_code_deps.declared_code_deps(CODE_LIST)
+    return {stage for stage, files in declared.items() if path in files}
 
 
 # Each stage reruns for the code it executes, and only for it: the training loop's edit reruns
@@ -211,54 +216,37 @@ def toy(tmp_path):
     return tmp_path
 
 
-def test_a_new_import_fails_the_check_until_the_deps_are_regenerated(toy):
-    dvc_yaml = toy / "dvc.yaml"
-    assert differences(dvc_yaml, **TOY_LAYOUT)  # the hand-written entry is stale
-    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
-    assert differences(dvc_yaml, **TOY_LAYOUT) == []
+def test_a_new_import_fails_the_check_until_the_list_is_regenerated(toy):
+    dvc_yaml, code_list = toy / "dvc.yaml", toy / "stage-code.json"
+    code_list.write_text('{"stages": {"prepare": ["src/toy/old.py"]}}')  # a stale list
+    assert differences(dvc_yaml, code_list, **TOY_LAYOUT)
+    before = dvc_yaml.read_text()
+    dvc_code_deps.write_code_deps(dvc_yaml, code_list, **TOY_LAYOUT)
+    assert differences(dvc_yaml, code_list, **TOY_LAYOUT) == []
+    assert dvc_yaml.read_text() == before  # dvc.yaml names records, never the code itself
     common = ["src/toy/__init__.py", "src/toy/commands/__init__.py"]
-    assert dvc_code_deps.declared_code_deps(dvc_yaml, TOY_LAYOUT["packages"]) == {
-        "prepare": [*common, "src/toy/commands/prepare.py", "src/toy/io"],  # all of io: a folder
+    assert dvc_code_deps.declared_code_deps(code_list) == {
+        "prepare": [
+            *common,
+            "src/toy/commands/prepare.py",
+            "src/toy/io/__init__.py",
+            "src/toy/io/read.py",
+        ],
         "train": [*common, "src/toy/commands/train.py", "src/toy/core.py"],
-        "check": [],  # runs on every repro anyway
         "summary": [*common, "src/toy/commands/train.py", "src/toy/core.py"],
-    }
+    }  # not `check`: it runs on every repro anyway
+    written = code_list.read_text()
+    dvc_code_deps.write_code_deps(dvc_yaml, code_list, **TOY_LAYOUT)
+    assert code_list.read_text() == written  # regenerating changes nothing
 
     core = toy / "src/toy/core.py"
     core.write_text(core.read_text() + "\n\ndef more():\n    import toy.extra\n")
-    assert differences(dvc_yaml, **TOY_LAYOUT) == [
-        f"stage {stage}: code it runs, not in dvc.yaml: src/toy/extra.py"
+    assert differences(dvc_yaml, code_list, **TOY_LAYOUT) == [
+        f"stage {stage}: code it runs, not listed: src/toy/extra.py"
         for stage in ("train", "summary")
     ]
-    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
-    assert differences(dvc_yaml, **TOY_LAYOUT) == []
-
-
-def test_the_writer_keeps_everything_but_the_code_entries(toy):
-    dvc_yaml = toy / "dvc.yaml"
-    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
-    written = dvc_yaml.read_text()
-    header = f"# {dvc_code_deps.HEADER}"
-    assert written.startswith("stages:\n  # the stage that reads the raw files\n  prepare:\n")
-    assert textwrap.dedent(f"""\
-        deps:
-          - data/raw   # the raw files
-          {header}
-          - src/toy/__init__.py
-          - src/toy/commands/__init__.py
-          - src/toy/commands/prepare.py
-          - src/toy/io
-        outs:
-          - data/prepared
-        """) in textwrap.dedent(written.split("  prepare:\n")[1].split("  train:")[0])
-    assert (
-        "        - data/prepared\n        " + header + "\n        - src/toy/__init__.py" in written
-    )
-    # a stage with no deps gets them right after its cmd
-    assert "    cmd: toy train --summary\n    deps:\n      " + header + "\n" in written
-    assert written.count(header) == 3 and "old.py" not in written
-    dvc_code_deps.write_code_deps(dvc_yaml, **TOY_LAYOUT)
-    assert dvc_yaml.read_text() == written  # regenerating changes nothing
+    dvc_code_deps.write_code_deps(dvc_yaml, code_list, **TOY_LAYOUT)
+    assert differences(dvc_yaml, code_list, **TOY_LAYOUT) == []
 
 
 def test_a_command_with_no_module_is_named(toy):
@@ -269,10 +257,11 @@ def test_a_command_with_no_module_is_named(toy):
 
 
 # What DVC itself says. In a copy of the checkout whose every stage is committed as up to date
-# (placeholder files stand in for the data and the outputs: only the code's hashes matter),
-# an edit of a reporting module makes evaluate the one stage with a changed dependency; the
-# stages after it (register, index) depend on its outputs, so DVC reruns them only when those
-# change. `inputs` is always changed by design.
+# (the inputs stage's records as it writes them; placeholder files stand in for the data and the
+# other outputs: only the code's hashes matter), an edit of a reporting module changes the record
+# of evaluate alone once the inputs stage has run, as `dvc repro` runs it first; the stages after
+# evaluate (register, index) depend on its outputs, so DVC reruns them only when those change.
+# `inputs` is always changed by design.
 ALWAYS_CHANGED = {"inputs"}
 
 PLACEHOLDERS = """
@@ -292,12 +281,21 @@ for stage in Repo(".").index.stages:
 """
 
 
+def record_inputs(copy: Path) -> None:
+    """What `dvc repro` runs first, in this process: a `shdh` process spends seconds importing
+    torch before it hashes a file."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(copy)
+        assert main(["inputs", "--out", "artifacts/inputs", "--code", "stage-code.json"]) == 0
+
+
 @pytest.fixture(scope="module")
 def committed_copy(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A copy of the checkout as git would clone it, every DVC stage committed as up to date;
     with the environment to run dvc there."""
     copy = tmp_path_factory.mktemp("checkout") / "shdh"
     env = clone_repo(copy)
+    record_inputs(copy)
     sh([sys.executable, "-c", PLACEHOLDERS], copy, env)
     sh(["dvc", "commit", "--force", "--quiet"], copy, env)
     assert set(json.loads(sh(["dvc", "status", "--json"], copy, env))) == ALWAYS_CHANGED
@@ -312,12 +310,16 @@ def test_dvc_reruns_nothing_before_evaluate_for_a_reporting_edit(committed_copy,
     copy, env = committed_copy
     path = copy / module
     text = path.read_text()
-    path.write_text(text + "\n# an edit of the figures' or the report's code\n")
+    edited = text + "\n# an edit of the figures' or the report's code\n"
+    path.write_text(edited)
     try:
+        record_inputs(copy)
         status = json.loads(sh(["dvc", "status", "--json"], copy, env))
+        record = json.loads((copy / "artifacts" / "inputs" / "evaluate.json").read_text())
     finally:
         path.write_text(text)
+        record_inputs(copy)
     assert set(status) - ALWAYS_CHANGED == {"evaluate"}
     [changed] = [entry["changed deps"] for entry in status["evaluate"]]
-    [(dep, state)] = changed.items()  # the module, or the folder dvc.yaml lists it under
-    assert state == "modified" and (dep == module or module.startswith(dep + "/"))
+    assert changed == {"artifacts/inputs/evaluate.json": "modified"}
+    assert record["code"][module] == hashlib.md5(edited.encode()).hexdigest()

@@ -11,7 +11,7 @@ import pytest
 from shdh.data.folder import make_shapes_folder
 from shdh.data.idx import DataFormatError
 from shdh.settings.profiles import load_params
-from shdh.steps.input_hashes import hashes, stage_inputs, write_records
+from shdh.steps.input_hashes import hashes, load_code_list, stage_inputs, write_records
 from tests.conftest import REPO
 
 PARAMS = load_params(REPO / "params.yaml")
@@ -59,6 +59,60 @@ def test_records_change_exactly_when_a_file_does(own, tmp_path):
     (tmp_path / "tree.json").write_text('{"x": 1}')
     changed = {s: p.read_text() for s, p in write_records(own, "rec").items()}
     assert [s for s in changed if changed[s] != first[s]] == ["tree"]
+
+
+def test_each_stage_with_code_gets_a_record_that_follows_its_code(own, tmp_path):
+    """A stage's code is hashed into its own record, beside the files params.yaml names: an edit
+    of a module changes the records of the stages whose list names it, and no other."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "shared.py").write_text("A = 1\n")
+    (tmp_path / "src" / "train_only.py").write_text("B = 2\n")
+    (tmp_path / "stage-code.json").write_text(
+        json.dumps(
+            {"stages": {"tree": ["src/shared.py"], "train": ["src/shared.py", "src/train_only.py"]}}
+        )
+    )
+    code = load_code_list("stage-code.json")
+    first = {s: p.read_text() for s, p in write_records(own, "rec", code).items()}
+    assert list(first) == ["tree", "train", "prepare", "evaluate"]  # the list's order first
+    train = json.loads(first["train"])
+    assert train == {
+        "stage": "train",
+        "files": {},
+        "code": {
+            "src/shared.py": "f177efe7d7ebb2dcf9c50bd7e9342231",
+            "src/train_only.py": "33937aaec6cfc966b35a6b1ef6365f5c",
+        },
+    }
+    assert json.loads(first["tree"])["files"] == {"tree.json": "99914b932bd37a50b983c5e7c90ae93b"}
+    assert "code" not in json.loads(first["prepare"])  # no code listed for it here
+    (tmp_path / "src" / "train_only.py").write_text("B = 3\n")
+    changed = {s: p.read_text() for s, p in write_records(own, "rec", code).items()}
+    assert [s for s in changed if changed[s] != first[s]] == ["train"]
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (None, r"^stage-code\.json: no such file: the code each DVC stage runs \(`make dvc-deps`"),
+        ("{", r"^stage-code\.json: not JSON: "),
+        ('{"stages": ["src/a.py"]}', r"^stage-code\.json: stages: expected an object"),
+        ('{"stages": {"train": "src/a.py"}}', r"^stage-code\.json: stages\.train: expected a list"),
+        (
+            '{"stages": {"train": ["src/gone.py"]}}',
+            r"^stage-code\.json: stages\.train: src/gone\.py: no such file; the list is out of "
+            r"date \(`make dvc-deps` regenerates it\)",
+        ),
+    ],
+)
+def test_a_missing_or_malformed_code_list_is_named_with_its_field(
+    tmp_path, monkeypatch, text, error
+):
+    monkeypatch.chdir(tmp_path)
+    if text is not None:
+        (tmp_path / "stage-code.json").write_text(text)
+    with pytest.raises((OSError, ValueError), match=error):
+        load_code_list("stage-code.json")
 
 
 def test_a_file_whose_size_and_time_are_unchanged_is_not_read_again(tmp_path):

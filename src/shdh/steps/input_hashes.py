@@ -1,12 +1,20 @@
-"""The files a stage reads that dvc.yaml cannot list, as content hashes DVC can depend on.
+"""The files a stage reads that dvc.yaml does not list, as content hashes DVC can depend on.
 
-dvc.yaml lists each stage's dependencies as paths, and a path from params.yaml only where the
-setting is always a file or folder. Some inputs are not: tree.source is a file only when it is
-not `dataset` or `builtin:NAME`, a table's images are named inside the table, and the alpha
-sweep may not exist yet. The `inputs` stage runs on every `dvc repro` (it is cheap: file sizes
-and times are checked first, and only changed files are read again) and writes, per stage, the
-hash of every such file it reads; the stage depends on that record, so editing one of them
-reruns exactly the stage that reads it, as editing a listed dependency would.
+Two kinds. First, a stage's own code: the modules its command imports, transitively, listed per
+stage in stage-code.json (generated from the import graph by `make dvc-deps`, checked by
+tests/unit/test_dvc_deps.py). Listing them in dvc.yaml instead made dvc.lock thousands of lines,
+which DVC parses again around every stage it runs: on two cores that was about 25 s of a smoke
+`dvc exp run` and 10 s of a `dvc repro`, spent on YAML.
+
+Second, the inputs params.yaml names only sometimes: tree.source is a file only when it is not
+`dataset` or `builtin:NAME`, a table's images are named inside the table, and the alpha sweep may
+not exist yet.
+
+The `inputs` stage runs on every `dvc repro` (it is cheap: file sizes and times are checked
+first, and only changed files are read again) and writes, per stage, the hash of every such file
+it reads; the stage depends on that record, so editing one of them reruns exactly the stage that
+reads it, as editing a listed dependency would. `dvc status` sees such an edit once the stage
+has run (`shdh inputs`, or any `dvc repro`).
 
 Running first, it is also where your own data is checked before any output is deleted: DVC
 removes a stage's outputs before it runs the stage, so a bad label found by `prepare` itself
@@ -27,7 +35,8 @@ from shdh.runtime.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-STAGES = ("prepare", "tree", "evaluate")  # one record each: OUT_DIR/STAGE.json
+STAGES = ("prepare", "tree", "evaluate")  # the stages that may read files params.yaml names
+CODE_LIST = "stage-code.json"  # {"stages": {stage: [source files]}}, from `make dvc-deps`
 STAT_CACHE = ".stat-cache.json"  # (size, mtime) -> md5 of files hashed before; not a DVC output
 
 
@@ -99,20 +108,65 @@ def hashes(paths: list[Path], cache: dict[str, list]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def write_records(params: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """Write OUT_DIR/STAGE.json, the hashes of each stage's extra inputs; returns the paths."""
+def load_code_list(path: str | Path = CODE_LIST) -> dict[str, list[Path]]:
+    """{stage: its code files} from stage-code.json; a missing or malformed list, or a listed
+    file that is gone, is named with the field at fault before any record is written."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path}: no such file: the code each DVC stage runs (`make dvc-deps` writes it)"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    stages = document.get("stages") if isinstance(document, dict) else None
+    if not isinstance(stages, dict):
+        raise ValueError(f"{path}: stages: expected an object of stage: [source files]")
+    found = {}
+    for stage, files in stages.items():
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise ValueError(f"{path}: stages.{stage}: expected a list of file paths")
+        found[stage] = [path.parent / f for f in files]  # relative to the list, as in dvc.yaml
+        missing = [f for f, p in zip(files, found[stage], strict=True) if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{path}: stages.{stage}: {', '.join(missing)}: no such file; the list is out of "
+                "date (`make dvc-deps` regenerates it)"
+            )
+    return found
+
+
+def write_records(
+    params: Mapping[str, Any],
+    out_dir: str | Path,
+    code: Mapping[str, list[Path]] | None = None,
+) -> dict[str, Path]:
+    """Write OUT_DIR/STAGE.json, the hashes of each stage's extra inputs ("files") and of its
+    code ("code", from load_code_list); returns the paths."""
     out_dir = Path(out_dir)
     cache_path = out_dir / STAT_CACHE
     try:
         cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     except ValueError:
         cache = {}  # a damaged cache only costs reading the files again
+    code = code or {}
+    extra = stage_inputs(params)
     written, used = {}, {}
-    for stage, paths in stage_inputs(params).items():
-        record = {"stage": stage, "files": hashes(paths, cache)}
-        used.update({key: cache[key] for key in record["files"]})
+    for stage in [*code, *(s for s in STAGES if s not in code)]:
+        record = {"stage": stage, "files": hashes(extra.get(stage, []), cache)}
+        if stage in code:
+            record["code"] = hashes(code[stage], cache)
+        for hashed in (record["files"], record.get("code", {})):
+            used.update({key: cache[key] for key in hashed})
         written[stage] = out_dir / f"{stage}.json"
         atomic_write_text(written[stage], json.dumps(record, indent=1) + "\n")
-        log.info("%s: %d input file(s) of stage %s", written[stage], len(paths), stage)
+        log.info(
+            "%s: %d code file(s) and %d other input file(s) of stage %s",
+            written[stage],
+            len(record.get("code", {})),
+            len(record["files"]),
+            stage,
+        )
     atomic_write_text(cache_path, json.dumps(used) + "\n")
     return written
