@@ -51,7 +51,7 @@ def wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> None
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
+            time.sleep(0.1)  # a start-up takes seconds: poll often, it is one refused connect
     raise RuntimeError(
         f"mlflow server at {url} not healthy after {START_TIMEOUT_S:.0f} s:\n"
         f"{log_path.read_text()[-4000:]}"

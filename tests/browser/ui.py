@@ -66,7 +66,7 @@ def wait_for(check: Callable[[], Any], what: str, browser: Any, timeout: float =
                 return found
         except Exception as exc:  # the page is still rendering: elements come and go
             last = exc
-        time.sleep(0.5)
+        time.sleep(0.2)
     text = page_text(browser)
     pytest.fail(
         f"the MLflow UI did not show {what} in {timeout:.0f} s ({last}); "

@@ -154,7 +154,7 @@ def wait_until_writable(server: S3Server, process: subprocess.Popen, log_path: P
             return
         except (BotoCoreError, ClientError) as exc:
             last = exc
-            time.sleep(0.5)
+            time.sleep(0.2)
     log = log_path.read_text()
     raise RuntimeError(
         f"SeaweedFS S3 at {server.endpoint} not writable after {START_TIMEOUT_S:.0f} s "

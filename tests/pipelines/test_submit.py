@@ -183,7 +183,8 @@ def kubeflow() -> Iterator[tuple[RecordingKubeflow, str]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll: shutdown() waits for the next one, half a second by default, in every test
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield server_state, f"http://127.0.0.1:{server.server_address[1]}"

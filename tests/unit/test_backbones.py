@@ -184,7 +184,7 @@ def test_web_weights_are_fetched_once_and_verified(resnet18_file, tmp_path, monk
     monkeypatch.setenv("SHDH_WEIGHTS_CACHE", str(tmp_path / "cache"))
     handler = partial(_Quiet, directory=str(resnet18_file.parent))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}/{resnet18_file.name}"
         good = LoopSettings(pretrained=url, pretrained_sha256=_sha(resnet18_file))
