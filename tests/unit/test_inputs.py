@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from shdh.cli import main
 from shdh.data.folder import make_shapes_folder
 from shdh.data.idx import DataFormatError
 from shdh.settings.profiles import load_params
@@ -154,3 +155,20 @@ def test_own_data_is_checked_as_prepare_would_without_decoding_an_image(own, tmp
     with pytest.raises(DataFormatError, match=r"^name: name 'a\|b' contains '\|'"):
         stage_inputs(own)
     assert not (tmp_path / "rec").exists()
+
+
+def test_the_command_needs_the_list_only_where_it_is_named(own, tmp_path, caplog):
+    """dvc.yaml names stage-code.json, so a checkout without it fails; outside a checkout (no
+    list, none named) the records hold the other inputs alone; one beside them is read."""
+    params = tmp_path / "params.yaml"
+    params.write_text(json.dumps(own))  # JSON is YAML
+    args = ["inputs", "--params", str(params), "--out", "rec"]
+    assert main([*args, "--code", "stage-code.json"]) == 1
+    assert "stage-code.json: no such file: the code each DVC stage runs" in caplog.text
+    assert main(args) == 0
+    assert "code" not in json.loads((tmp_path / "rec" / "tree.json").read_text())
+    (tmp_path / "stage-code.json").write_text('{"stages": {"tree": ["tree.json"]}}')
+    assert main(args) == 0
+    assert json.loads((tmp_path / "rec" / "tree.json").read_text())["code"] == {
+        "tree.json": "99914b932bd37a50b983c5e7c90ae93b"
+    }

@@ -6,6 +6,7 @@ stage's outputs."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from shdh.commands.common import add_params_argument, load_settings, script_main
 from shdh.steps.input_hashes import CODE_LIST, load_code_list, write_records
@@ -19,14 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"where the records go ({DEFAULT_OUT})")
     parser.add_argument(
         "--code",
-        default=CODE_LIST,
-        help=f"the code each stage runs, from `make dvc-deps` ({CODE_LIST})",
+        help=f"the code each stage runs, from `make dvc-deps`, as dvc.yaml gives it; without "
+        f"it, {CODE_LIST} where there is one (outside a checkout there is none: no code records)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     params = load_settings(args).params  # the settings' errors first: the commonest
-    for stage, path in write_records(params, args.out, load_code_list(args.code)).items():
+    code_list = args.code or (CODE_LIST if Path(CODE_LIST).is_file() else None)
+    code = load_code_list(code_list) if code_list else {}
+    for stage, path in write_records(params, args.out, code).items():
         print(f"{path}: inputs of stage {stage}")
     return 0
 
