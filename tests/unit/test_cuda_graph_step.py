@@ -93,3 +93,62 @@ def test_graphed_and_eager_steps_train_alike_on_a_card(fused):
     assert graphed.replays == 12 - cuda_graph_step.WARMUP_STEPS and graphed.lr == 0.05
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_capture_leaves_other_threads_cuda_calls_alone(monkeypatch):
+    """The capture asks for thread_local mode: in the default global one, a loader's pin-memory
+    thread allocating pinned memory during the capture fails it, and that thread's error then
+    ends the fit at the next batch (as a loader benchmark with 12 workers did on an H200)."""
+    modes = []
+
+    class Recording:
+        def __init__(self, graph, **kwargs):
+            modes.append(kwargs.get("capture_error_mode"))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(GraphedStep, "_on_side_stream", GraphedStep.eager)
+    monkeypatch.setattr(cuda_graph_step.torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(cuda_graph_step.torch.cuda, "graph", Recording)
+    _, optimizer, step = _model_and_step()
+    graphed = GraphedStep(step, optimizer, torch.device("cpu"))
+    (x, y), *_ = _batches(1)
+    for _ in range(cuda_graph_step.WARMUP_STEPS):
+        graphed(x, y)
+    graphed._capture((x, y), 0.1)
+    assert modes == ["thread_local"] and not graphed.failed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_thread_pinning_memory_during_the_capture_does_not_break_it():
+    """A pin-memory thread at work, as a DataLoader's is while the next batch is staged: the
+    graph is captured and replayed, and the thread's calls all succeed."""
+    import threading
+
+    device = torch.device("cuda")
+    _, optimizer, step = _model_and_step(device)
+    graphed = GraphedStep(step, optimizer, device)
+    errors, stop = [], threading.Event()
+
+    def pin() -> None:
+        while not stop.is_set():
+            try:
+                torch.empty(1 << 18).pin_memory()
+            except Exception as err:  # noqa: BLE001 - the test reports whatever it was
+                errors.append(err)
+                return
+
+    thread = threading.Thread(target=pin, daemon=True)
+    thread.start()
+    try:
+        for x, y in _batches(cuda_graph_step.WARMUP_STEPS + 4):
+            graphed(x.to(device), y.to(device))
+    finally:
+        stop.set()
+        thread.join()
+    assert not graphed.failed and graphed.replays == 4
+    assert errors == []

@@ -15,6 +15,8 @@ step computes, kernel for kernel; what it needs (torch.cuda.graphs):
   short last batch of an epoch) zeroes them in place, keeping the graph's buffers;
 - a constant learning rate: SGD reads it as a number when the graph is captured, so a changed
   rate is captured anew (a few times per fit).
+- other threads left alone: the capture restricts only its own thread, so that a loader's
+  pin-memory thread may keep staging batches while it runs.
 
 Where capture fails (an operation a graph cannot hold, an older driver), the step warns once and
 runs eagerly from then on: the fit continues with the same arithmetic, only slower. With the
@@ -102,7 +104,10 @@ class GraphedStep:
         self.static_inputs = tuple(value.clone() for value in inputs)
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the DataLoader's pin-memory thread allocates pinned host memory while the
+        # next batch is staged; in the default global mode that call fails the capture and
+        # leaves the thread's error to kill the fit at the next batch (seen with 12 workers).
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.outputs = self.step(*self.static_inputs)
         self.graph, self.lr = graph, lr
         log.info("training step captured as a CUDA graph (lr %g)", lr)
