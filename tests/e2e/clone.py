@@ -9,6 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
+from shdh.cli import main
 from tests.conftest import REPO
 
 
@@ -59,3 +62,12 @@ def clone_repo(dest: Path) -> dict[str, str]:
     sh(["git", "add", "-A"], dest, env)
     sh(["git", "commit", "-q", "-m", "clone"], dest, env)
     return env
+
+
+def record_inputs(checkout: Path) -> None:
+    """What `dvc repro` runs first (`shdh inputs`, its records of the files dvc.yaml does not
+    list), in this process: a `shdh` process spends seconds importing torch before it hashes a
+    file."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(checkout)
+        assert main(["inputs", "--out", "artifacts/inputs", "--code", "stage-code.json"]) == 0

@@ -29,14 +29,13 @@ import requests
 import yaml
 from PIL import Image
 
-from shdh.cli import main
 from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import load_dataset
 from shdh.data.folder import SHAPE_LEAVES, make_shapes_folder
 from shdh.serving import RegisteredModel, create_app
 from shdh.settings.profiles import deep_merge, load_params
 from tests.conftest import REPO
-from tests.e2e.clone import clone_repo, sh
+from tests.e2e.clone import clone_repo, record_inputs, sh
 from tests.photos import seeded_resnet18
 from tests.serving.server import AUTH, TOKEN, serving
 
@@ -165,13 +164,8 @@ def test_the_service_encodes_an_uploaded_photo_with_the_registered_backbone(
 
 
 def changed_stages(dest: Path, env: dict[str, str]) -> set[str]:
-    """The stages `dvc status` reports as changed once the inputs stage has recorded the files.
-
-    The inputs stage's command (what `dvc repro` runs first) runs in this process: a `shdh`
-    process spends seconds importing torch before it lists a file."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(dest)
-        assert main(["inputs", "--out", "artifacts/inputs"]) == 0
+    """The stages `dvc status` reports as changed once the inputs stage has recorded the files."""
+    record_inputs(dest)
     status = json.loads(sh(["dvc", "status", "--json"], dest, env))
     return set(status) - {"inputs", "data.dvc"}  # inputs always runs; data/ is not fetched here
 

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shdh.cli import main
 from tests import dvc_code_deps
 from tests.conftest import REPO
-from tests.e2e.clone import clone_repo, sh
+from tests.e2e.clone import clone_repo, record_inputs, sh
 
 CODE_LIST = REPO / "stage-code.json"
 
@@ -279,14 +278,6 @@ for stage in Repo(".").index.stages:
                 path.mkdir()
                 (path / "placeholder").write_text("placeholder\\n")
 """
-
-
-def record_inputs(copy: Path) -> None:
-    """What `dvc repro` runs first, in this process: a `shdh` process spends seconds importing
-    torch before it hashes a file."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(copy)
-        assert main(["inputs", "--out", "artifacts/inputs", "--code", "stage-code.json"]) == 0
 
 
 @pytest.fixture(scope="module")
