@@ -37,7 +37,7 @@ ARG GPU_BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e
 # ---- the runtime image's virtual environment, from the wheelhouse ------------------------------
 FROM ${RUNTIME_BASE} AS venv
 
-ARG SHDH_VERSION=0.1.0
+ARG SHDH_VERSION=0.2.0
 ARG WHEELHOUSE=artifacts/wheelhouse
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 COPY requirements.lock /tmp/shdh/requirements.lock
@@ -53,7 +53,7 @@ RUN python3 -m venv /opt/venv \
 # ---- runtime: the CPU steps and the MLflow server ----------------------------------------------
 FROM ${RUNTIME_BASE} AS runtime
 
-ARG SHDH_VERSION=0.1.0
+ARG SHDH_VERSION=0.2.0
 
 # No bytecode written at run time; logs unbuffered so `kubectl logs` streams them; matplotlib
 # draws without a display and keeps its cache in /tmp, as numba keeps the compiled ranking
@@ -116,7 +116,7 @@ CMD ["shdh", "--help"]
 # ---- the GPU image's virtual environment: the lock's CUDA build of PyTorch ---------------------
 FROM ${GPU_BASE} AS venv-gpu
 
-ARG SHDH_VERSION=0.1.0
+ARG SHDH_VERSION=0.2.0
 ARG WHEELHOUSE=artifacts/wheelhouse
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 COPY requirements.lock /tmp/shdh/requirements.lock
@@ -128,7 +128,7 @@ RUN python3 -m venv /opt/venv \
 # ---- gpu: the train step on NVIDIA GPUs --------------------------------------------------------
 FROM ${GPU_BASE} AS gpu
 
-ARG SHDH_VERSION=0.1.0
+ARG SHDH_VERSION=0.2.0
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from shdh.plan.all_methods import method_params
-from shdh.plan.runs import fit_plan
+from shdh.plan.fit_grid import fit_plan
 from shdh.steps.fit_deep import fit
 from shdh.steps.score import score
 

@@ -36,7 +36,7 @@ def baseline(
     Outputs:
         model: the fitted hasher folder (hasher/, fit.json, mlflow_run.json).
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

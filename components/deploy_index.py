@@ -20,7 +20,7 @@ def deploy(search_index: Input[Dataset], service_url: str) -> str:
     Outputs:
         Output: the version the service serves after the reload (JSON).
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy loads (the index check): the same bits on every CPU, as every step
 

@@ -50,7 +50,7 @@ _SOURCE = '''def evaluate(
         results: metrics.json, timings.json, table.md, codes/ and plots/, as in results/.
         metrics: the @n metrics of every method and code length, for the Kubeflow UI.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

@@ -16,7 +16,7 @@ def features(prepared: Input[Dataset], settings: str, gist: Output[Dataset]):
     Outputs:
         gist: the (N, 512) float32 .npy written by shdh.steps.features.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

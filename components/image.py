@@ -4,7 +4,7 @@ One setting names them, SHDH_IMAGE: the runtime image as REGISTRY/NAME:TAG or by
 REGISTRY/NAME@sha256:DIGEST (default SHDH_IMAGE_REPOSITORY:VERSION, the repository being
 ghcr.io/shdh/shdh, where CI pushes for a release tag). Every task runs in it, except the
 train tasks of a cluster whose settings give them a GPU: those run in its CUDA variant, the same
-name with GPU_TAG_SUFFIX after the tag (ghcr.io/shdh/shdh:0.1.0-cuda), which the Dockerfile's
+name with GPU_TAG_SUFFIX after the tag (ghcr.io/shdh/shdh:0.2.0-cuda), which the Dockerfile's
 `gpu` target builds and CI pushes beside it; for a runtime image named by digest, SHDH_GPU_IMAGE
 names the CUDA one. The kustomize files name the same default
 (k8s/base/kustomization.yaml, image `shdh`), and `shdh pipeline compile --image` sets it too.

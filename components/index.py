@@ -25,7 +25,7 @@ def index(
         search_index: index.npz and index.json (shdh.search), which `shdh serve` loads; its
             metadata names the encoder's registered version.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

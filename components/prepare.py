@@ -28,7 +28,7 @@ def prepare(data: str, seed: int, prepared: Output[Dataset], data_version: str =
             holds `dataset`, `dvc_data_md5` (the raw files' hash as data.dvc records it) and
             `data_source` (dvc or download).
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

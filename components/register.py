@@ -18,7 +18,7 @@ def register(parent_run_id: str, model_name: str, metric: str, alias: str) -> st
     Outputs:
         Output: the model URI by alias, models:/NAME@ALIAS.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

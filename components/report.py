@@ -27,7 +27,7 @@ def report(
     Outputs:
         document: the Markdown report, shown in the Kubeflow UI.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
@@ -35,8 +35,8 @@ def report(
 
     from shdh.kubeflow import section_arg
     from shdh.reporting.report import read_metrics, write_report
+    from shdh.tracking.mlflow_runs import attach_text
     from shdh.tracking.parent_run import parent_of_pipeline
-    from shdh.tracking.runs import attach_text
 
     scores = read_metrics(results.path)
     write_report(

@@ -24,7 +24,7 @@ def smatrix(
     Outputs:
         similarity: the S-matrix .npz written by shdh.steps.smatrix.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

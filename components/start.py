@@ -43,7 +43,7 @@ def start(
     Outputs:
         Output: the MLflow run id of the parent run.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

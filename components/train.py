@@ -40,7 +40,7 @@ def train(
     the object store, and a retried task resumes from there (shdh.checkpoint_store). Unset (a
     local run), checkpoints stay in the task's temporary folder.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

@@ -37,7 +37,7 @@ def trainjob(
     A failed job fails the step with the job's reason; a retry launches it again, and it
     resumes from the last checkpoint.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy loads, as in every component
 

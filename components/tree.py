@@ -16,7 +16,7 @@ def tree(prepared: Input[Dataset], settings: str, labels: Output[Dataset]):
     Outputs:
         labels: tree.json and ancestors.npy, as shdh.steps.tree writes them.
     """
-    from shdh.cpu_pin import pin_cpu
+    from shdh.runtime.instruction_set import pin_cpu
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 

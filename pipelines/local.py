@@ -98,9 +98,9 @@ def run_local(params: dict[str, Any], root: str | Path, *, docker: bool = False)
     from kfp import local
 
     from shdh.reporting.report import TABLE_FILE, read_metrics
-    from shdh.tracking import runs
+    from shdh.tracking import mlflow_runs
 
-    runs.check_server(runs.tracking_uri())
+    mlflow_runs.check_server(mlflow_runs.tracking_uri())
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     runner = docker_runner(root) if docker else local.SubprocessRunner(use_venv=False)

@@ -39,9 +39,9 @@ from shdh.data.download import sha256sum
 from shdh.data.splits import Split
 from shdh.hashers import get_hasher_class, is_deep
 from shdh.plan.all_methods import method_params
+from shdh.plan.fit_grid import section_fits
 from shdh.plan.fits import Fit
 from shdh.plan.overrides import merged_section, parse_settings
-from shdh.plan.runs import section_fits
 from shdh.ranking.exact import pack_codes
 from shdh.runtime import instruction_set, source_fingerprint
 from shdh.runtime.atomic import atomic_path, atomic_write_text

@@ -167,8 +167,8 @@ def run_context(
     the dataset and raw-data hash that `prepare` put in the prepared artifact's metadata.
     The start step passes its `settings`: it creates the parent (they become its params) or
     reopens it; every later step only finds it."""
+    from shdh.tracking import mlflow_runs as tracking
     from shdh.tracking import parent_run
-    from shdh.tracking import runs as tracking
 
     missing = [k for k in ("dataset", "dvc_data_md5") if k not in metadata]
     if missing:
@@ -233,7 +233,7 @@ def fit_component(
     import tempfile
 
     from shdh.plan.all_methods import method_params
-    from shdh.plan.runs import fit_plan
+    from shdh.plan.fit_grid import fit_plan
 
     section = section_arg(settings, "train" if gist is None else "baselines")
     if gist is None:
@@ -290,7 +290,7 @@ def gather_models(models: Iterable[Any], models_dir: str | Path) -> Path:
 
 def kfp_metrics(scores: dict[str, Any], n: int) -> dict[str, float]:
     """The @n metrics of every method and code length, named METHOD_BITS_METRIC for the UI."""
-    from shdh.tracking.runs import metric_key
+    from shdh.tracking.mlflow_runs import metric_key
 
     return {
         f"{method}_{bits}_{metric_key(name)}": float(value)
@@ -332,7 +332,7 @@ def evaluate_fits(
     from shdh.plan.fits import make_fit
     from shdh.reporting.parent_summary import summarize
     from shdh.steps.score import score
-    from shdh.tracking.runs import end_parent, failure_ends
+    from shdh.tracking.mlflow_runs import end_parent, failure_ends
 
     cfg = {**section_arg(settings, "evaluate"), "report": None}  # the report step writes it
     context = run_context(prepared.metadata, profile, pipeline_run_id)

@@ -42,9 +42,9 @@ from typing import Any
 
 from shdh.kubeflow import fit_name, own_seed_arg, run_context, save_model, section_arg
 from shdh.plan.all_methods import method_params
+from shdh.plan.fit_grid import fit_plan
 from shdh.plan.fits import WORK_DIR
 from shdh.plan.processes import node_resources
-from shdh.plan.runs import fit_plan
 from shdh.runtime.errors import ConfigError
 from shdh.tracking import checkpoint_sync, cluster_env
 from shdh.tracking.cluster_env import SHM_PATH, SHM_VOLUME

@@ -94,11 +94,11 @@ def test_shared_levels_are_the_trees(fitted):
 def test_the_registered_encoder_is_loaded_by_alias_and_recorded(fitted, tmp_path, caplog):
     import mlflow
 
-    from shdh.tracking import encoder_model, runs
+    from shdh.tracking import encoder_model, mlflow_runs
 
     tmp = fitted["tmp"]
     example = np.asarray(training_inputs(SHDH, tmp / "prepared", tmp / "smatrix.npz", 2)[0])
-    with runs.run(run_name="shdh-12") as run:
+    with mlflow_runs.run(run_name="shdh-12") as run:
         uri = encoder_model.log_encoder(tmp / "model" / "hasher", example)
     mlflow.register_model(uri, "enc")
     mlflow.MlflowClient().set_registered_model_alias("enc", "live", "1")

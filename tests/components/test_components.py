@@ -19,7 +19,7 @@ import pytest
 from kfp import dsl
 
 from shdh.kubeflow import branch_runs, pipeline_arguments
-from shdh.tracking import runs as tracking
+from shdh.tracking import mlflow_runs as tracking
 from tests.conftest import write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
 

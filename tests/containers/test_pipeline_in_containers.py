@@ -15,7 +15,7 @@ import subprocess
 import mlflow
 import pytest
 
-from shdh.tracking import runs as tracking
+from shdh.tracking import mlflow_runs as tracking
 from tests.conftest import REPO
 from tests.containers.conftest import METHODS, PASSWORD, USER
 

@@ -30,7 +30,7 @@ from kfp import dsl
 
 from shdh import trainjob
 from shdh.kubeflow import run_context
-from shdh.tracking.runs import PIPELINE_TAG
+from shdh.tracking.mlflow_runs import PIPELINE_TAG
 from tests.components.test_components import artifact, component, fit_inputs, gzip_mirror
 from tests.conftest import write_fashion_mnist_raw
 from tests.containers.conftest import pipeline_env

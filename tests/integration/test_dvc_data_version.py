@@ -33,7 +33,7 @@ from shdh.steps.dvc_pull import (
     pull,
 )
 from shdh.steps.prepare import load_prepared
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 from tests.components.test_components import artifact, component, gzip_mirror
 from tests.conftest import REPO, write_fashion_mnist_raw
 from tests.pipelines.front_doors import smoke_settings
@@ -117,7 +117,7 @@ def test_the_first_step_pulls_the_pushed_version_and_mlflow_records_its_hash(
     parent = component("start").python_func(
         prepared=prepared, pipeline_run_id="kfp-run-dvc", **args
     )
-    mlflow.set_tracking_uri(runs.tracking_uri())
+    mlflow.set_tracking_uri(mlflow_runs.tracking_uri())
     assert mlflow.MlflowClient().get_run(parent).data.tags["dvc_data_md5"] == md5
 
 

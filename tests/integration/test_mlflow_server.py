@@ -24,8 +24,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from shdh.tracking import mlflow_runs as tracking
 from shdh.tracking import model_registry
-from shdh.tracking import runs as tracking
 from tests.conftest import REPO
 from tests.integration.conftest import S3Server
 from tests.mlflow_server import (

@@ -665,7 +665,7 @@ def test_images_named_by_digest_are_compiled_as_given(tmp_path):
     env["SHDH_GPU_IMAGE"] = f"registry.example:5000/team/shdh@{GPU_DIGEST}"
     command = [str(Path(sys.executable).parent / "shdh"), "pipeline", "compile"]
     command += ["--profile", "smoke", "--overlay", "gpu", "--out", str(out)]
-    command += ["--image", f"registry.example:5000/team/shdh:0.1.0@{DIGEST}"]
+    command += ["--image", f"registry.example:5000/team/shdh:0.2.0@{DIGEST}"]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     executors = yaml.safe_load_all(out.read_text()).__next__()["deploymentSpec"]["executors"]
@@ -675,7 +675,7 @@ def test_images_named_by_digest_are_compiled_as_given(tmp_path):
     assert {images.pop(name) for name in trains} == {
         f"registry.example:5000/team/shdh@{GPU_DIGEST}"
     }
-    assert set(images.values()) == {f"registry.example:5000/team/shdh:0.1.0@{DIGEST}"}
+    assert set(images.values()) == {f"registry.example:5000/team/shdh:0.2.0@{DIGEST}"}
 
 
 def test_a_digest_without_its_gpu_image_is_refused_by_name(monkeypatch):

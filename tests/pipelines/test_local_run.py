@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from shdh.cli import main
-from shdh.tracking import runs as tracking
+from shdh.tracking import mlflow_runs as tracking
 from tests.conftest import REPO
 from tests.pipelines.front_doors import dvc_params_file, run_dvc_stages, smoke_settings
 

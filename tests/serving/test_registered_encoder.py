@@ -15,7 +15,7 @@ from shdh.ranking.exact import integer_weights, rank_with_distances
 from shdh.ranking.search_index import SearchIndex, write_index
 from shdh.serving import HasherFolder, RegisteredModel, create_app
 from shdh.steps.prepare import load_prepared
-from shdh.tracking import encoder_model, runs
+from shdh.tracking import encoder_model, mlflow_runs
 from tests.serving.server import AUTH, TOKEN, b64, png, serving, wait_until
 from tests.unit.test_mlflow_model import store, trained  # noqa: F401 (fixtures)
 
@@ -48,7 +48,7 @@ def database(trained):  # noqa: F811
 
 def registered(hasher_dir, example) -> str:
     """Log the hasher as a model in a run of its own, register it, point the alias at it."""
-    with runs.run(run_name="shdh-16-served") as run:
+    with mlflow_runs.run(run_name="shdh-16-served") as run:
         encoder_model.log_encoder(hasher_dir, example)
     version = mlflow.register_model(f"runs:/{run.info.run_id}/encoder", NAME)
     mlflow.MlflowClient().set_registered_model_alias(NAME, ALIAS, version.version)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shdh.steps.dvc_pull import DataVersionError, pull_or_fetch
-from shdh.tracking.runs import dvc_dir_md5
+from shdh.tracking.mlflow_runs import dvc_dir_md5
 from tests.components.test_components import gzip_mirror
 from tests.conftest import write_fashion_mnist_raw
 

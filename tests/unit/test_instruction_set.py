@@ -189,8 +189,7 @@ def test_every_component_pins_first() -> None:
                 continue
             body = node.body[1:]  # after the docstring
             first, second = ast.unparse(body[0]), ast.unparse(body[1])
-            # the path compiled pipelines import (shdh.runtime.moved_modules): the IR stays as is
-            assert first == "from shdh.cpu_pin import pin_cpu", (path, first)
+            assert first == "from shdh.runtime.instruction_set import pin_cpu", (path, first)
             assert second == "pin_cpu()", (path, second)
             bodies += 1
     assert bodies >= 10

@@ -22,7 +22,7 @@ NETWORKS = CORE | {"nets", "training"}
 METHODS = NETWORKS | {"hashers"}
 LIBRARY = METHODS | {"data", "features", "plan", "tracking", "reporting", "steps", "settings"}
 ALLOWED: dict[str, set[str]] = {
-    "shdh": RUNTIME,  # the package body: the old module paths (runtime.moved_modules)
+    "shdh": set(),  # the package body: its version alone
     "runtime": set(),
     "ranking": RUNTIME,
     "core": RUNTIME | {"ranking"},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from shdh.core.codes_file import load_codes
-from shdh.tracking import encoder_model, model_registry, runs
+from shdh.tracking import encoder_model, mlflow_runs, model_registry
 from tests.commands.test_steps import run_steps, smoke_params
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ def query_images(tmp: Path) -> np.ndarray:
 
 def test_training_logs_the_encoder_with_signature_and_example(store):
     run = mlflow.MlflowClient().get_run(store["run_id"])
-    uri = run.data.tags[runs.MODEL_URI_TAG]
+    uri = run.data.tags[mlflow_runs.MODEL_URI_TAG]
     info = mlflow.models.get_model_info(uri)
     images = query_images(store["tmp"])
     inputs = info.signature.inputs.inputs[0]
@@ -79,7 +79,7 @@ def test_training_logs_the_encoder_with_signature_and_example(store):
 
 def test_mlflow_models_predict_returns_the_pipeline_codes(store, tmp_path):
     """The CLI, in its own process: the query codes that `shdh evaluate` wrote, bit for bit."""
-    uri = mlflow.MlflowClient().get_run(store["run_id"]).data.tags[runs.MODEL_URI_TAG]
+    uri = mlflow.MlflowClient().get_run(store["run_id"]).data.tags[mlflow_runs.MODEL_URI_TAG]
     images = query_images(store["tmp"])
     (tmp_path / "input.json").write_text(json.dumps({"inputs": images.tolist()}))
     mlflow_cli = Path(sys.executable).parent / "mlflow"
@@ -115,16 +115,16 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
     then loads the winner, and a second registration moves the alias to the new version."""
     hasher_dir = store["tmp"] / "models" / "shdh" / "shdh-16" / "hasher"
     example = query_images(store["tmp"])[:2]
-    with runs.run(run_name="pipeline-x") as parent:
+    with mlflow_runs.run(run_name="pipeline-x") as parent:
         parent_id = parent.info.run_id
     children = {}
     for name, ndcg in (("shdh-32", 0.7), ("dpsh-16", 0.9), ("shdh-16", 0.9)):
-        with runs.run(run_name=name, parent_run_id=parent_id) as child:
+        with mlflow_runs.run(run_name=name, parent_run_id=parent_id) as child:
             encoder_model.log_encoder(hasher_dir, example)
-            runs.log_metrics({"ndcg@100": ndcg, "wr@100": 1 - ndcg})
+            mlflow_runs.log_metrics({"ndcg@100": ndcg, "wr@100": 1 - ndcg})
             children[name] = child.info.run_id
-    with runs.run(run_name="itq-16", parent_run_id=parent_id):
-        runs.log_metrics({"ndcg@100": 1.0})  # no encoder: a shallow baseline cannot win
+    with mlflow_runs.run(run_name="itq-16", parent_run_id=parent_id):
+        mlflow_runs.log_metrics({"ndcg@100": 1.0})  # no encoder: a shallow baseline cannot win
     done = model_registry.register_best(parent_id, "shdh-encoder", alias="champion")
     assert (done.name, done.version, done.run_id) == ("shdh-encoder", "1", children["dpsh-16"])
     assert done.metric == "ndcg_at_100" and done.value == pytest.approx(0.9)
@@ -152,7 +152,7 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
 
 
 def test_register_best_without_candidates_names_the_run_and_the_metrics(store):
-    with runs.run(run_name="empty") as parent:
+    with mlflow_runs.run(run_name="empty") as parent:
         parent_id = parent.info.run_id
     with pytest.raises(ValueError, match=parent_id):
         model_registry.register_best(parent_id, "nothing")
@@ -167,28 +167,6 @@ def test_register_names_a_run_id_that_is_not_in_the_store(caplog):
     assert "MLflow run nonexist: no such run at sqlite:///" in caplog.text
     assert "give --run-id a pipeline run's id from this store" in caplog.text
     assert "Traceback" not in caplog.text
-
-
-def test_a_model_pickled_under_the_old_module_path_loads():
-    """Models logged before the package had folders name shdh.encoder_model.EncoderModel in their
-    pickle; that path must keep giving the encoder class."""
-    import importlib
-    import pickle
-    import warnings
-
-    import cloudpickle
-
-    cls = encoder_model.encoder_model_class()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        importlib.import_module("shdh.encoder_model")  # as an unpickler would, first
-    cls.__module__ = "shdh.encoder_model"  # what the class was called when those were logged
-    try:
-        old = cloudpickle.dumps(cls)
-    finally:
-        cls.__module__ = encoder_model.__name__
-    assert b"shdh.encoder_model" in old and b"shdh.tracking" not in old
-    assert pickle.loads(old) is cls
 
 
 def test_defining_the_encoder_class_asks_for_no_type_hints():

@@ -1,7 +1,6 @@
 """The package as docs/architecture.md draws it: its map names every module of src/shdh and no
 module that is gone, with the rule of each folder as tests/unit/test_layers.py holds it; the
-package's top holds few modules and no module is long; and the module paths of older releases
-still import, as compiled pipelines and logged MLflow models need.
+package's top holds few modules and no module is long; and what the components import is there.
 """
 
 from __future__ import annotations
@@ -9,12 +8,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-import warnings
-from pathlib import Path
 
-import pytest
-
-from shdh.runtime.moved_modules import MOVED
 from tests.conftest import REPO
 from tests.unit.test_layers import ALLOWED
 
@@ -104,22 +98,6 @@ def test_no_function_is_longer_than_a_screen():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_path_is_the_new_module(old):
-    new = importlib.import_module(MOVED[old])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        was = importlib.import_module(old)
-    assert was is new
-    assert (PACKAGE / Path(*old.split(".")[1:])).with_suffix(".py").exists() is False
-
-
-def test_importing_an_old_path_warns_with_the_new_one(monkeypatch):
-    monkeypatch.delitem(importlib.sys.modules, "shdh.cpu_pin", raising=False)
-    with pytest.warns(DeprecationWarning, match="shdh.runtime.instruction_set"):
-        importlib.import_module("shdh.cpu_pin")
-
-
 def component_imports() -> list[tuple[str, str, str]]:
     """(component file, module, name) of every `from MODULE import NAME` in components/."""
     found = []
@@ -131,16 +109,12 @@ def component_imports() -> list[tuple[str, str, str]]:
 
 
 def test_what_compiled_components_import_is_there():
-    """The components' code is compiled into the pipeline's YAML as it is written; each name it
-    imports must resolve in this package, by an old path or a new one."""
-    missing = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for file, module, name in component_imports():
-            if not hasattr(importlib.import_module(module), name):
-                missing.append(f"{file}: from {module} import {name}")
+    """The components' code is compiled into the pipeline's YAML as it is written and runs in
+    the image: each name it imports must resolve in this package."""
+    missing = [
+        f"{file}: from {module} import {name}"
+        for file, module, name in component_imports()
+        if not hasattr(importlib.import_module(module), name)
+    ]
     assert len(component_imports()) > 20
-    from shdh import tracking  # a module when those were compiled; report.py calls this of it
-
-    assert callable(tracking.attach_text)
     assert not missing, "component imports that no longer resolve:\n  " + "\n  ".join(missing)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from shdh.core.objectives import DPSHObjective, OracleObjective, SHDHObjective
-from shdh.plan import runs
+from shdh.plan import fit_grid
 from shdh.plan.all_methods import method_params
 from shdh.plan.fits import fit_name
 from shdh.runtime.errors import ConfigError
@@ -87,13 +87,13 @@ def test_the_mlflow_run_logs_each_setting_under_its_params_yaml_name() -> None:
 def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
     """METHOD-BITS without a `seeds` list (the master seed, unnamed), METHOD-BITS-seedS with
     one; the model folder is models_root/METHOD/NAME, its work folder inside it."""
-    alone = runs.fit_plan(
+    alone = fit_grid.fit_plan(
         SECTION, "shdh", 16, None, seed=7, models_root="models", method_params=method_params
     )
     assert (alone.name, alone.seed, alone.own_seed) == ("shdh-16", 7, None)
     assert alone.out_dir == Path("models", "shdh", "shdh-16")
     assert alone.work_dir == alone.out_dir / "work" and alone.record.name == "fit.json"
-    seeded = runs.fit_plan(
+    seeded = fit_grid.fit_plan(
         SECTION, "shdh", 16, 3, seed=7, models_root="models", method_params=method_params
     )
     assert (seeded.name, seeded.seed, seeded.out_dir.name) == ("shdh-16-seed3", 3, "shdh-16-seed3")
@@ -103,7 +103,7 @@ def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
 def test_the_fits_of_a_section_come_in_the_plans_order() -> None:
     """Every method at the first length, then the next; each seed of the section's list."""
     section = {**SECTION, "seeds": [1, 2]}
-    fits = runs.section_fits(
+    fits = fit_grid.section_fits(
         section, ["shdh", "dpsh"], [16, 32], seed=0, models_root="m", method_params=method_params
     )
     assert [f.name for f in fits] == [
@@ -119,7 +119,7 @@ def test_a_bundle_plans_its_fits_as_the_pipeline_does(tmp_path) -> None:
 
     settings = {"train": SECTION, "seed": 5}
     fits = plan_fits(settings, ["dpsh"], [16], None, work_dir=tmp_path)
-    assert fits == runs.section_fits(
+    assert fits == fit_grid.section_fits(
         SECTION, ["dpsh"], [16], seed=5, models_root=tmp_path, method_params=method_params
     )
     assert fits[0].work_dir == tmp_path / "dpsh" / "dpsh-16" / "work"

@@ -45,7 +45,7 @@ def test_a_deep_hasher_covers_the_code_that_decides_its_numbers() -> None:
         "shdh.nets.hashing",
     ):
         assert module in code, module
-    for module in ("shdh.tracking.runs", "shdh.features.gist", "shdh.hashers.itq"):
+    for module in ("shdh.tracking.mlflow_runs", "shdh.features.gist", "shdh.hashers.itq"):
         assert module not in code, module
     assert all(len(digest) == 16 for digest in code.values())
     assert fingerprint(["shdh.hashers.oracle"]).keys() > code.keys()

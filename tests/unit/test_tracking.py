@@ -14,8 +14,8 @@ import pytest
 from shdh.core.metrics import Curves
 from shdh.reporting import parent_summary
 from shdh.reporting.figures import save_curves
+from shdh.tracking import mlflow_runs as tracking
 from shdh.tracking import parent_run
-from shdh.tracking import runs as tracking
 from tests.conftest import REPO
 
 
@@ -228,7 +228,7 @@ def test_a_model_from_another_pipeline_run_gets_a_run_of_its_own(tmp_path):
 WRITER = """
 import sys
 from shdh.tracking import parent_run
-from shdh.tracking import runs as tracking
+from shdh.tracking import mlflow_runs as tracking
 name, n_runs, n_metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 parent = parent_run.pipeline_context(name, {}, {"train": {"epochs": 1}})["parent_run_id"]
 for r in range(n_runs):

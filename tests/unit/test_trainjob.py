@@ -57,7 +57,7 @@ class FakeClient:
         ]
 
 
-SPEC = trainjob.JobSpec(name="shdh-0123", image="localhost/shdh:0.1.0", nodes=2)
+SPEC = trainjob.JobSpec(name="shdh-0123", image="localhost/shdh:0.2.0", nodes=2)
 
 
 def test_a_job_is_created_streamed_waited_for_and_deleted():

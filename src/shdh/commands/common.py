@@ -68,7 +68,7 @@ DVC_STAGE_ENV = "DVC_STAGE"  # DVC names the stage in it for every command it ru
 def dvc_pipeline_id(params_file: str | Path, data_md5: str | None = None) -> str:
     """The pipeline run id of the DVC stages run with params_file and the data of data.dvc
     (data_md5, when the caller has read it already)."""
-    from shdh.tracking import runs as tracking
+    from shdh.tracking import mlflow_runs as tracking
 
     return tracking.pipeline_run_id(Path(params_file).read_text(), data_md5 or data_hash())
 
@@ -76,7 +76,7 @@ def dvc_pipeline_id(params_file: str | Path, data_md5: str | None = None) -> str
 def by_hand() -> bool:
     """A step run by hand: not by DVC, and under no pipeline run id given explicitly (Kubeflow
     gives one; so may a user, to gather hand-run steps under one parent)."""
-    from shdh.tracking.runs import PIPELINE_ID_ENV
+    from shdh.tracking.mlflow_runs import PIPELINE_ID_ENV
 
     return not (os.environ.get(DVC_STAGE_ENV) or os.environ.get(PIPELINE_ID_ENV))
 
@@ -89,8 +89,8 @@ def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[s
     find that run's parent, finished by its evaluate, reopen it RUNNING for good and add the
     hand-made fits to its comparison view. It gets a parent of its own instead, which the command
     closes when it ends (end_hand_run)."""
+    from shdh.tracking import mlflow_runs as tracking
     from shdh.tracking import parent_run
-    from shdh.tracking import runs as tracking
 
     if by_hand():
         tags = {**run_tags(params), **tracking.source_tags(HAND_SOURCE, "LOCAL")}
@@ -103,8 +103,8 @@ def pipeline_context(args: argparse.Namespace, params: dict[str, Any]) -> dict[s
 def end_hand_run(context: dict[str, Any] | None) -> None:
     """Close the parent of a step run by hand once its work is done (a pipeline's parent stays
     open for the pipeline's later stages; its evaluate closes it)."""
+    from shdh.tracking import mlflow_runs as tracking
     from shdh.tracking import parent_run
-    from shdh.tracking import runs as tracking
 
     if context is not None and parent_run.is_hand_run(context):
         tracking.end_parent(context["parent_run_id"])

@@ -10,7 +10,7 @@ from shdh.plan.all_methods import planned_fits
 from shdh.reporting import parent_summary
 from shdh.reporting.report import TABLE_FILE, check_outputs
 from shdh.steps.score import score
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 
 HELP = "score every fitted method: metrics.json, codes files, WR plots, results table"
 
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(ev["results_dir"], ev.get("report"))  # before tracking and ranking
     context = pipeline_context(args, params)
     parent = context["parent_run_id"]
-    with runs.failure_ends(parent):
+    with mlflow_runs.failure_ends(parent):
         score(
             planned_fits(params),
             prepared_dir=params["data"]["prepared_dir"],
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             **context,
         )
         view = parent_summary.summarize(parent, ev["results_dir"], ev.get("report"))
-    runs.end_parent(parent)  # the last tracked stage: the pipeline run is complete
+    mlflow_runs.end_parent(parent)  # the last tracked stage: the pipeline run is complete
     print((Path(ev["results_dir"]) / TABLE_FILE).read_text())
     print(f"the methods compared in the MLflow UI: {view}")
     print(f"results in {ev['results_dir']}/ (metrics.json, table.md, plots/, codes/)")

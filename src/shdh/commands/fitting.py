@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.commands.common import pipeline_context
-from shdh.plan.runs import section_fits
+from shdh.plan.fit_grid import section_fits
 from shdh.runtime.atomic import check_writable
 
 
@@ -31,7 +31,7 @@ def fit_method(
     next method. The method's folder is checked before any fit, and the plan is made inside the
     run, so that a settings error found there marks the parent run failed too (`options`: the
     step's own arguments to `fit`)."""
-    from shdh.tracking import runs as tracking
+    from shdh.tracking import mlflow_runs as tracking
 
     if not bits:
         raise SystemExit(f"shdh {step}: no code length to fit {method} at (see --bits)")

@@ -1,6 +1,5 @@
-"""The networks: the backbones (cnnf, the torchvision ones and EfficientNet-Lite0 in backbones),
-their pretrained weights (pretrained), the input views of training and encoding (views) and the
-segmented hashing head (hashing).
+"""The networks: the backbones (CNN-F, torchvision's and EfficientNet-Lite0), their
+pretrained weights, the input views of training and encoding, and the segmented hashing head.
 
 HEAD_INITS and BACKBONES are here, in a package body that imports nothing, because the training
 loop's settings (shdh.training.loop_settings, torch-free so that checking params.yaml loads no

@@ -6,7 +6,7 @@ the `Fit`s they make, so that a fit is named, seeded and stored the same way who
 Pure functions of the settings: no I/O, and nothing a bare GPU machine lacks. This module adds
 the deep methods (their settings objects, and the catalogue that names them, which loads their
 code) to the shallow part (shdh.plan.shallow); the seeds and the order of the fits are
-shdh.plan.runs, what a fit is, what it is called and where its files live shdh.plan.fits.
+shdh.plan.fit_grid, what a fit is, what it is called and where its files live shdh.plan.fits.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from shdh.hashers import get_hasher_class, is_deep
+from shdh.plan.fit_grid import constructor_keys, fit_plan, own_settings, runs
 from shdh.plan.fits import Fit
-from shdh.plan.runs import constructor_keys, fit_plan, own_settings, runs
 from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
 from shdh.runtime.errors import ConfigError
 from shdh.training.loop_settings import LoopSettings

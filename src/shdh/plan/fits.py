@@ -6,7 +6,7 @@ this part of the plan sits below all of them and needs nothing beyond the standa
 
 One name per fit, METHOD-BITS[-seedS] (fit_name): its model folder, its codes file, its record
 in a bundle's output, its MLflow run and its place in the checkpoint store. The seed is in the
-name when the settings list seeds (shdh.plan.runs.section_seeds), the one case in which two
+name when the settings list seeds (shdh.plan.fit_grid.section_seeds), the one case in which two
 fits of a run differ by their seed alone; the MLflow runs are also tagged with the seed.
 """
 

@@ -1,7 +1,7 @@
 """The shallow methods' part of the plan: their settings, code lengths and folder (the
 `baselines` section).
 
-`shdh baselines` plans with these alone (shdh.plan.runs with shallow_method_params), so that the
+`shdh baselines` plans with these alone (shdh.plan.fit_grid with shallow_method_params), so that the
 DVC stage fitting the shallow methods does not depend on the deep methods' code;
 shdh.plan.all_methods adds the deep methods for every other front door.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.hashers.shallow import shallow_hasher_class
-from shdh.plan.runs import constructor_keys, own_settings
+from shdh.plan.fit_grid import constructor_keys, own_settings
 from shdh.runtime.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from shdh.reporting import ui_view
 from shdh.tracking import store
-from shdh.tracking.runs import PIPELINE_TAG
+from shdh.tracking.mlflow_runs import PIPELINE_TAG
 
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
 NOTE_LIMIT = 8000  # MLflow's limit on a tag value

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shdh.reporting.report import TABLE_COLUMNS
-from shdh.tracking.runs import PIPELINE_TAG, metric_key
+from shdh.tracking.mlflow_runs import PIPELINE_TAG, metric_key
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the experiment tag of a shared view
 VIEW_QUERY = "viewStateShareKey"  # the address's parameter that names the view

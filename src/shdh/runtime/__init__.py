@@ -1,8 +1,6 @@
-"""What every layer needs from the machine and the file system, and nothing of the method:
-atomic writes (atomic), the project's error types (errors), which device trains (devices), the
-maths libraries held to one code path on every x86-64 CPU (instruction_set), how many CPUs the
-container may use (cpu_quota), which code made a model (source_fingerprint), progress bars
-(progress), and where modules of older releases live now (moved_modules).
+"""What every layer needs from the machine and the file system, and nothing of the method: atomic
+writes, the project's error types, which device trains, the maths libraries held to one code path
+on every x86-64 CPU, how many CPUs the container may use, which code made a model, progress bars.
 
 May import: nothing of shdh.
 """

@@ -11,12 +11,6 @@ inference protocols have no place for. FastAPI gives the typed request checks an
 page (/docs, its Swagger UI files from fastapi-offline, so it needs no CDN); all are in
 requirements.lock.
 
-Modules: `app` (routes, create_app), `state` (the loaded index and encoder; the switch on
-reload), `encoders` (a hasher folder or a registered model), `uploads` (image checks and
-decoding), `queries` (request and response bodies), `labels` (the answers' label paths),
-`auth` (the bearer token), `limits` (request limits), `page` (the web page at /), `api_docs`
-(/docs and /redoc served offline).
-
 May import: core, data, hashers, nets, ranking, runtime, tracking, training.
 """
 

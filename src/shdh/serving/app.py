@@ -28,14 +28,14 @@ from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
 from shdh.serving.encoders import EncoderSource
 from shdh.serving.limits import BodyLimit, Limits
-from shdh.serving.metrics import (
+from shdh.serving.page import PAGE
+from shdh.serving.prometheus import (
     CONTENT_TYPE,
     MetricsMiddleware,
     RequestMetrics,
     RouteLabels,
     service_lines,
 )
-from shdh.serving.page import PAGE
 from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
 from shdh.serving.state import Loaded, Service
 from shdh.serving.thumbnails import DatasetImages

@@ -90,7 +90,7 @@ class HasherFolder:
 
     def load(self) -> ImageEncoder:
         from shdh.hashers import load_hasher
-        from shdh.tracking.runs import fitted_hasher
+        from shdh.tracking.mlflow_runs import fitted_hasher
 
         hasher_dir, run_id = fitted_hasher(self.folder)
         return HasherEncoder(load_hasher(hasher_dir), str(self.folder), run_id)

@@ -237,7 +237,7 @@ def _own_data(raw_dir: Path, dataset: str) -> RawData:
     names it, as `dvc repro` reads it; hashed as DVC would hash it."""
     from shdh.data.download import md5sum
     from shdh.steps.prepare import fetch
-    from shdh.tracking.runs import dvc_dir_md5
+    from shdh.tracking.mlflow_runs import dvc_dir_md5
 
     raw = fetch(raw_dir, dataset=dataset)  # checks that it is there
     log.info("no data version was given (a local run): your own data at %s", raw)
@@ -256,7 +256,7 @@ def pull_or_fetch(version: str, work: str | Path, data: dict[str, Any]) -> RawDa
     tracks being work/PATH, so that its hash is the one data.dvc records.
     """
     from shdh.steps.prepare import fetch
-    from shdh.tracking.runs import dvc_dir_md5
+    from shdh.tracking.mlflow_runs import dvc_dir_md5
 
     raw_dir = Path(data["raw_dir"]).relative_to(Path(data["raw_dir"]).anchor)
     work = Path(work)

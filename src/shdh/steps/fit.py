@@ -15,8 +15,8 @@ bundle keeps codes and a record of its own. The inputs differ too: the deep meth
 features; each of those loads only its own methods' code, so the DVC stage that fits the shallow
 methods does not depend on the training loop, nor a deep one on the GIST features.
 
-This module imports nothing a bare GPU machine lacks: MLflow is imported by shdh.tracking.runs
-inside the calls a tracked fit makes.
+This module imports nothing a bare GPU machine lacks: MLflow is imported by
+shdh.tracking.mlflow_runs inside the calls a tracked fit makes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from shdh.plan.fits import Fit
 from shdh.runtime import instruction_set, source_fingerprint
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.progress import bars
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def run_fit(
         fitted = Fitted(fit, hasher, time.perf_counter() - start, len(X), started)
         if tracked is not None:
             hasher.save(fit.hasher_dir)
-            runs.log_metrics({"fit_seconds": fitted.seconds})
+            mlflow_runs.log_metrics({"fit_seconds": fitted.seconds})
             if tracked.keep is not None:
                 tracked.keep(fitted, X)
     if tracked is not None:
@@ -189,13 +189,13 @@ def _run_of(
         return
     run_id = None
     if training.resume != "never":
-        run_id = runs.load_run_ref(fit.run_ref, tracked.parent_run_id)
+        run_id = mlflow_runs.load_run_ref(fit.run_ref, tracked.parent_run_id)
     params = None if run_id else run_params(fit, tracked.settings, n_train, hasher, pairs)
-    with runs.run(
+    with mlflow_runs.run(
         run_name=fit.name,
         params=params,
         tags={
-            **runs.method_tags(fit.method, fit.bits, fit.seed),
+            **mlflow_runs.method_tags(fit.method, fit.bits, fit.seed),
             **started,
             **(tracked.tags or {}),
         },
@@ -204,7 +204,7 @@ def _run_of(
     ) as active:
         fit.out_dir.mkdir(parents=True, exist_ok=True)
         previous = fit.run_ref.read_text() if fit.run_ref.is_file() else None
-        runs.save_run_ref(fit.run_ref, active)
+        mlflow_runs.save_run_ref(fit.run_ref, active)
         try:
             yield on_epoch
         except BaseException:
@@ -249,7 +249,7 @@ def epoch_logger(name: str, epochs: int, *, tracked: bool) -> OnEpoch:
             100 * entry["flip_fraction"],
         )
         if tracked:
-            runs.log_metrics(epoch_metrics(entry), step=int(entry["epoch"]))
+            mlflow_runs.log_metrics(epoch_metrics(entry), step=int(entry["epoch"]))
 
     return on_epoch
 

@@ -28,7 +28,7 @@ from shdh.runtime.devices import resolve_device
 from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Fitted, Tracked, Training, run_fit, training_pool
 from shdh.steps.weights import fetch_weights
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 from shdh.tracking.encoder_model import log_encoder
 from shdh.training import convergence
 from shdh.training.checkpoint import RESUME_MODES
@@ -107,7 +107,7 @@ def logged_params(params: dict[str, Any]) -> dict[str, Any]:
     flat = {k: v for k, v in flat_objective(params).items() if k not in ("loop", "work_dir")}
     if "loop" in params:
         flat = {**dataclasses.asdict(params["loop"]), **flat}
-    return runs.flatten(flat)
+    return mlflow_runs.flatten(flat)
 
 
 def _log_training(fitted: Fitted, X: np.ndarray) -> None:
@@ -117,10 +117,14 @@ def _log_training(fitted: Fitted, X: np.ndarray) -> None:
     which fits the epoch cap cut short)."""
     fit = fitted.fit
     loop = fitted.hasher.loop
-    runs.set_tags(convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta))
+    mlflow_runs.set_tags(
+        convergence.ended_by_tag(fitted.hasher.history_, loop.patience, loop.min_delta)
+    )
     sha = fitted.hasher.network_record()["pretrained_sha256"]
-    runs.set_tags({"backbone": loop.backbone, "pretrained_sha256": sha or "none (from scratch)"})
-    runs.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
+    mlflow_runs.set_tags(
+        {"backbone": loop.backbone, "pretrained_sha256": sha or "none (from scratch)"}
+    )
+    mlflow_runs.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
     log_encoder(fit.hasher_dir, X[:ENCODER_EXAMPLE_ITEMS])
     history = json.dumps(fitted.hasher.history_, indent=2) + "\n"
     atomic_write_text(fit.out_dir / "history.json", history)

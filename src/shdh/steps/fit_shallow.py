@@ -18,7 +18,7 @@ from shdh.plan.fits import Fit
 from shdh.runtime.errors import ConfigError
 from shdh.steps.fit import Tracked, run_fit, training_pool
 from shdh.steps.split_inputs import load_features
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 
 
 def training_inputs(
@@ -54,6 +54,6 @@ def fit(
         Path(features_path) if features_path else None,
         plan.n_train,
     )
-    settings = runs.flatten(dict(plan.params))
+    settings = mlflow_runs.flatten(dict(plan.params))
     run_fit(plan, cls, X, pairs, tracked=Tracked(settings, tags, parent_run_id))
     return plan.out_dir

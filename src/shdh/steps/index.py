@@ -107,7 +107,7 @@ def folder_encoder(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     itself, and its record: no registry version or alias; the run id where the fit recorded
     its MLflow run."""
     from shdh.hashers import load_hasher
-    from shdh.tracking.runs import fitted_hasher
+    from shdh.tracking.mlflow_runs import fitted_hasher
 
     hasher_dir, run_id = fitted_hasher(model_dir)
     return load_hasher(hasher_dir), {"name": None, "version": None, "alias": None, "run_id": run_id}

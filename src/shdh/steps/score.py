@@ -58,7 +58,7 @@ from shdh.steps.seed_summary import (
     nested_metrics,
 )
 from shdh.steps.split_inputs import Split, load_split
-from shdh.tracking import runs
+from shdh.tracking import mlflow_runs
 from shdh.training import convergence
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def _score_model(
         )
     q, db, encode_s = inputs.encode(plan.name, hasher)
     codes = split.codes(q, db, hasher.segment_sizes(), hasher.segment_weights())
-    run_id = runs.load_run_ref(plan.run_ref, context["parent_run_id"])
+    run_id = mlflow_runs.load_run_ref(plan.run_ref, context["parent_run_id"])
     result = _score(
         codes,
         plan.method,
@@ -337,7 +337,7 @@ def _score(
         artifacts = _run_artifacts(Path(tmp), path, result, name)
         logged = {**metrics, **(extra or {})}
         if run_id:  # the fit's run: added to, not reopened, so its duration stays the fit's
-            runs.log_to_run(run_id, logged, artifacts)
+            mlflow_runs.log_to_run(run_id, logged, artifacts)
         else:
             _new_method_run(name, method, bits, seed, logged, artifacts, tags, parent_run_id)
     return result
@@ -383,15 +383,15 @@ def _new_method_run(
     parent_run_id: str | None,
 ) -> None:
     """A run of its own for scores with no fit run (random codes, codes trained elsewhere)."""
-    with runs.run(
+    with mlflow_runs.run(
         run_name=name,
         parent_run_id=parent_run_id,
         params={"method": method, "bits": bits, "seed": seed},
-        tags={**runs.method_tags(method, bits, seed), **(tags or {})},
+        tags={**mlflow_runs.method_tags(method, bits, seed), **(tags or {})},
     ):
-        runs.log_metrics(metrics)
+        mlflow_runs.log_metrics(metrics)
         for artifact, artifact_path in artifacts:
-            runs.log_artifact(artifact, artifact_path)
+            mlflow_runs.log_artifact(artifact, artifact_path)
 
 
 def eval_workers(value: int | None) -> int:

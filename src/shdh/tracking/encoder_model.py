@@ -2,9 +2,9 @@
 pyfunc model that maps uint8 images to packed binary codes, servable (`mlflow models serve`) and
 registrable (shdh.tracking.model_registry).
 
-A module of its own, apart from shdh.tracking.runs: logging or loading an encoder needs the hashers
-(and through them the deep methods' code), which no other tracked step runs, so only the deep fit
-step loads it.
+A module of its own, apart from shdh.tracking.mlflow_runs: logging or loading an encoder needs the
+hashers (and through them the deep methods' code), which no other tracked step runs, so only the
+deep fit step loads it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shdh.tracking.runs import MODEL_URI_TAG
+from shdh.tracking.mlflow_runs import MODEL_URI_TAG
 
 MODEL_ARTIFACT = "encoder"  # the logged model's name inside its run
 

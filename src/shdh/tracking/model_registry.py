@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.tracking.runs import MODEL_URI_TAG, PARENT_TAG, metric_key
+from shdh.tracking.mlflow_runs import MODEL_URI_TAG, PARENT_TAG, metric_key
 from shdh.tracking.store import configure
 
 DEFAULT_MODEL_NAME = "shdh-encoder"

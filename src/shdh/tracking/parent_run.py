@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from shdh.tracking import store
-from shdh.tracking.runs import PIPELINE_TAG, ROLE_TAG, flatten, metric_key, param_value
+from shdh.tracking.mlflow_runs import PIPELINE_TAG, ROLE_TAG, flatten, metric_key, param_value
 
 EXPERIMENT_NAME_ENV = "DVC_EXP_NAME"  # the name DVC gives a queued or temporary experiment
 HAND_TAG = "shdh.by_hand"  # on a hand-run step's own parent run

@@ -8,7 +8,7 @@ import requests
 
 from shdh.ranking.search_index import SearchIndex
 from shdh.serving import Limits, create_app
-from shdh.serving.metrics import BUCKETS, RequestMetrics, RouteLabels
+from shdh.serving.prometheus import BUCKETS, RequestMetrics, RouteLabels
 from tests.serving.server import AUTH, TOKEN, PixelEncoderSource, make_index, serving
 
 pytestmark = pytest.mark.integration
