@@ -30,7 +30,7 @@ pin_cpu()
 os.environ.update(json.loads(sys.argv[1]))  # a mode's changes to the pin, before torch loads
 import numpy as np, torch
 from shdh.features.gist import gist_features
-from shdh.hashers import get_hasher_class
+from shdh.hashers import hasher_class
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training.loop_settings import LoopSettings
 
@@ -48,11 +48,11 @@ def timed(fn):  # CPU seconds of the whole process, all threads: what a busy mac
 
 def shdh():
     loop = LoopSettings(width=1 / 8, epochs=1, batch_size=128, device="cpu")
-    get_hasher_class("shdh")(n_bits=32, loop=loop, seed=0).fit(
+    hasher_class("shdh")(n_bits=32, loop=loop, seed=0).fit(
         images, PairSimilarity(anc, u, "hierarchical"))
 
 def fit(name, **budget):
-    cls = get_hasher_class(name)
+    cls = hasher_class(name)
     return lambda: cls(n_bits=32, seed=0, **budget).fit(
         features, PairSimilarity(anc_f, u, cls.supervision or "label"))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shdh.hashers import get_hasher_class
+from shdh.hashers import hasher_class
 from shdh.hashers.kmh import KMH
 from shdh.steps.features import features as gist_step
 from shdh.steps.fit_shallow import training_inputs
@@ -56,7 +56,7 @@ def main() -> None:
     print("\n| method | bits | n_train | fit (s) | encode all (s) |")
     print("|---|---:|---:|---:|---:|")
     for method in args.methods:
-        cls = get_hasher_class(method)
+        cls = hasher_class(method)
         X, pairs = training_inputs(
             cls, Path(args.prepared), Path(args.smatrix), Path(features), args.n_train
         )

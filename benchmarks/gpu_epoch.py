@@ -49,8 +49,8 @@ import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh.core import level_weights
-from shdh.core.objectives import SHDHObjective
 from shdh.data import fashion_mnist
+from shdh.hashers.shdh import shdh_objective
 from shdh.nets.cnnf import to_input
 from shdh.runtime.devices import resolve_device
 from shdh.training import loop
@@ -116,7 +116,7 @@ def bare_step(
         model = model.to(memory_format=torch.channels_last)
     step_model = torch.compile(model) if config.compile else model
     optimizer = make_optimizer(config, model, device)
-    loss_fn = SHDHObjective().for_layout(**lay)
+    loss_fn = shdh_objective(**lay)
     x = to_input(images[: config.batch_size], config.image_size, device)  # (B, 1, 32, 32)
     if device.type == "cuda":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -231,7 +231,7 @@ def the_loop(config: TrainConfig, images: np.ndarray, anc: np.ndarray) -> list[d
             Path(tmp),
             progress=None,
             on_epoch=on_epoch,
-            loss_fn=SHDHObjective().for_layout(**layout(config.n_bits)),
+            objective=shdh_objective(**layout(config.n_bits)),
             **layout(config.n_bits),
         )
     return result.history

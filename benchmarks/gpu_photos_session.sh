@@ -51,11 +51,11 @@ done
 
 size=224
 quick=()
-sets=(--set "n_train=${N_TRAIN:-20000}")
+sets=(--set "train.n_train=${N_TRAIN:-20000}")
 if [ "${QUICK:-0}" = 1 ]; then
   size=64
   quick=(--quick)
-  sets=(--set n_train=64 --set val_size=16 --set epochs=2 --set batch_size=16)
+  sets=(--set train.n_train=64 --set train.val_size=16 --set train.epochs=2 --set train.batch_size=16)
 fi
 
 describe_machine
@@ -77,9 +77,9 @@ fi
 variant_sets() {
   case $1 in
     lite0-imagenet)
-      echo --set backbone=efficientnet_lite0 --set "pretrained=$weights" --set backbone_lr=0.1 \
-        --set image_size=$size ;;
-    resnet18-scratch) echo --set backbone=resnet18 --set image_size=$size ;;
+      echo --set train.backbone=efficientnet_lite0 --set "train.pretrained=$weights" \
+        --set train.backbone_lr=0.1 --set train.image_size=$size ;;
+    resnet18-scratch) echo --set train.backbone=resnet18 --set train.image_size=$size ;;
     cnnf) ;;
     *) echo "unknown variant $1 (lite0-imagenet, resnet18-scratch, cnnf)" >&2; return 1 ;;
   esac

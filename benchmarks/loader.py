@@ -30,8 +30,8 @@ import torch
 from provenance import commit_line, machine_line  # benchmarks/provenance.py
 
 from shdh.core.image_input import to_input
-from shdh.core.objectives import SHDHObjective
 from shdh.data.dataset import Dataset, load_dataset, save_dataset
+from shdh.hashers.shdh import shdh_objective
 from shdh.nets.hashing import build_model
 from shdh.training.loader import Loader
 from shdh.training.loop import train
@@ -127,7 +127,7 @@ def loop_rate(config: TrainConfig, images, work: Path, epoch: int = 1) -> float:
     name = f"run-{config.backbone}-{config.image_size}-{config.loader_workers}-{time.time_ns()}"
     result = train(config, images, anc, np.arange(n), work / name,
                    segment_sizes=sizes, segment_levels=levels, layer_weights=u,
-                   loss_fn=SHDHObjective().for_layout(sizes, levels, u))  # fmt: skip
+                   objective=shdh_objective(sizes, levels, u))  # fmt: skip
     return result.history[epoch - 1]["images_per_sec"]
 
 

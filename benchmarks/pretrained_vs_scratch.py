@@ -29,7 +29,7 @@ from shdh.core.level_weights import layer_weights
 from shdh.core.metrics import evaluate
 from shdh.data.fashion_mnist import fashion_mnist_h_dataset, label_tree
 from shdh.data.splits import make_split
-from shdh.hashers.deep import SHDH
+from shdh.hashers.shdh import SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.ranking.exact import pack_codes
 from shdh.training.loop_settings import LoopSettings

@@ -45,8 +45,8 @@ from provenance import commit_line, machine_line  # benchmarks/provenance.py
 from torch import nn
 
 from shdh.core import level_weights
-from shdh.core.objectives import SHDHObjective
 from shdh.data import fashion_mnist
+from shdh.hashers.shdh import shdh_objective
 from shdh.nets.cnnf import CNNF, to_input
 from shdh.nets.hashing import build_model
 from shdh.training import loop
@@ -85,7 +85,7 @@ def config(args: argparse.Namespace, **changes) -> TrainConfig:
 
 def shdh_objective(bits: int):
     """SHDH's default loss for this script's layout (K = 4 segments of `bits`)."""
-    return SHDHObjective().for_layout(
+    return shdh_objective(
         level_weights.segment_sizes(bits, K),
         level_weights.segment_levels(K),
         level_weights.layer_weights(K).tolist(),
@@ -213,7 +213,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
                 segment_levels=level_weights.segment_levels(K),
                 layer_weights=level_weights.layer_weights(K).tolist(),
                 progress=None,
-                loss_fn=shdh_objective(args.bits),
+                objective=shdh_objective(args.bits),
             )
         finally:
             training_step.to_input = real_to_input

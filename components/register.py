@@ -22,8 +22,8 @@ def register(parent_run_id: str, model_name: str, metric: str, alias: str) -> st
 
     pin_cpu()  # before numpy and torch load: the same bits on every CPU
 
-    from shdh import registry
+    from shdh.tracking import model_registry
 
-    done = registry.register_best(parent_run_id, model_name, metric=metric, alias=alias)
-    registry.check_loaded(registry.load_by_alias(done.name, done.alias))
+    done = model_registry.register_best(parent_run_id, model_name, metric=metric, alias=alias)
+    model_registry.check_loaded(model_registry.load_by_alias(done.name, done.alias))
     return done.uri

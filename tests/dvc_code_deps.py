@@ -1,10 +1,15 @@
-"""The code each DVC stage runs, computed from the import graph, so that `dvc repro` reruns a
-stage whenever any module its command can load changes, wherever modules move.
+"""The code each DVC stage runs, computed from the import graph and the method catalogue, so that
+`dvc repro` reruns a stage whenever any module its command can load changes, wherever modules
+move.
 
 A stage's `cmd:` runs `shdh STEP`; the CLI loads the command module of STEP, and the stage's code
-is everything that module imports, transitively (tests/import_graph.py). The lists go to
-stage-code.json, not into dvc.yaml: the `inputs` stage hashes each stage's files into the record
-the stage depends on (shdh.steps.input_hashes), which keeps dvc.lock short.
+is everything that module imports, transitively (tests/import_graph.py). A method's module is
+loaded by its name (shdh.hashers.hasher_class), which no import spells: a stage whose code uses
+the package shdh.hashers by name runs the methods the catalogue declares, those of the kinds its
+params name (`train...`: the deep methods, `baselines...`: the shallow ones; neither: every
+method, a stage that loads whatever model it is given), and each one's code with them. The lists
+go to stage-code.json, not into dvc.yaml: the `inputs` stage hashes each stage's files into the
+record the stage depends on (shdh.steps.input_hashes), which keeps dvc.lock short.
 
     python -m tests.dvc_code_deps [dvc.yaml [stage-code.json]]   # rewrite it (`make dvc-deps`)
 """
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from shdh.hashers import method_catalogue
 from shdh.runtime.atomic import atomic_write_text
 from shdh.steps.input_hashes import CODE_LIST
 from tests import import_graph
@@ -29,6 +35,25 @@ COMMANDS: dict[str, tuple[str, ...]] = {"shdh": ("shdh.commands.{}",)}
 _SHELL_SEPARATORS = {"&&", "||", ";", "|"}
 GENERATED_BY = "make dvc-deps (tests/dvc_code_deps.py); checked by tests/unit/test_dvc_deps.py"
 Packages = Sequence[tuple[str, str]]
+LOADER = "shdh.hashers"  # the package whose hasher_class and load_hasher load methods by name
+
+
+def stage_kinds(body: Mapping, methods=None) -> set[str]:
+    """The kinds of method a stage runs, from the params it reads: a kind's settings section
+    (train, baselines) or a key under it; none named: every kind."""
+    named = set()
+    for param in body.get("params") or []:
+        key = next(iter(param)) if isinstance(param, Mapping) else str(param)
+        named.add(key.split(".")[0])
+    declared = method_catalogue.METHODS if methods is None else methods
+    kinds = {m.kind for m in declared if m.section in named}
+    return kinds or {m.kind for m in declared}
+
+
+def method_modules(kinds: set[str], methods=None) -> set[str]:
+    """The modules of the declared methods of these kinds (read now: a test may add a toy)."""
+    declared = method_catalogue.METHODS if methods is None else methods
+    return {m.module for m in declared if m.kind in kinds}
 
 
 def stage_code_deps(
@@ -50,9 +75,20 @@ def stage_code_deps(
             for module in _command_modules(
                 body.get("cmd"), imports.files, commands, dvc_yaml, name
             ):
-                modules |= import_graph.closure(imports.edges, module, imports.eager)
+                modules |= _code_of(imports, module, body)
         code[name] = sorted(imports.files[m].relative_to(root).as_posix() for m in modules)
     return code
+
+
+def _code_of(imports: import_graph.Imports, module: str, body: Mapping) -> set[str]:
+    """What running `module` can load, with the methods it loads by name for the stage."""
+    whole, body_only = import_graph.reach(imports.edges, module, imports.eager)
+    found = whole | body_only
+    if LOADER in whole:
+        for method in method_modules(stage_kinds(body)):
+            if method in imports.files:  # a module outside the scanned packages has no file here
+                found |= import_graph.closure(imports.edges, method, imports.eager)
+    return found
 
 
 def declared_code_deps(code_list: Path) -> dict[str, list[str]]:

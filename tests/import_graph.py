@@ -168,6 +168,13 @@ def closure(graph: Graph, module: str, eager: Graph | None = None) -> set[str]:
     the package itself, and that code imports it by name (an edge of its own). A registry in a
     package's __init__.py is thus loaded by its users, not by every module under it. Without
     `eager`, a parent counts whole."""
+    whole, body = reach(graph, module, eager)
+    return whole | body
+
+
+def reach(graph: Graph, module: str, eager: Graph | None = None) -> tuple[set[str], set[str]]:
+    """closure's two parts: the modules imported by name (any of their functions may run) and
+    those loaded only as the parent of another (their module body ran)."""
     whole: set[str] = set()  # imported by name: any of its functions may run
     body: set[str] = set()  # loaded only as a parent: its module body ran
     todo = [(module, True)]
@@ -180,7 +187,7 @@ def closure(graph: Graph, module: str, eager: Graph | None = None) -> set[str]:
         todo.extend((target, True) for target in targets)
         parts = node.split(".")
         todo.extend((".".join(parts[:i]), eager is None) for i in range(1, len(parts)))
-    return whole | body
+    return whole, body
 
 
 def is_stdlib(name: str) -> bool:

@@ -26,7 +26,8 @@ import json
 import logging
 import platform
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,14 @@ import numpy as np
 import torch
 
 from shdh.core.codes_file import CODES_DIR, FITS_DIR, Codes, save_codes
-from shdh.core.objectives import flat_objective
 from shdh.data.download import sha256sum
 from shdh.data.splits import Split
-from shdh.hashers import get_hasher_class, is_deep
-from shdh.plan.all_methods import method_params
-from shdh.plan.fit_grid import section_fits
+from shdh.hashers import hasher_class
+from shdh.hashers.deep_record import flat_params
+from shdh.hashers.method_catalogue import method
+from shdh.plan.all_methods import section_fits
 from shdh.plan.fits import Fit
-from shdh.plan.overrides import merged_section, parse_settings
+from shdh.plan.overrides import apply_overrides
 from shdh.ranking.exact import pack_codes
 from shdh.runtime import instruction_set, source_fingerprint
 from shdh.runtime.atomic import atomic_path, atomic_write_text
@@ -180,7 +181,7 @@ def plan_fits(
     (its checkpoint) under work_dir as the plan lays model folders out."""
     section = settings["train"]
     methods = methods or list(section["methods"])
-    shallow = [m for m in methods if not is_deep(m)]
+    shallow = [m for m in methods if not method(m).deep]
     if shallow:
         raise ConfigError(
             f"bundle: {shallow} are shallow methods; they fit GIST features where the pipeline "
@@ -193,7 +194,6 @@ def plan_fits(
         seed=int(settings.get("seed", 0)),
         models_root=work_dir,
         seeds=seeds,
-        method_params=method_params,
     )
 
 
@@ -204,22 +204,25 @@ def train_bundle(
     methods: list[str] | None = None,
     bits: list[int] | None = None,
     seeds: list[int] | None = None,
-    overrides: dict[str, Any] | None = None,
+    overrides: Sequence[str] = (),
     work_dir: str | Path | None = None,
     progress: bool = False,
 ) -> list[Path]:
-    """Train the fits plan_fits picks from the bundle; write out_dir/codes/NAME.npz,
-    out_dir/fits/NAME.json and out_dir/bundle.json. A fit whose codes and record exist for the
-    same bundle and settings is kept; an interrupted one resumes from its checkpoint in
-    work_dir (out_dir + "-work")."""
+    """Train the fits plan_fits picks from the bundle, its train settings changed by the
+    `KEY=VALUE` overrides (shdh.plan.overrides: train.epochs=2, train.shdh.alpha=0.5); write
+    out_dir/codes/NAME.npz, out_dir/fits/NAME.json and out_dir/bundle.json. A fit whose codes and
+    record exist for the same bundle and settings is kept; an interrupted one resumes from its
+    checkpoint in work_dir (out_dir + "-work")."""
     out_dir = Path(out_dir)
     work_dir = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
-    section = merged_section(bundle.settings["train"], overrides or {})
+    train = {"train": bundle.settings["train"]}
+    section = apply_overrides(train, overrides, "the bundle's settings")["train"]
     try:  # the planner's errors speak of params.yaml; here they are the bundle's settings
         planned = {**bundle.settings, "train": section}
         fits = plan_fits(planned, methods, bits, seeds, work_dir=work_dir)
     except ConfigError as err:
-        where = f"the bundle's train settings with --set {overrides}" if overrides else "bundle"
+        given = " ".join(f"--set {text}" for text in overrides)
+        where = f"the bundle's train settings with {given}" if overrides else "bundle"
         raise ConfigError(f"{where}: {str(err).removeprefix('params.yaml: ')}") from err
     device = resolve_device(str(section.get("device", "auto")))  # before any work
     manifest = {
@@ -247,7 +250,7 @@ def _train_fit(
     if codes_path.is_file() and _same_fit(record_path, base):
         log.info("%s: already trained from this bundle with these settings", fit.name)
         return codes_path
-    cls = get_hasher_class(fit.method)
+    cls = hasher_class(fit.method)
     b = bundle
     train_idx, pairs = training_items(cls, split, b.ancestors, b.layer_weights, fit.n_train)
     training = Training(resume="auto", progress=progress)
@@ -276,19 +279,17 @@ def _train_fit(
 
 def record_base(bundle: Bundle, fit: Fit) -> dict[str, Any]:
     """What decides a fit's codes: a record with these values belongs to this fit. Where and
-    how fast it ran (device, threads, compilation) does not. The loss settings stand by their
-    own names (alpha, eta), as in the records written before they became one `objective`, so
-    that codes trained then still count."""
-    params = {k: v for k, v in flat_objective(fit.params).items() if k != "loop"}
-    loop = asdict(fit.params["loop"])
-    params["loop"] = {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}
+    how fast it ran (device, threads, compilation) does not. The method's settings stand by
+    their own names (alpha, eta), the loop's as one group."""
+    params = flat_params(fit.params)
+    params["loop"] = {k: v for k, v in params["loop"].items() if k not in RUNTIME_FIELDS}
     return {
         "method": fit.method,
         "bits": fit.bits,
         "seed": fit.seed,
         "params": params,
         "bundle_sha256": bundle.sha256,
-        "code": source_fingerprint.fingerprint([get_hasher_class(fit.method).__module__]),
+        "code": source_fingerprint.fingerprint([hasher_class(fit.method).__module__]),
     }
 
 
@@ -350,8 +351,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a train setting (repeatable): backbone=resnet18, shdh.alpha=0.5, "
-        "bits=[16]; VALUE is read as JSON where it parses, else as a string",
+        help="override a train setting by its params.yaml key (repeatable): "
+        "train.backbone=resnet18, train.shdh.alpha=0.5, train.bits=[16] (shdh.plan.overrides)",
     )
 
 
@@ -360,14 +361,14 @@ def run_train(args: argparse.Namespace) -> int:
         if folder and Path(folder).exists() and not Path(folder).is_dir():
             raise ConfigError(f"{option} {folder}: a file; the codes and records go in a folder")
     bundle = read_bundle(args.bundle)
-    overrides = parse_settings(args.set)
-    overrides |= {k: v for k, v in (("epochs", args.epochs), ("device", args.device)) if v}
-    if args.compile:
-        overrides["compile"] = True
-    if args.no_cuda_graph:
-        overrides["cuda_graph"] = False
-    if args.no_fused_sgd:
-        overrides["fused_sgd"] = False
+    flags = {
+        "epochs": args.epochs,
+        "device": args.device,
+        "compile": "true" if args.compile else None,
+        "cuda_graph": "false" if args.no_cuda_graph else None,
+        "fused_sgd": "false" if args.no_fused_sgd else None,
+    }
+    overrides = [*args.set, *(f"train.{k}={v}" for k, v in flags.items() if v)]
     for path in train_bundle(
         bundle,
         args.out,

@@ -15,15 +15,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shdh import settings
+from shdh.plan.overrides import apply_overrides
 from shdh.runtime.atomic import atomic_dir
 from shdh.runtime.json_files import read_json_object
+from shdh.settings import sections
 from shdh.settings.profiles import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
 
 # The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
-SECTIONS = tuple(settings.SECTIONS)
+SECTIONS = tuple(sections.SECTIONS)
 
 
 def resolve_params(
@@ -32,7 +32,8 @@ def resolve_params(
     overrides: Iterable[str] = (),
     profiles_dir: str | Path = PROFILES_DIR,
 ) -> dict[str, Any]:
-    """params.yaml, with a profile's overrides and then `--param KEY=VALUE` ones applied.
+    """params.yaml, with a profile's overrides and then `--set KEY=VALUE` ones applied
+    (shdh.plan.overrides).
 
     The same values `shdh profile apply P` would write into params.yaml, without rewriting it.
     Every key set must already exist in params.yaml, so a typo fails here, by name.
@@ -44,10 +45,8 @@ def resolve_params(
         _check_known(params, extra, str(path))
         params = deep_merge(params, {**extra, "profile": profile})
     given = [f"profile {profile}"] if profile else []
-    for text in overrides:
-        key, value = parse_override(text)
-        set_setting(params, key, value, f"--param {text}")
-        given.append(f"--param {text}")
+    params = apply_overrides(params, overrides)
+    given += [f"--set {text}" for text in overrides]
     # a bad value may be the file's, the profile's or an override's: name all that made it
     source = f"{params_file} with {', '.join(given)}" if given else str(params_file)
     return settings.validate(params, source).params
@@ -59,30 +58,6 @@ def _check_known(base: dict[str, Any], extra: dict[str, Any], where: str, prefix
             raise ConfigError(f"{where}: sets unknown key '{prefix}{key}' (not in params.yaml)")
         if isinstance(value, dict) and isinstance(base[key], dict):
             _check_known(base[key], value, where, f"{prefix}{key}.")
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'train.epochs=2' -> ('train.epochs', 2); the value is read as YAML ([32, 64], null, 0.1)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--param {text}: expected KEY=VALUE, e.g. train.epochs=2")
-    try:
-        return key.strip(), yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--param {text}: the value is not valid YAML: {exc}") from exc
-
-
-def set_setting(params: dict[str, Any], key: str, value: Any, where: str) -> None:
-    """Set a dotted key (train.epochs, baselines.ksh.n_anchors) that params.yaml already has."""
-    *parents, last = key.split(".")
-    node: Any = params
-    for i, name in enumerate(parents):
-        node = node.get(name) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            raise ConfigError(f"{where}: params.yaml has no section '{'.'.join(parents[: i + 1])}'")
-    if last not in node:
-        raise ConfigError(f"{where}: params.yaml has no setting '{key}'")
-    node[last] = value
 
 
 def pipeline_arguments(params: dict[str, Any]) -> dict[str, Any]:
@@ -232,8 +207,7 @@ def fit_component(
     a retried task resumes there. A shallow fit (gist given) fits the GIST features."""
     import tempfile
 
-    from shdh.plan.all_methods import method_params
-    from shdh.plan.fit_grid import fit_plan
+    from shdh.plan.all_methods import fit_plan
 
     section = section_arg(settings, "train" if gist is None else "baselines")
     if gist is None:
@@ -248,7 +222,6 @@ def fit_component(
             own_seed_arg(own_seed),
             seed=seed,
             models_root=models_dir,
-            method_params=method_params,
         )
         inputs = {"prepared_dir": prepared.path, "smatrix_path": similarity.path}
         if gist is None:

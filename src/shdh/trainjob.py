@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.kubeflow import fit_name, own_seed_arg, run_context, save_model, section_arg
-from shdh.plan.all_methods import method_params
-from shdh.plan.fit_grid import fit_plan
+from shdh.plan.all_methods import fit_plan
 from shdh.plan.fits import WORK_DIR
 from shdh.plan.processes import node_resources
 from shdh.runtime.errors import ConfigError
@@ -354,7 +353,6 @@ def run_node(job_url: str) -> None:
             own_seed_arg(run["own_seed"]),
             seed=int(request["seed"]),
             models_root=Path(tmp, "models"),
-            method_params=method_params,
         )
         inputs = _fetch_inputs(request)
         context = (

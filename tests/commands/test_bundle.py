@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.bundle import BundleError, merged_section, parse_settings, read_bundle, write_bundle
+from shdh.bundle import BundleError, read_bundle, write_bundle
 from shdh.cli import main as cli_main
 from shdh.commands.evaluate import main as evaluate_main
 from shdh.core.codes_file import load_codes, save_codes
-from shdh.runtime.errors import ConfigError
 from tests.commands.test_steps import run_steps, smoke_params
 from tests.conftest import REPO
 
@@ -49,12 +48,15 @@ CORE = (
     "shdh.ranking.exact_kernel",
     "shdh.core.metrics",
     "shdh.core.codes_file",
-    "shdh.core.losses",
+    "shdh.core.batch_pairs",
+    "shdh.hashers.shdh",
+    "shdh.hashers.dpsh",
+    "shdh.plan.overrides",
     "shdh.core.similarity",
     "shdh.core.hierarchy",
     "shdh.core.level_weights",
     "shdh.core.tree_fields",
-    "shdh.core.objectives",
+    "shdh.training.objective",
     "shdh.core.smatrix",
     "shdh.runtime.devices",
     "shdh.nets.cnnf",
@@ -87,10 +89,10 @@ import importlib, sys
 import numpy as np
 for name in {CORE!r}:
     importlib.import_module(name)
-from shdh.hashers import REGISTRY, get_hasher_class
+from shdh.hashers import REGISTRY, hasher_class
 for method in REGISTRY:
-    get_hasher_class(method)
-from shdh.hashers.deep import SHDH
+    hasher_class(method)
+from shdh.hashers.shdh import SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.core.metrics import evaluate
 from shdh.ranking.exact import pack_codes
@@ -299,34 +301,6 @@ def test_a_bundle_carries_the_convergence_rule_and_the_graph_switch(tmp_path, fa
     assert run.data.tags["ended_by"] == "the rule"
 
 
-def test_set_reads_json_values_paths_and_method_keys():
-    pairs = ["image_size=224", "augment=true", "n_train=null", "pretrained=w/lite0.pth"]
-    got = parse_settings([*pairs, "shdh.alpha=0.5"])
-    assert got == {
-        "image_size": 224,
-        "augment": True,
-        "n_train": None,
-        "pretrained": "w/lite0.pth",
-        "shdh": {"alpha": 0.5},
-    }
-    assert merged_section({"shdh": {"alpha": 1, "e1": "plain"}, "lr": 0.1}, got)["shdh"] == {
-        "alpha": 0.5,
-        "e1": "plain",
-    }
-    for bad in ("image_size", "a.b.c=1", "=3", "9x=1"):
-        with pytest.raises(ConfigError, match=re.escape(f"--set {bad!r}")):
-            parse_settings([bad])
-    with pytest.raises(ConfigError, match=re.escape("train.bits is a list, e.g. bits=[16]")):
-        parse_settings(["bits=16"])
-    assert parse_settings(["seeds=null", "bits=[16,32]"]) == {"seeds": None, "bits": [16, 32]}
-    # params.yaml's spelling, as `dvc exp run -S` takes it, means the same
-    spelled = parse_settings(["train.epochs=3", "train.shdh.alpha=0.5"])
-    assert spelled == {"epochs": 3, "shdh": {"alpha": 0.5}}
-    for method in ("itq", "nosuch"):  # a bundle trains the deep methods only
-        with pytest.raises(ConfigError, match=f"{method} is not a deep method, whose own"):
-            parse_settings([f"{method}.n_iter=3"])
-
-
 def test_an_output_folder_that_is_a_file_is_named_before_anything_is_read(tmp_path, caplog):
     taken = tmp_path / "gist.npy"
     taken.write_bytes(b"a file of another step")
@@ -343,10 +317,13 @@ def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_ra
     out = tmp_path / "gpu"
     argv = ["bundle", "train", str(bundle), "--out", str(out), "--no-progress"]
     sets = ["backbone=resnet18", "image_size=40", "n_train=48", "batch_size=16", "freeze_bn=true"]
-    assert cli_main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    assert cli_main(argv + [a for s in sets for a in ("--set", f"train.{s}")]) == 0
     with caplog.at_level("ERROR"):  # a typo names the --set it came from, not params.yaml
-        assert cli_main([*argv, "--set", "epocs=2"]) == 1
-    assert "the bundle's train settings with --set {'epocs': 2}: train:" in caplog.text
+        assert cli_main([*argv, "--set", "train.epocs=2"]) == 1
+    assert (
+        "--set train.epocs=2: no setting 'train.epocs' in the bundle's settings; "
+        "did you mean train.epochs?"
+    ) in caplog.text
     assert "params.yaml" not in caplog.text
     record = json.loads((out / "fits" / "shdh-16.json").read_text())
     loop = record["params"]["loop"]
@@ -356,7 +333,8 @@ def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_ra
     assert json.loads((out / "bundle.json").read_text())["train"]["backbone"] == "resnet18"
     # A name no deep method takes is refused before any work, named.
     other = tmp_path / "typo"
-    argv = ["bundle", "train", str(bundle), "--out", str(other), "--set", "backbone_name=resnet18"]
+    argv = ["bundle", "train", str(bundle), "--out", str(other), "--set", "train.shdh.alfa=1"]
     assert cli_main(argv) == 1
-    assert "settings ['backbone_name'] are not shdh's" in caplog.text
+    assert "the bundle's train settings with --set train.shdh.alfa=1" in caplog.text
+    assert "shdh: unknown settings ['alfa']" in caplog.text
     assert not other.exists()

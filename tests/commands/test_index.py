@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shdh.cli import main
-from shdh.hashers.deep import SHDH
+from shdh.hashers.shdh import SHDH
 from shdh.ranking.exact import integer_weights, rank_with_distances
 from shdh.ranking.index_file import INDEX_RECORD
 from shdh.ranking.search_index import SearchIndex

@@ -66,7 +66,7 @@ def _data_size() -> int:
 
 def _warm_up(work: Path) -> None:
     """One tiny fit: the imports, thread pools and kernels a fit loads once."""
-    from shdh.core.objectives import SHDHObjective
+    from shdh.hashers.shdh import shdh_objective
     from shdh.training.loop import train
     from shdh.training.loop_settings import TrainConfig
 
@@ -74,8 +74,8 @@ def _warm_up(work: Path) -> None:
     anc = np.array([[0, 1 + i % 2, 3 + i % 4] for i in range(8)])
     config = TrainConfig(n_bits=16, width=0.125, batch_size=4, epochs=1, device="cpu")
     layout = {"segment_sizes": [8, 8], "segment_levels": [2, 3], "layer_weights": [0, 2 / 3, 1 / 3]}
-    loss = SHDHObjective().for_layout(*layout.values())
-    train(config, images, anc, np.arange(8), work, loss_fn=loss, **layout)
+    loss = shdh_objective(*layout.values())
+    train(config, images, anc, np.arange(8), work, objective=loss, **layout)
 
 
 def job(root: str) -> None:
@@ -86,9 +86,9 @@ def job(root: str) -> None:
 
     import torch
 
-    from shdh.core.objectives import SHDHObjective
     from shdh.data.dataset import load_dataset
     from shdh.data.folder import folder_dataset
+    from shdh.hashers.shdh import shdh_objective
     from shdh.training.loop import train
     from shdh.training.loop_settings import TrainConfig
 
@@ -128,7 +128,7 @@ def job(root: str) -> None:
         segment_sizes=sizes,
         segment_levels=levels,
         layer_weights=u,
-        loss_fn=SHDHObjective().for_layout(sizes, levels, u),
+        objective=shdh_objective(sizes, levels, u),
     )
     report |= {
         "train_s": time.perf_counter() - t0,

@@ -307,7 +307,7 @@ def test_two_nodes_per_fit_launch_a_trainjob_from_a_task_without_a_gpu(tmp_path,
     its nodes the CUDA image, the train step's sizes, a GPU a process and the GPU nodes'
     scheduling."""
     args = ("--profile", "smoke", "--overlay", "gpu")
-    nodes = ("--param", "train.nodes=2", "--param", "train.processes_per_node=2")
+    nodes = ("--set", "train.nodes=2", "--set", "train.processes_per_node=2")
     spec, platform, _ = compile_with(tmp_path, monkeypatch, *args, *nodes)
     assert fit_tasks(spec, "train") == {}
     jobs = fit_tasks(spec, "trainjob")
@@ -347,9 +347,9 @@ def test_several_processes_on_a_cpu_node_are_refused_when_compiling(tmp_path, mo
     args = [
         "--profile",
         "smoke",
-        "--param",
+        "--set",
         "train.nodes=2",
-        "--param",
+        "--set",
         "train.processes_per_node=2",
         "--out",
         str(out),
@@ -563,7 +563,7 @@ def test_a_device_that_contradicts_the_overlay_is_refused(
 ):
     monkeypatch.chdir(REPO)
     out = tmp_path / "never.yaml"
-    argv = ["pipeline", "compile", "--overlay", overlay, "--param", f"train.device={device}"]
+    argv = ["pipeline", "compile", "--overlay", overlay, "--set", f"train.device={device}"]
     assert main([*argv, "--out", str(out)]) == 1
     (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert f"train.device is '{device}'" in line and f"overlay {overlay} {fix}" in line
@@ -573,7 +573,7 @@ def test_a_device_that_contradicts_the_overlay_is_refused(
 def test_weights_only_this_machine_has_are_refused_for_a_cluster(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(REPO)
     out = tmp_path / "never.yaml"
-    argv = ["pipeline", "compile", "--param", "train.pretrained=weights/r50.pth", "--out", str(out)]
+    argv = ["pipeline", "compile", "--set", "train.pretrained=weights/r50.pth", "--out", str(out)]
     assert main(argv) == 1
     (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "train.pretrained is 'weights/r50.pth', a file on this machine" in line
@@ -582,7 +582,7 @@ def test_weights_only_this_machine_has_are_refused_for_a_cluster(tmp_path, monke
 
 def test_without_baselines_there_is_no_shallow_branch(tmp_path, monkeypatch):
     """No shallow methods: no features step, no baseline task, and evaluate takes no GIST."""
-    spec, _, _ = compile_with(tmp_path, monkeypatch, "--param", "baselines.methods=[]")
+    spec, _, _ = compile_with(tmp_path, monkeypatch, "--set", "baselines.methods=[]")
     assert {step_of(t) for t in root_tasks(spec).values()} & {"features", "baseline"} == set()
     assert set(root_tasks(spec)["evaluate"]["inputs"]["artifacts"]) == {
         *(f"fit_{i}" for i in range(6)),  # shdh and dpsh at 32, 48 and 64 bits
@@ -597,11 +597,11 @@ def test_param_overrides_and_typos(tmp_path, monkeypatch, caplog):
         monkeypatch,
         "--profile",
         "smoke",
-        "--param",
+        "--set",
         "train.epochs=4",
-        "--param",
+        "--set",
         "baselines.ksh.n_anchors=20",
-        "--param",
+        "--set",
         "data.max_items=null",
     )
     parameters = spec["root"]["inputDefinitions"]["parameters"]
@@ -610,13 +610,13 @@ def test_param_overrides_and_typos(tmp_path, monkeypatch, caplog):
     assert json.loads(defaults["baselines"])["ksh"]["n_anchors"] == 20
     assert json.loads(defaults["data"])["max_items"] is None
     out = str(tmp_path / "never.yaml")
-    assert main(["pipeline", "compile", "--param", "train.epochz=4", "--out", out]) == 1
+    assert main(["pipeline", "compile", "--set", "train.epochz=4", "--out", out]) == 1
     assert "train.epochz" in caplog.text and not Path(out).exists()
     assert main(["pipeline", "compile", "--profile", "nosuch", "--out", out]) == 1
     assert "unknown profile 'nosuch'" in caplog.text
-    argv = ["pipeline", "compile", "--profile", "smoke", "--param", "train.epochs=two"]
+    argv = ["pipeline", "compile", "--profile", "smoke", "--set", "train.epochs=two"]
     assert main([*argv, "--out", out]) == 1  # a bad value names what it may have come from
-    assert "params.yaml with profile smoke, --param train.epochs=two: train.epochs" in caplog.text
+    assert "params.yaml with profile smoke, --set train.epochs=two: train.epochs" in caplog.text
 
 
 def test_image_is_chosen_at_compile_time(tmp_path):
@@ -735,15 +735,15 @@ def test_the_local_build_has_no_cluster_settings(tmp_path):
 SEEDED = (
     "--profile",
     "smoke",
-    "--param",
+    "--set",
     "train.methods=[shdh, dpsh]",
-    "--param",
+    "--set",
     "train.bits=[16, 32]",
-    "--param",
+    "--set",
     "train.seeds=[1, 2]",
-    "--param",
+    "--set",
     "baselines.methods=[itq, kmh]",
-    "--param",
+    "--set",
     "baselines.bits=[16, 30]",
     "--overlay",
     "gpu",

@@ -215,7 +215,7 @@ def test_submit_uploads_the_spec_and_starts_a_run_with_the_settings(kubeflow):
             host,
             "--experiment",
             "team-a",
-            "--param",
+            "--set",
             "train.epochs=3",
             "--run-name",
             "try-1",
@@ -274,7 +274,7 @@ def test_resubmitting_adds_a_version_only_for_a_new_spec(kubeflow):
     server, host = kubeflow
     assert submit(host) == 0
     assert submit(host) == 0  # same spec: the version is reused
-    assert submit(host, "--param", "train.epochs=2") == 0  # new spec: a new version
+    assert submit(host, "--set", "train.epochs=2") == 0  # new spec: a new version
     uploads = [r["path"].rsplit("/", 1)[1] for r in server.requests if "/upload" in r["path"]]
     assert uploads == ["upload", "upload_version", "upload_version"]
     assert [r["pipeline_version_reference"]["pipeline_version_id"] for r in server.runs] == [

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from shdh.core.level_weights import layer_weights
-from shdh.core.objectives import SHDHObjective
+from shdh.hashers.shdh import shdh_objective
 from shdh.training.distributed import World
 from shdh.training.loop import train
 from shdh.training.loop_settings import TrainConfig
@@ -60,7 +60,7 @@ def main(out_dir: str, batch_size: str, epochs: str, resume: str = "never") -> N
         segment_sizes=SIZES,
         segment_levels=LEVELS,
         layer_weights=u,
-        loss_fn=SHDHObjective().for_layout(SIZES, LEVELS, u),
+        objective=shdh_objective(SIZES, LEVELS, u),
         resume=resume,
     )
     world = World.from_env()

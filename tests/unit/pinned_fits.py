@@ -44,7 +44,7 @@ def digests() -> dict[str, str]:
 
     from shdh.core.level_weights import layer_weights
     from shdh.features.gist import gist_features
-    from shdh.hashers import get_hasher_class
+    from shdh.hashers import hasher_class
     from shdh.hashers.supervision import PairSimilarity
     from tests.unit.toys import TREE, deep_hasher, tree_set
 
@@ -53,12 +53,12 @@ def digests() -> dict[str, str]:
     u = layer_weights(TREE.height)
     out = {"gist": _digest(gist_features(images[:16], image_size=32))}
     for name, budget in SHALLOW_BUDGETS.items():
-        cls = get_hasher_class(name)
+        cls = hasher_class(name)
         hasher = cls(n_bits=16, seed=0, **budget)
         hasher.fit(features, PairSimilarity(anc, u, cls.supervision or "label"))
         out[name] = _digest(hasher.encode(features))
     for name in ("shdh", "dpsh"):
-        cls = get_hasher_class(name)
+        cls = hasher_class(name)
         hasher = deep_hasher(cls, n_bits=16, seed=0, **DEEP)
         hasher.fit(images, PairSimilarity(anc, u, cls.supervision or "label"))
         losses = np.asarray([h["loss"] for h in hasher.history_])

@@ -21,8 +21,8 @@ from torch import nn
 
 from shdh.core.image_input import to_input
 from shdh.core.level_weights import layer_weights
-from shdh.hashers.deep import SHDH
-from shdh.hashers.deep_folder import RUN_FILE
+from shdh.hashers.deep_record import RUN_FILE
+from shdh.hashers.shdh import SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.nets import BACKBONES
 from shdh.nets.backbones import KINDS, check_backbone

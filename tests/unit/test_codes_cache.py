@@ -14,7 +14,7 @@ import pytest
 
 from shdh.core.level_weights import layer_weights
 from shdh.data.shards import LocalShards, ShardedImages
-from shdh.hashers import get_hasher_class, load_hasher
+from shdh.hashers import hasher_class, load_hasher
 from shdh.hashers.supervision import PairSimilarity
 from shdh.steps import codes_cache
 from shdh.steps.codes_cache import RowKeys, content_digest
@@ -35,14 +35,14 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def itq():
-    return get_hasher_class("itq")(n_bits=16, seed=0).fit(FEATURES)
+    return hasher_class("itq")(n_bits=16, seed=0).fit(FEATURES)
 
 
 @pytest.fixture(scope="module")
 def shdh(tmp_path_factory):
     """A tiny SHDH, saved and loaded back as the score step loads it."""
     pairs = PairSimilarity(ANCESTORS, layer_weights(3), "hierarchical")
-    fitted = deep_hasher(get_hasher_class("shdh"), n_bits=12, **TINY_NET).fit(IMAGES, pairs)
+    fitted = deep_hasher(hasher_class("shdh"), n_bits=12, **TINY_NET).fit(IMAGES, pairs)
     return load_hasher(fitted.save(tmp_path_factory.mktemp("shdh") / "hasher"))
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.core.objectives import SHDHObjective
-from shdh.hashers import get_hasher_class
+from shdh.hashers import hasher_class
+from shdh.hashers.shdh import shdh_objective
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training import convergence, loop
 from shdh.training.checkpoint import CHECKPOINT_NAME
@@ -38,7 +38,7 @@ MODES = {"shdh": "hierarchical", "dpsh": "label", "oracle": "hierarchical"}
 
 
 def _fit(method: str, **params):
-    hasher = deep_hasher(get_hasher_class(method), **(PLATEAU | params))
+    hasher = deep_hasher(hasher_class(method), **(PLATEAU | params))
     return hasher.fit(TRAIN[0], PairSimilarity(TRAIN[1], U, MODES[method]))
 
 
@@ -53,7 +53,7 @@ def _train_8_bits(tmp_path: Path, on_epoch=None, **config) -> loop.TrainResult:
         segment_sizes=[4, 4],
         segment_levels=[2, 3],
         layer_weights=list(U),
-        loss_fn=SHDHObjective().for_layout([4, 4], [2, 3], list(U)),
+        objective=shdh_objective([4, 4], [2, 3], list(U)),
         on_epoch=on_epoch,
     )
 
@@ -189,7 +189,7 @@ def test_a_stopped_fit_resumes_as_stopped_and_an_interrupted_one_exactly(tmp_pat
     whole = _fit("shdh", min_delta=0.0, patience=1, max_decays=1, epochs=4)
     cut = _fit("shdh", min_delta=0.0, patience=1, max_decays=1, epochs=2, work_dir=str(tmp_path))
     resumed = deep_hasher(
-        get_hasher_class("shdh"),
+        hasher_class("shdh"),
         **(PLATEAU | {"min_delta": 0.0, "patience": 1, "max_decays": 1, "epochs": 4}),
         work_dir=str(tmp_path),
     )

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from shdh.core.level_weights import layer_weights
-from shdh.core.objectives import DPSHObjective, SHDHObjective
-from shdh.hashers import get_hasher_class, load_hasher
+from shdh.hashers import hasher_class, load_hasher
 from shdh.hashers.base import Hasher
-from shdh.hashers.deep import DPSH, SHDH
-from shdh.hashers.deep_folder import RUN_FILE
+from shdh.hashers.deep_record import RUN_FILE
+from shdh.hashers.dpsh import DPSH
+from shdh.hashers.method_settings import DPSHSettings, SHDHSettings
+from shdh.hashers.shdh import SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training.checkpoint import CHECKPOINT_NAME
 from shdh.training.loop_settings import LoopSettings, TrainConfig
@@ -54,7 +55,7 @@ def _pairs(method: str, anc: np.ndarray = TRAIN[1]) -> PairSimilarity:
 
 
 def _fit(method: str, data=TRAIN, **params) -> Hasher:
-    hasher = deep_hasher(get_hasher_class(method), **(TINY | {"epochs": 3} | params))
+    hasher = deep_hasher(hasher_class(method), **(TINY | {"epochs": 3} | params))
     return hasher.fit(data[0], _pairs(method, data[1]))
 
 
@@ -109,9 +110,7 @@ def test_load_refuses_the_state_of_another_bit_length_or_width(fitted, tmp_path:
 def test_resume_continues_to_the_same_model(method: str, fitted, tmp_path: Path) -> None:
     first = _fit(method, epochs=1, work_dir=str(tmp_path))
     assert (tmp_path / CHECKPOINT_NAME).is_file() and (tmp_path / RUN_FILE).is_file()
-    resumed = deep_hasher(
-        get_hasher_class(method), **(TINY | {"epochs": 3, "work_dir": str(tmp_path)})
-    )
+    resumed = deep_hasher(hasher_class(method), **(TINY | {"epochs": 3, "work_dir": str(tmp_path)}))
     resumed.fit(TRAIN[0], _pairs(method), resume="always")
     assert resumed.history_[0] == first.history_[0]  # epoch 1 was not retrained
     np.testing.assert_array_equal(resumed.encode(QUERIES[0]), fitted[method].encode(QUERIES[0]))
@@ -138,34 +137,37 @@ def test_resume_refuses_other_parameters_or_data(tmp_path: Path) -> None:
 
 
 def test_params_map_onto_train_config() -> None:
-    """The wrappers take the loop settings as one LoopSettings and the loss settings as one
-    objective, whose defaults the loop's own config and the losses share; every parameter
-    reaches the config or the loss."""
-    for cls, objective_class in ((SHDH, SHDHObjective), (DPSH, DPSHObjective)):
+    """The deep hashers take the loop settings as one LoopSettings and their own as one settings
+    object, whose defaults the loop's config and the losses share; every parameter reaches the
+    config or the objective."""
+    for cls, settings_class in ((SHDH, SHDHSettings), (DPSH, DPSHSettings)):
         assert cls(n_bits=8).get_params()["loop"] == LoopSettings()
-        assert cls(n_bits=8).get_params()["objective"] == objective_class()
+        assert cls(n_bits=8).get_params()["settings"] == settings_class()
         config = cls(n_bits=8, loop={"epochs": 2}).train_config()  # a saved params.json's form
         assert config == TrainConfig(n_bits=8, epochs=2)
     shdh = deep_hasher(
         SHDH, n_bits=8, layout="paper", alpha=0.1, e2="trace", lr=0.05, width=0.5, epochs=3
     )
-    config, objective = shdh.train_config(), shdh.get_params()["objective"]
-    assert objective == SHDHObjective(alpha=0.1, e2="trace")
-    assert (config.lr, config.width, config.epochs, shdh.layout) == (0.05, 0.5, 3, "paper")
+    config, settings = shdh.train_config(), shdh.get_params()["settings"]
+    assert settings == SHDHSettings(alpha=0.1, e2="trace", layout="paper")
+    assert (config.lr, config.width, config.epochs) == (0.05, 0.5, 3)
     assert not config.memory_bank
     dpsh = deep_hasher(DPSH, n_bits=8, reduction="mean", grad_clip=0.0, memory_bank=True)
     assert dpsh.train_config().memory_bank and dpsh.train_config().grad_clip == 0.0
-    assert dpsh.objective == DPSHObjective(reduction="mean")
-    assert DPSH(n_bits=8, objective={"eta": 1}).objective == DPSHObjective(eta=1)  # params.json
+    assert dpsh.settings == DPSHSettings(reduction="mean", memory_bank=True)
+    assert DPSH(n_bits=8, settings={"eta": 1}).settings == DPSHSettings(eta=1)  # params.json
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: deep_hasher(DPSH, **TINY, eta=-1.0), "dpsh: DPSHObjective: eta must be"),
-        (lambda: deep_hasher(DPSH, **TINY, eta=float("nan")), "dpsh: DPSHObjective: eta must"),
+        (lambda: deep_hasher(DPSH, **TINY, eta=-1.0), r"dpsh: DPSHSettings\.eta must be"),
+        (lambda: deep_hasher(DPSH, **TINY, eta=float("nan")), r"dpsh: DPSHSettings\.eta must"),
         (lambda: deep_hasher(SHDH, **(TINY | {"lr": 0.0})), r"LoopSettings\.lr is out of range"),
-        (lambda: deep_hasher(SHDH, **TINY, e1="bogus"), r"shdh: SHDHObjective: e1 must be one of"),
+        (
+            lambda: deep_hasher(SHDH, **TINY, e1="bogus"),
+            r"shdh: SHDHSettings\.e1 must be one of levels, matrix, got 'bogus'",
+        ),
         # A value of the wrong kind (from a command line or a hand-made mapping) is named, not
         # left to fail in a comparison.
         (lambda: deep_hasher(SHDH, **(TINY | {"epochs": "3"})), r"epochs must be an integer"),
@@ -179,31 +181,31 @@ def test_bad_parameters_are_refused_when_made(make, message: str) -> None:
         make()
 
 
-def test_the_objective_is_its_settings_object_or_a_mapping_of_its_fields() -> None:
+def test_the_settings_are_the_settings_object_or_a_mapping_of_its_fields() -> None:
     """A mapping is what a saved params.json gives: it becomes the method's settings object."""
-    made = SHDH(n_bits=8, objective={"alpha": 0.5, "target": "binary"}).objective
-    assert made == SHDHObjective(alpha=0.5, target="binary")
-    assert DPSH(n_bits=8, objective={}).objective == DPSHObjective()
-    assert SHDH(n_bits=8, objective=SHDHObjective(e1="matrix")).objective.e1 == "matrix"
+    made = SHDH(n_bits=8, settings={"alpha": 0.5, "target": "binary"}).settings
+    assert made == SHDHSettings(alpha=0.5, target="binary")
+    assert DPSH(n_bits=8, settings={}).settings == DPSHSettings()
+    assert SHDH(n_bits=8, settings=SHDHSettings(e1="matrix")).settings.e1 == "matrix"
 
 
 @pytest.mark.parametrize(
-    ("cls", "objective", "message"),
+    ("cls", "settings", "message"),
     [
-        (SHDH, {"alpha": "0.5"}, "shdh: SHDHObjective: alpha must be a finite number >= 0"),
-        (SHDH, {"alpha": float("inf")}, "shdh: SHDHObjective: alpha must be a finite number"),
-        (SHDH, {"alfa": 0.5}, r"shdh: objective: unknown settings \['alfa'\] \(known: \['alpha'"),
-        (DPSH, {"alpha": 1.0}, r"dpsh: objective: unknown settings \['alpha'\] \(known: \['eta'"),
-        (DPSH, {"eta": True}, "dpsh: DPSHObjective: eta must be a finite number >= 0, got True"),
-        (DPSH, {"reduction": "max"}, r"dpsh: DPSHObjective: reduction must be one of \('sum'"),
-        (DPSH, SHDHObjective(), "dpsh: objective: expected DPSHObjective or a mapping, got SHDH"),
-        (SHDH, 1.0, "shdh: objective: expected SHDHObjective or a mapping, got 1.0"),
+        (SHDH, {"alpha": "0.5"}, r"shdh: SHDHSettings\.alpha must be a number >= 0, got '0.5'"),
+        (SHDH, {"alpha": float("inf")}, r"shdh: SHDHSettings\.alpha must be a number >= 0"),
+        (SHDH, {"alfa": 0.5}, r"shdh: settings: unknown settings \['alfa'\] \(known: \['layout'"),
+        (DPSH, {"alpha": 1.0}, r"dpsh: settings: unknown settings \['alpha'\] \(known: \['eta'"),
+        (DPSH, {"eta": True}, r"dpsh: DPSHSettings\.eta must be a number >= 0, got True"),
+        (DPSH, {"reduction": "max"}, r"dpsh: DPSHSettings\.reduction must be one of sum, mean"),
+        (DPSH, SHDHSettings(), "dpsh: settings: expected DPSHSettings or a mapping, got SHDH"),
+        (SHDH, 1.0, "shdh: settings: expected SHDHSettings or a mapping, got 1.0"),
     ],
 )
-def test_a_bad_objective_is_refused_when_made(cls, objective, message: str) -> None:
+def test_bad_settings_are_refused_when_made(cls, settings, message: str) -> None:
     """Checked at construction, before any work, naming the method and the field."""
     with pytest.raises(ValueError, match=message):
-        cls(n_bits=8, objective=objective)
+        cls(n_bits=8, settings=settings)
 
 
 def test_a_model_trained_on_a_card_loads_to_encode_on_any_device(fitted, tmp_path: Path) -> None:
@@ -218,27 +220,25 @@ def test_a_model_trained_on_a_card_loads_to_encode_on_any_device(fitted, tmp_pat
 
 
 @pytest.mark.parametrize("method", MODES)
-def test_a_saved_model_round_trips_its_objective(method: str, tmp_path: Path) -> None:
-    """params.json holds the objective as its fields, and loading gives the same objective
-    back; a model saved when the loss settings were separate arguments (alpha, e1, ...; eta,
-    reduction at the top of `params`) still loads, into the same objective."""
-    objective = {"shdh": SHDHObjective(alpha=0.5, e2="trace"), "dpsh": DPSHObjective(eta=2.5)}
-    hasher = _fit(method, epochs=1, **dataclasses.asdict(objective[method]))
-    assert hasher.objective == objective[method]
+def test_a_saved_model_round_trips_its_settings(method: str, tmp_path: Path) -> None:
+    """params.json holds the settings as their fields, and loading gives the same settings back;
+    a params.json that names a setting the method does not have, or a bad value, is refused by
+    name."""
+    settings = {"shdh": SHDHSettings(alpha=0.5, e2="trace"), "dpsh": DPSHSettings(eta=2.5)}
+    hasher = _fit(method, epochs=1, **dataclasses.asdict(settings[method]))
+    assert hasher.settings == settings[method]
     saved = hasher.save(tmp_path / "m")
     meta = json.loads((saved / "params.json").read_text())
-    assert meta["params"]["objective"] == dataclasses.asdict(objective[method])
+    assert meta["params"]["settings"] == dataclasses.asdict(settings[method])
     loaded = load_hasher(saved)
-    assert loaded.objective == objective[method] and model_params(loaded) == model_params(hasher)
+    assert loaded.settings == settings[method] and model_params(loaded) == model_params(hasher)
     np.testing.assert_array_equal(loaded.encode(QUERIES[0]), hasher.encode(QUERIES[0]))
-    old = {k: v for k, v in meta["params"].items() if k != "objective"}
-    old.update(meta["params"]["objective"])  # the previous version's flat params
-    (saved / "params.json").write_text(json.dumps({**meta, "params": old}))
-    assert model_params(load_hasher(saved)) == model_params(hasher)
-    (saved / "params.json").write_text(json.dumps({**meta, "params": {**old, "alfa": 1.0}}))
+    bad = {**meta["params"], "settings": {**meta["params"]["settings"], "alfa": 1.0}}
+    (saved / "params.json").write_text(json.dumps({**meta, "params": bad}))
     with pytest.raises(ValueError, match=r"params\.json: field 'params': .*'alfa'"):
         load_hasher(saved)
-    (saved / "params.json").write_text(json.dumps({**meta, "params": {**old, "reduction": "x"}}))
+    bad = {**meta["params"], "settings": {**meta["params"]["settings"], "reduction": "x"}}
+    (saved / "params.json").write_text(json.dumps({**meta, "params": bad}))
     with pytest.raises(ValueError, match=r"params\.json: field 'params': .*reduction must be"):
         load_hasher(saved)
 

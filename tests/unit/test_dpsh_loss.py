@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.core.losses import dpsh_loss
+from shdh.hashers.dpsh import dpsh_loss
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

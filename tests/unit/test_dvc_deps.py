@@ -1,7 +1,7 @@
 """Every DVC stage depends on exactly the code its command runs, so `dvc repro` never serves a
 result that older code made: stage-code.json, whose files the inputs stage hashes into the record
-each stage depends on, is generated from the import graph (tests/dvc_code_deps.py,
-`make dvc-deps`) and checked here against the current imports."""
+each stage depends on, is generated from the import graph and the method catalogue
+(tests/dvc_code_deps.py, `make dvc-deps`) and checked here against the current imports."""
 
 from __future__ import annotations
 
@@ -77,12 +77,16 @@ GIST_STAGES = {"features"}
     ("path", "stages"),
     [
         ("src/shdh/training/loop.py", DEEP_STAGES),
-        ("src/shdh/core/losses.py", DEEP_STAGES),
+        ("src/shdh/hashers/shdh.py", DEEP_STAGES),
+        ("src/shdh/hashers/dpsh.py", DEEP_STAGES),
+        ("src/shdh/core/batch_pairs.py", DEEP_STAGES),
         ("src/shdh/hashers/deep.py", DEEP_STAGES),
         ("src/shdh/hashers/oracle.py", DEEP_STAGES),
         ("src/shdh/tracking/encoder_model.py", {"train"}),  # only a deep fit logs an encoder
         ("src/shdh/features/gist.py", GIST_STAGES),
-        ("src/shdh/hashers/itq.py", {"baselines", "train", "evaluate", "index"}),
+        # a shallow method's code: its fits, and the stages that load any model (index serves
+        # whatever is registered)
+        ("src/shdh/hashers/itq.py", {"baselines", "evaluate", "index"}),
     ],
 )
 def test_a_module_reruns_only_the_stages_that_execute_it(path, stages):
@@ -90,10 +94,23 @@ def test_a_module_reruns_only_the_stages_that_execute_it(path, stages):
     assert stages_running(path) == stages
 
 
+def test_a_stage_depends_on_the_declared_methods_of_the_kinds_it_runs():
+    """No import names a method's module (the catalogue names it, shdh.hashers loads it): the
+    deep fits depend on every deep method and on no shallow one, the shallow fits the other way
+    round, and the stages that load any model on all of them."""
+    from shdh.hashers.method_catalogue import METHODS
+
+    files = {m.name: f"src/{m.module.replace('.', '/')}.py" for m in METHODS}
+    for name, path in files.items():
+        kind = next(m.kind for m in METHODS if m.name == name)
+        expected = {"evaluate", "index", "train" if kind == "deep" else "baselines"}
+        assert stages_running(path) == expected, name
+
+
 def test_only_the_deep_stages_depend_on_the_networks_and_losses():
     """(The nets package body holds only the head's choices, which the loop's torch-free settings
     offer: every stage checks them.)"""
-    deep_code = ["src/shdh/core/losses.py", "src/shdh/core/objectives.py"] + [
+    deep_code = ["src/shdh/core/batch_pairs.py", "src/shdh/training/objective.py"] + [
         p.relative_to(REPO).as_posix()
         for p in sorted((REPO / "src/shdh/nets").glob("*.py"))
         if p.name != "__init__.py"
@@ -104,10 +121,10 @@ def test_only_the_deep_stages_depend_on_the_networks_and_losses():
 
 def test_tracking_and_the_early_stages_load_no_hasher():
     """The tracking glue that every stage loads names no hasher: preparing, the label tree, the
-    S-matrix and the features rerun for none of the methods' code. (The method catalogue, which
-    the settings check reads, and the package body that holds it, are declarations, not code
-    that fits.)"""
-    declarations = {"__init__.py", "method_catalogue.py"}
+    S-matrix and the features rerun for none of the methods' code. (The method catalogue and
+    the methods' settings, which the settings check reads, and the package body that holds
+    them, are declarations, not code that fits.)"""
+    declarations = {"__init__.py", "method_catalogue.py", "method_settings.py"}
     hashers = [
         p.relative_to(REPO).as_posix()
         for p in sorted((REPO / "src/shdh/hashers").glob("*.py"))

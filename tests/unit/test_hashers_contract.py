@@ -1,4 +1,4 @@
-"""One contract, run over every method in shdh.hashers.REGISTRY (scikit-learn style).
+"""One contract, run over every method of the catalogue (scikit-learn style).
 
 Every method, on a toy hierarchical set (3 superclasses x 3 classes, K = 3), must:
 - be registered under its own name, with its supervision and input kind;
@@ -34,9 +34,9 @@ import pytest
 
 from shdh.core.level_weights import layer_weights
 from shdh.core.metrics import evaluate
-from shdh.hashers import REGISTRY, get_hasher_class, load_hasher
+from shdh.hashers import hasher_class, load_hasher
 from shdh.hashers.base import FORMAT, Hasher, NotFittedError
-from shdh.hashers.method_catalogue import method
+from shdh.hashers.method_catalogue import METHODS as DECLARED
 from shdh.hashers.supervision import PairSimilarity
 from shdh.ranking.exact import pack_codes
 from tests.unit.toys import TINY_NET, TREE, deep_hasher, model_params, tree_set
@@ -61,6 +61,7 @@ class Spec:
     acg_gain: float = 1.0
 
 
+REGISTRY = {m.name: m for m in DECLARED}  # every declared method, in the catalogue's order
 KSH_BUDGET = {"n_anchors": 60, "n_labelled": 300, "n_iter": 100}
 COSDISH_BUDGET = {"n_outer": 3, "n_alternations": 2}
 METHODS: dict[str, Spec] = {
@@ -92,7 +93,7 @@ class _OtherMethod(Hasher):
 def _make(name: str, work_dir, **params) -> Hasher:
     """The method with the toy budget (n_bits=16, seed=7 unless params say otherwise)."""
     spec = METHODS[name]
-    cls = get_hasher_class(name)  # a missing module fails here
+    cls = hasher_class(name)  # a missing module fails here
     if spec.inputs == "images":  # checkpoints in the test's folder, not in a shared temp dir
         params["work_dir"] = str(work_dir)
     params = {"n_bits": N_BITS, "seed": 7, **spec.budget, **params}
@@ -140,38 +141,27 @@ def test_every_registered_method_has_a_spec() -> None:
     assert METHODS.keys() == REGISTRY.keys()
     known = re.escape(", ".join(REGISTRY))
     with pytest.raises(ValueError, match=rf"^unknown method 'nope' \(known: {known}\)$"):
-        get_hasher_class("nope")
-
-
-def test_each_kinds_registry_spells_where_its_classes_live() -> None:
-    """The import graph (the DVC stages' code dependencies) reads a registry's CODE strings as
-    its lazy imports: they must be exactly the declared classes of that kind, so that the stage
-    fitting a kind depends on its methods' modules and on no other's."""
-    from shdh import hashers
-    from shdh.hashers import shallow
-    from shdh.hashers.method_catalogue import METHODS
-
-    for registry, deep in ((hashers, True), (shallow, False)):
-        assert set(registry.CODE) == {m.location for m in METHODS if m.deep == deep}
+        hasher_class("nope")
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
-def test_registry_entry(name: str) -> None:
-    cls, spec = get_hasher_class(name), METHODS[name]
-    assert f"{cls.__module__}:{cls.__qualname__}" == REGISTRY[name]
+def test_catalogue_entry(name: str) -> None:
+    cls, spec, declared = hasher_class(name), METHODS[name], REGISTRY[name]
+    assert (cls.__module__, cls.__qualname__) == (declared.module, declared.class_name)
     assert issubclass(cls, Hasher) and cls.name == name
-    defaults = dataclasses.asdict(method(name).params())
-    assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
-    # the constructor's defaults are its declared params' (shdh.hashers.method_catalogue), not a
-    # copy
-    signature = inspect.signature(cls.__init__).parameters
-    assert {key: signature[key].default for key in defaults} == defaults
+    defaults = dataclasses.asdict(declared.settings())
+    if declared.deep:  # its settings object, made from the declared dataclass
+        assert cls(n_bits=N_BITS).settings == declared.settings()
+    else:  # the constructor's defaults are its declared settings' (not a copy)
+        assert cls.supports(N_BITS, **defaults) and cls.supports(N_BITS, **spec.budget)
+        signature = inspect.signature(cls.__init__).parameters
+        assert {key: signature[key].default for key in defaults} == defaults
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_constructor_takes_keyword_only_parameters_and_does_no_work(name: str) -> None:
-    cls = get_hasher_class(name)
+    cls = hasher_class(name)
     named = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
     assert {"n_bits", "seed"} <= {p.name for p in named}
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in named)
@@ -179,6 +169,8 @@ def test_constructor_takes_keyword_only_parameters_and_does_no_work(name: str) -
         cls(8)
     hasher = cls(n_bits=8, seed=1)
     expected = {p.name: p.default for p in named} | {"n_bits": 8, "seed": 1}
+    if REGISTRY[name].deep:  # settings=None stands for the declared defaults, as an object
+        expected["settings"] = REGISTRY[name].settings()
     assert hasher.get_params() == expected
     assert cls(**hasher.get_params()).get_params() == expected  # the parameters rebuild it
     assert not hasher.is_fitted()

@@ -45,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"shdh", "commands"},
     "components": {
         "shdh",
+        "runtime",  # the CPU pin, the first statement of every component
         "kubeflow",
         "trainjob",
         "data",

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.core.objectives import SHDHObjective
 from shdh.data.dataset import load_dataset, write_dataset_streaming
 from shdh.data.shards import MIB
+from shdh.hashers.shdh import shdh_objective
 from shdh.runtime.errors import ConfigError
 from shdh.training.batches import Batches
 from shdh.training.loader import PREFETCH_BATCHES, Loader, check_shared_memory
@@ -140,7 +140,7 @@ RUN = {
     "segment_sizes": SIZES,
     "segment_levels": LEVELS,
     "layer_weights": U,
-    "loss_fn": SHDHObjective().for_layout(SIZES, LEVELS, U),
+    "objective": shdh_objective(SIZES, LEVELS, U),
 }
 
 

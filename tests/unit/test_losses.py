@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.core.losses import shdh_loss
+from shdh.hashers.shdh import shdh_loss
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -239,7 +239,7 @@ def test_the_stacked_gpu_terms_equal_the_per_segment_ones(e2: str, target: str) 
     """The GPU path computes every segment at once; its E1 pairs, E2 and gradients are the
     per-segment reference's (which CPU fits keep, bit for bit) up to float rounding, unlabelled
     (-1) nodes and the root level included."""
-    from shdh.core.losses import _level_terms, _stacked_level_terms
+    from shdh.hashers.shdh import _level_terms, _stacked_level_terms
 
     gen = torch.Generator().manual_seed(0)
     B = 64

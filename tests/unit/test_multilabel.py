@@ -20,14 +20,13 @@ from shdh.core import similarity
 from shdh.core.codes_file import Codes, load_codes, save_codes
 from shdh.core.hierarchy import LabelTree
 from shdh.core.level_weights import integer_layer_weights, layer_weights
-from shdh.core.losses import dpsh_loss, shdh_loss
 from shdh.core.metrics import evaluate
-from shdh.core.objectives import SHDHObjective
 from shdh.core.smatrix import SMatrix, build_smatrix
 from shdh.core.tree_fields import TreeError
 from shdh.data.dataset import LABEL_SEP, Dataset, save_dataset
 from shdh.data.splits import make_split, save_split
-from shdh.hashers.deep import DPSH, SHDH
+from shdh.hashers.dpsh import DPSH, dpsh_loss
+from shdh.hashers.shdh import SHDH, shdh_loss, shdh_objective
 from shdh.hashers.supervision import PairSimilarity
 from shdh.ranking.exact import pack_codes
 from shdh.steps import smatrix as smatrix_step
@@ -614,7 +613,7 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
         memory_bank=memory_bank,
     )
     u = list(layer_weights(4))
-    loss = SHDHObjective().for_layout([4, 4, 4], [2, 3, 4], u)
+    loss = shdh_objective([4, 4, 4], [2, 3, 4], u)
     result = train(
         config,
         images,
@@ -625,7 +624,7 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
         segment_sizes=[4, 4, 4],
         segment_levels=[2, 3, 4],
         layer_weights=u,
-        loss_fn=loss,
+        objective=loss,
     )
     assert len(result.history) == 2
     assert all(math.isfinite(e["loss"]) and e["e1"] > 0 for e in result.history)
@@ -641,7 +640,7 @@ def test_shdh_training_steps_on_sets(tmp_path: Path, memory_bank: bool) -> None:
             segment_sizes=[4, 4, 4],
             segment_levels=[2, 3, 4],
             layer_weights=u,
-            loss_fn=loss,
+            objective=loss,
         )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from shdh.core.hierarchy import LabelTree
 from shdh.core.level_weights import layer_weights
-from shdh.core.objectives import OracleObjective
+from shdh.hashers.method_settings import OracleSettings
 from shdh.hashers.oracle import Oracle, class_codes, node_pattern
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training import loop
@@ -84,11 +84,11 @@ def test_bad_loop_settings_are_refused_when_made():
         Oracle(n_bits=16, loop={**TINY_NET, "lr": -1.0})  # a saved params.json's form
 
 
-def test_its_objective_is_checked_when_made():
-    """The oracle's loss settings are one objective too (its reduction), as SHDH's and DPSH's."""
-    assert Oracle(n_bits=16).objective == OracleObjective(reduction="mean")
-    assert Oracle(n_bits=16, objective={"reduction": "sum"}).objective.reduction == "sum"
-    with pytest.raises(ValueError, match=r"oracle: OracleObjective: reduction must be one of"):
-        Oracle(n_bits=16, objective={"reduction": "median"})
-    with pytest.raises(ValueError, match=r"oracle: objective: unknown settings \['eta'\]"):
-        Oracle(n_bits=16, objective={"eta": 1.0})
+def test_its_settings_are_checked_when_made():
+    """The oracle's own settings are one object too (its reduction), as SHDH's and DPSH's."""
+    assert Oracle(n_bits=16).settings == OracleSettings(reduction="mean")
+    assert Oracle(n_bits=16, settings={"reduction": "sum"}).settings.reduction == "sum"
+    with pytest.raises(ValueError, match=r"oracle: OracleSettings\.reduction must be one of"):
+        Oracle(n_bits=16, settings={"reduction": "median"})
+    with pytest.raises(ValueError, match=r"oracle: settings: unknown settings \['eta'\]"):
+        Oracle(n_bits=16, settings={"eta": 1.0})

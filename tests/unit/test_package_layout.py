@@ -1,12 +1,13 @@
 """The package as docs/architecture.md draws it: its map names every module of src/shdh and no
 module that is gone, with the rule of each folder as tests/unit/test_layers.py holds it; the
-package's top holds few modules and no module is long; and what the components import is there.
+package's top holds few modules; and what the components import is there.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 
 from tests.conftest import REPO
@@ -14,8 +15,6 @@ from tests.unit.test_layers import ALLOWED
 
 PACKAGE = REPO / "src" / "shdh"
 MAX_TOP_MODULES = 8
-MAX_MODULE_LINES = 450
-MAX_FUNCTION_LINES = 60  # from `def` to the end, docstring included (test_unit_size counts code)
 MAP_ROW = re.compile(
     r"^\| (`(?P<folder>\w+)/`|\(top\)) \|[^|]*\| (?P<modules>[^|]*) \| (?P<rule>[^|]*) \|$"
 )
@@ -76,26 +75,11 @@ def test_the_map_is_read_from_its_table():
     assert rows == {"core": ({"a", "b"}, "runtime"), "": ({"cli"}, "z")}
 
 
-def test_few_modules_at_the_top_and_none_long():
+def test_few_modules_at_the_top():
+    """The package's top holds the front doors that are one module and the package body; every
+    other module sits in the folder of its layer."""
     top = package_modules()[""]
     assert len(top) + 1 <= MAX_TOP_MODULES, f"src/shdh holds {sorted(top)} and __init__.py"
-    long = {
-        str(path.relative_to(REPO)): n
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
-    }
-    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
-
-
-def test_no_function_is_longer_than_a_screen():
-    long = [
-        f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def component_imports() -> list[tuple[str, str, str]]:
@@ -115,6 +99,7 @@ def test_what_compiled_components_import_is_there():
         f"{file}: from {module} import {name}"
         for file, module, name in component_imports()
         if not hasattr(importlib.import_module(module), name)
+        and importlib.util.find_spec(f"{module}.{name}") is None  # a name, or a submodule
     ]
     assert len(component_imports()) > 20
     assert not missing, "component imports that no longer resolve:\n  " + "\n  ".join(missing)

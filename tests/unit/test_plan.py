@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from shdh.core.objectives import DPSHObjective, OracleObjective, SHDHObjective
-from shdh.plan import fit_grid
-from shdh.plan.all_methods import method_params
+from shdh.hashers.method_settings import DPSHSettings, OracleSettings, SHDHSettings
+from shdh.plan.all_methods import fit_plan, method_params, section_fits
 from shdh.plan.fits import fit_name
 from shdh.runtime.errors import ConfigError
 from shdh.steps.fit_deep import logged_params
@@ -30,23 +29,22 @@ SECTION = {
 }
 
 
-def test_deep_methods_get_their_objective_from_the_same_keys() -> None:
-    """train.shdh's alpha, e1, e2, target and train.dpsh's eta go into the method's objective,
-    train.reduction into every method's, unless the method's own mapping overrides it."""
+def test_deep_methods_get_their_settings_from_the_same_keys() -> None:
+    """train.shdh's layout, alpha, e1, e2, target and train.dpsh's eta go into the method's
+    settings, train.reduction into every method's, unless the method's own mapping overrides it."""
     assert method_params(SECTION, "shdh") == {
         "loop": LoopSettings(epochs=2, lr=0.005),
-        "objective": SHDHObjective(alpha=0.5, e2="trace", reduction="sum"),
-        "layout": "paper",
-        "memory_bank": False,
+        "settings": SHDHSettings(
+            layout="paper", alpha=0.5, e2="trace", reduction="sum", memory_bank=False
+        ),
     }
     assert method_params(SECTION, "dpsh") == {
         "loop": LoopSettings(epochs=2, lr=0.005),
-        "objective": DPSHObjective(eta=2.0, reduction="mean"),
-        "memory_bank": True,
+        "settings": DPSHSettings(eta=2.0, reduction="mean", memory_bank=True),
     }
     assert method_params(SECTION, "oracle") == {
         "loop": LoopSettings(epochs=2, lr=0.01),
-        "objective": OracleObjective(reduction="mean"),
+        "settings": OracleSettings(reduction="mean"),
     }
 
 
@@ -55,10 +53,10 @@ def test_deep_methods_get_their_objective_from_the_same_keys() -> None:
     [
         ({"shdh": {"alfa": 1.0}}, r"params\.yaml: shdh: unknown settings \['alfa'\]"),
         ({"shdh": {"eta": 1.0}}, r"params\.yaml: shdh: unknown settings \['eta'\]"),
-        ({"shdh": {"objective": {"alpha": 1.0}}}, r"shdh: unknown settings \['objective'\]"),
+        ({"shdh": {"settings": {"alpha": 1.0}}}, r"shdh: unknown settings \['settings'\]"),
         ({"eta": 1.0}, r"params\.yaml: train: settings \['eta'\] are not shdh's"),
-        ({"shdh": {"e1": "bogus"}}, r"params\.yaml: train: SHDHObjective: e1 must be one of"),
-        ({"reduction": "max"}, r"params\.yaml: train: SHDHObjective: reduction must be one of"),
+        ({"shdh": {"e1": "bogus"}}, r"params\.yaml: train: SHDHSettings\.e1 must be one of"),
+        ({"reduction": "max"}, r"params\.yaml: train: SHDHSettings\.reduction must be one of"),
     ],
 )
 def test_unknown_or_bad_keys_are_refused_by_name(change: dict, message: str) -> None:
@@ -68,7 +66,7 @@ def test_unknown_or_bad_keys_are_refused_by_name(change: dict, message: str) -> 
 
 def test_the_mlflow_run_logs_each_setting_under_its_params_yaml_name() -> None:
     """The loop's and the objective's settings stand beside the method's, by their own names
-    (alpha, eta, reduction, epochs), as before the loss settings became one objective."""
+    (alpha, eta, reduction, epochs), one column per setting for every method."""
     shdh = logged_params({**method_params(SECTION, "shdh"), "work_dir": "w"})
     assert {k: shdh[k] for k in ("alpha", "e1", "e2", "target", "reduction")} == {
         "alpha": 0.5,
@@ -81,21 +79,17 @@ def test_the_mlflow_run_logs_each_setting_under_its_params_yaml_name() -> None:
     dpsh = logged_params(method_params(SECTION, "dpsh"))
     assert (dpsh["eta"], dpsh["reduction"], dpsh["lr"]) == (2.0, "mean", 0.005)
     for logged in (shdh, dpsh):
-        assert not [k for k in logged if k.startswith(("objective", "loop", "work_dir"))]
+        assert not [k for k in logged if k.startswith(("settings", "loop", "work_dir"))]
 
 
 def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
     """METHOD-BITS without a `seeds` list (the master seed, unnamed), METHOD-BITS-seedS with
     one; the model folder is models_root/METHOD/NAME, its work folder inside it."""
-    alone = fit_grid.fit_plan(
-        SECTION, "shdh", 16, None, seed=7, models_root="models", method_params=method_params
-    )
+    alone = fit_plan(SECTION, "shdh", 16, None, seed=7, models_root="models")
     assert (alone.name, alone.seed, alone.own_seed) == ("shdh-16", 7, None)
     assert alone.out_dir == Path("models", "shdh", "shdh-16")
     assert alone.work_dir == alone.out_dir / "work" and alone.record.name == "fit.json"
-    seeded = fit_grid.fit_plan(
-        SECTION, "shdh", 16, 3, seed=7, models_root="models", method_params=method_params
-    )
+    seeded = fit_plan(SECTION, "shdh", 16, 3, seed=7, models_root="models")
     assert (seeded.name, seeded.seed, seeded.out_dir.name) == ("shdh-16-seed3", 3, "shdh-16-seed3")
     assert fit_name("random", 16, 3) == seeded.name.replace("shdh", "random")
 
@@ -103,9 +97,7 @@ def test_a_fit_has_one_name_for_its_folder_its_codes_and_its_run() -> None:
 def test_the_fits_of_a_section_come_in_the_plans_order() -> None:
     """Every method at the first length, then the next; each seed of the section's list."""
     section = {**SECTION, "seeds": [1, 2]}
-    fits = fit_grid.section_fits(
-        section, ["shdh", "dpsh"], [16, 32], seed=0, models_root="m", method_params=method_params
-    )
+    fits = section_fits(section, ["shdh", "dpsh"], [16, 32], seed=0, models_root="m")
     assert [f.name for f in fits] == [
         f"{m}-{b}-seed{s}" for b in (16, 32) for m in ("shdh", "dpsh") for s in (1, 2)
     ]
@@ -119,9 +111,7 @@ def test_a_bundle_plans_its_fits_as_the_pipeline_does(tmp_path) -> None:
 
     settings = {"train": SECTION, "seed": 5}
     fits = plan_fits(settings, ["dpsh"], [16], None, work_dir=tmp_path)
-    assert fits == fit_grid.section_fits(
-        SECTION, ["dpsh"], [16], seed=5, models_root=tmp_path, method_params=method_params
-    )
+    assert fits == section_fits(SECTION, ["dpsh"], [16], seed=5, models_root=tmp_path)
     assert fits[0].work_dir == tmp_path / "dpsh" / "dpsh-16" / "work"
     with pytest.raises(ConfigError, match=r"\['itq'\] are shallow methods"):
         plan_fits(settings, ["itq"], None, None, work_dir=tmp_path)

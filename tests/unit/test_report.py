@@ -129,14 +129,14 @@ def test_the_claims_groups_are_every_declared_method_but_the_reference_by_kind(m
     """Each method joins the "best deep / best shallow" claim by its declared kind: a method is
     never left out of it silently. The oracle is a bound to compare with, not a hashing method,
     so it is in neither group; a method declared later joins the group of its kind."""
-    from shdh.hashers import REGISTRY, is_deep, method_catalogue
+    from shdh.hashers import method_catalogue
     from shdh.reporting import report
+    from tests.unit.toy_registry import ToySettings
 
     _, deep, shallow = report.claims()[-1]
-    assert set(deep) | set(shallow) == set(REGISTRY) - {"oracle"}
-    assert all(is_deep(m) for m in deep) and not any(is_deep(m) for m in shallow)
-    toy = method_catalogue.Method(
-        "toy", "shallow", "tests.unit.toys", "Toy", method_catalogue.NoParams, "Toy"
-    )
+    declared = method_catalogue.by_name()
+    assert set(deep) | set(shallow) == set(declared) - {"oracle"}
+    assert all(declared[m].deep for m in deep) and not any(declared[m].deep for m in shallow)
+    toy = method_catalogue.Method("toy", "shallow", "tests.unit.toys", "Toy", ToySettings, "Toy")
     monkeypatch.setattr(method_catalogue, "METHODS", (*method_catalogue.METHODS, toy))
     assert report.claims()[-1][2] == (*shallow, "toy")

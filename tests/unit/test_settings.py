@@ -173,19 +173,19 @@ def test_a_profile_with_a_wrong_type_is_refused_and_leaves_the_file(tmp_path):
 
 def _kwargs(method: str) -> set[str]:
     """What params.yaml may set for a method: its constructor's keywords, with a deep method's
-    `loop` and `objective` spelled out as the settings they hold
+    `loop` and `settings` spelled out as the settings they hold
     (shdh.plan.all_methods.method_params)."""
-    from shdh.hashers import get_hasher_class
+    from shdh.hashers import hasher_class
     from shdh.training.loop_settings import LOOP_FIELDS
 
-    cls = get_hasher_class(method)
+    cls = hasher_class(method)
     signature = inspect.signature(cls.__init__)
     kwargs = {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
     if "loop" in kwargs:
         kwargs = (kwargs - {"loop"}) | set(LOOP_FIELDS)
-    if "objective" in kwargs:
-        objective = {f.name for f in dataclasses.fields(cls.objective_class())}
-        kwargs = (kwargs - {"objective"}) | objective
+    if "settings" in kwargs:
+        own = {f.name for f in dataclasses.fields(cls.settings_class())}
+        kwargs = (kwargs - {"settings"}) | own
     return kwargs - {"n_bits", "seed", "work_dir"}
 
 
@@ -208,8 +208,8 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     """What params.yaml may set for a method is what its constructor takes, so the schema
     cannot drift from the code it configures; every declared method has its section, under the
     section of its kind, and its class the input kind of its declaration."""
-    from shdh.core import losses
-    from shdh.hashers import get_hasher_class
+    from shdh.core import level_weights
+    from shdh.hashers import hasher_class, method_settings
     from shdh.hashers.method_catalogue import METHODS
 
     by_method = _method_sections()
@@ -217,54 +217,49 @@ def test_the_schema_matches_the_methods_constructors_and_choices():
     for method in METHODS:
         assert _keys(by_method[method.name]) == _kwargs(method.name), method.name
         inputs = "images" if method.deep else "features"
-        assert get_hasher_class(method.name).input_kind == inputs, method.name
+        assert hasher_class(method.name).input_kind == inputs, method.name
     assert sections.DEEP_METHODS == tuple(m.name for m in METHODS if m.deep)
     assert sections.SHALLOW_METHODS == tuple(m.name for m in METHODS if not m.deep)
     shared = set.intersection(*(_kwargs(m) for m in sections.DEEP_METHODS))
     assert _keys(sections.LoopSettings) == shared
-    assert (sections.E1_MODES, sections.E2_MODES) == (losses.E1_MODES, losses.E2_MODES)
-    assert (sections.TARGETS, sections.REDUCTIONS) == (losses.TARGETS, losses.REDUCTIONS)
+    assert method_settings.LAYOUTS == level_weights.LAYOUTS
 
 
-def test_the_loss_settings_default_to_the_objectives_defaults():
-    """A deep method's loss settings are checked here without importing torch, from the
-    objective its declaration names (shdh.hashers.method_catalogue); the objective its hasher trains
-    with (shdh.core.losses) is that one, extended by the loss it makes, so their defaults are
-    one."""
-    from shdh.hashers import get_hasher_class
-    from shdh.hashers.method_catalogue import by_name
+def test_a_deep_methods_section_defaults_to_its_settings_defaults():
+    """A deep method's own settings are checked here without importing torch, from the settings
+    dataclass its declaration names (shdh.hashers.method_settings); its hasher trains with that
+    same class, so their defaults are one."""
+    from shdh.hashers import hasher_class
 
     for name, section in _method_sections().items():
-        cls = get_hasher_class(name)
-        if not hasattr(cls, "objective_class"):
+        cls = hasher_class(name)
+        if not hasattr(cls, "settings_class"):
             continue
-        declared = by_name()[name].objective
-        assert declared is None or issubclass(cls.objective_class(), declared), name
-        objective = cls.objective_class()()
+        own = cls(n_bits=8).settings
         for field in dataclasses.fields(section):
-            # a loop setting here overrides train's (None: train's value, reduction included)
-            if field.default is not None and hasattr(objective, field.name):
-                assert field.default == getattr(objective, field.name), (name, field.name)
+            # a loop setting here overrides train's (None: train's value)
+            if hasattr(own, field.name):
+                assert field.default == getattr(own, field.name), (name, field.name)
 
 
 def test_a_core_settings_class_is_the_sections_fields_with_a_check_for_each():
-    """The loop's settings and each method's params are written once, in the core
-    (shdh.training.loop_settings, shdh.hashers.method_catalogue): the section takes their fields and
-    defaults, and a field left without a check, or a check for no field, is refused when the schema
-    is built."""
-    from shdh.hashers.method_catalogue import KSHParams
+    """The loop's settings and each method's are written once, in the core
+    (shdh.training.loop_settings, shdh.hashers.method_settings): the section takes their fields
+    and defaults, and a field left without a check, or a check for no field, is refused when the
+    schema is built."""
+    from shdh.hashers.method_settings import KSHSettings
     from shdh.settings.checks import with_checks
     from shdh.training import loop_settings
 
     core = {f.name: f.default for f in dataclasses.fields(loop_settings.LoopSettings)}
     schema = {f.name: f.default for f in dataclasses.fields(sections.LoopSettings)}
     assert {k: v for k, v in schema.items() if k in core} == core
-    assert set(schema) - set(core) == {"reduction"}  # the objectives' shared setting
+    assert set(schema) - set(core) == {"reduction"}  # every deep method's shared setting
     ksh = _method_sections()["ksh+h"]
-    assert {f.name: f.default for f in dataclasses.fields(ksh)} == dataclasses.asdict(KSHParams())
+    assert {f.name: f.default for f in dataclasses.fields(ksh)} == dataclasses.asdict(KSHSettings())
     checks = {"n_anchors": (sections.BITS, "anchors")}
-    with pytest.raises(TypeError, match=r"KSHParams: checks for \['n_anchors'\] but fields"):
-        with_checks(KSHParams, "KSH", checks)
+    with pytest.raises(TypeError, match=r"KSHSettings: checks for \['n_anchors'\] but fields"):
+        with_checks(KSHSettings, "KSH", checks)
 
 
 def test_every_setting_documents_its_meaning():

@@ -9,6 +9,7 @@ shdh.data.dataset_catalogue.DATASETS."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -27,7 +28,7 @@ from shdh.reporting import report
 from shdh.reporting.figures import load_curves
 from shdh.runtime.errors import ConfigError
 from shdh.settings import sections
-from shdh.settings.checks import number, parse_section
+from shdh.settings.checks import parse_section
 from shdh.steps import fit_shallow
 from shdh.steps import prepare as prepare_step
 from shdh.steps.features import features
@@ -38,7 +39,7 @@ from tests.unit.toy_registry import (
     TOY_DATASET,
     TOY_LEAVES,
     TOY_METHOD,
-    ToyParams,
+    ToySettings,
     toy_dataset_module,
 )
 
@@ -166,22 +167,28 @@ def test_a_registered_method_is_labelled_with_its_title(registered):
     assert f"| {TOY_METHOD.title} |" in doc
 
 
-def test_a_methods_settings_section_is_its_params_with_their_checks(monkeypatch):
+def test_a_methods_settings_section_is_its_settings_with_their_checks():
     """params.yaml's sub-section of a method (baselines.toy-rp) is made from its declared
-    params class and the checks shdh.settings.sections.PARAM_CHECKS gives its fields: the
-    second place a new method is written."""
-    checks = {"scale": (number(0, open_low=True), "multiplies the random projection")}
-    monkeypatch.setitem(sections.PARAM_CHECKS, ToyParams, checks)
+    settings dataclass, whose fields carry their checks and meanings: a method's settings are
+    written once."""
     section = sections.method_section(TOY_METHOD)
     where = f"baselines.{TOY_METHOD.name}"
-    assert parse_section(section, {}, where, "params.yaml").scale == ToyParams.scale
+    assert parse_section(section, {}, where, "params.yaml").scale == ToySettings.scale
     assert parse_section(section, {"scale": 2.0}, where, "params.yaml").scale == 2.0
-    with pytest.raises(ConfigError, match=r"params.yaml: baselines.toy-rp.scale"):
+    with pytest.raises(
+        ConfigError, match=r"params.yaml: baselines.toy-rp.scale: expected a number > 0"
+    ):
         parse_section(section, {"scale": 0}, where, "params.yaml")
 
 
-def test_a_method_without_checks_for_its_params_is_named_with_the_place_to_add_them():
-    """Forgetting the second place is told by the method's name and the table to fill, not by
-    a bare KeyError of a class."""
-    with pytest.raises(TypeError, match=r"method 'toy-rp'.*ToyParams.*PARAM_CHECKS"):
-        sections.method_section(TOY_METHOD)
+def test_a_setting_without_a_check_is_named_with_the_way_to_add_one():
+    """A settings field declared without setting(...) is told by the method's name and the
+    field, not by a bare KeyError when params.yaml is read."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Unchecked:
+        scale: float = 1.0
+
+    bare = dataclasses.replace(TOY_METHOD, settings=Unchecked)
+    with pytest.raises(TypeError, match=r"method 'toy-rp': Unchecked fields \['scale'\].*setting"):
+        sections.method_section(bare)

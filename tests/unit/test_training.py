@@ -6,23 +6,39 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.core.objectives import SHDHObjective
+from shdh.hashers.method_settings import SHDHSettings
+from shdh.hashers.shdh import shdh_objective
 from shdh.nets.hashing import build_model
 from shdh.runtime.devices import resolve_device
 from shdh.training.checkpoint import load_checkpoint
 from shdh.training.inference import encode
 from shdh.training.loop import TrainingDivergedError, train
 from shdh.training.loop_settings import TrainConfig
+from shdh.training.objective import Objective
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # K = 3 tree: root 0; superclasses 1, 2; leaves 3, 4 (under 1) and 5, 6 (under 2).
 SIZES, LEVELS, U = [8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]
 LAYOUT = {"segment_sizes": SIZES, "segment_levels": LEVELS, "layer_weights": U}
-LOSS = SHDHObjective().for_layout(SIZES, LEVELS, U)
-RUN = LAYOUT | {"loss_fn": LOSS}  # what train() needs besides the config and the data
+LOSS = shdh_objective(SIZES, LEVELS, U)
+RUN = LAYOUT | {"objective": LOSS}  # what train() needs besides the config and the data
 TINY = {"n_bits": 16, "width": 1 / 16, "image_size": 8, "batch_size": 16, "device": "cpu"}
 TIMING_KEYS = ("seconds", "images_per_sec")
+
+
+class Spied(Objective):
+    """SHDH's objective with `step(z, anc, bank)` in its place: a test sees, or changes, what
+    the loop hands the objective and what it gets back."""
+
+    name = "shdh"
+
+    def __init__(self, step) -> None:
+        super().__init__(LOSS.settings, LOSS.task)
+        self.step = step
+
+    def forward(self, z, anc, bank=None):
+        return self.step(z, anc, bank)
 
 
 def _toy(n_per_leaf: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +194,9 @@ def test_memory_bank_pairs_with_other_items(tmp_path: Path) -> None:
         assert len(bank[1]) == len(bank[0]) and not bank[0].requires_grad
         return inner(z, anc_batch, bank)
 
-    train(config, images, anc, np.arange(32), tmp_path, progress=None, loss_fn=spy, **LAYOUT)
+    train(
+        config, images, anc, np.arange(32), tmp_path, progress=None, objective=Spied(spy), **LAYOUT
+    )
     assert bank_sizes == [0, 16, 16, 16]  # filled items not in the batch
 
 
@@ -202,7 +220,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path: Path) -> None:
             np.arange(64),
             tmp_path,
             progress=None,
-            loss_fn=nan_at_epoch_2,
+            objective=Spied(nan_at_epoch_2),
             **LAYOUT,
         )
     message = str(err.value)
@@ -216,7 +234,7 @@ def test_inf_in_first_epoch_says_no_checkpoint(tmp_path: Path) -> None:
         return z.sum() * math.inf, {}
 
     with pytest.raises(TrainingDivergedError, match="epoch 1, step 1; no checkpoint"):
-        _train(tmp_path, loss_fn=inf_loss)
+        _train(tmp_path, objective=Spied(inf_loss))
     assert not (tmp_path / "checkpoint.pt").exists()
 
 
@@ -309,18 +327,19 @@ def test_config_validation(field: str, value: object) -> None:
     ("field", "value"),
     [("e1", "x"), ("e2", "entropy"), ("target", "zero"), ("reduction", "max"), ("alpha", -1.0)],
 )
-def test_shdh_objective_validation(field: str, value: object) -> None:
-    with pytest.raises(ValueError, match=f"SHDHObjective: {field}"):
-        SHDHObjective(**{field: value})
+def test_shdh_settings_validation(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"SHDHSettings.{field} must be"):
+        SHDHSettings(**{field: value})
 
 
 def test_a_checkpoint_resumes_only_under_its_loss_settings(tmp_path: Path) -> None:
-    """The loop knows no method, but a Loss names its settings and every checkpoint keeps them."""
+    """The loop knows no method, but an objective names its settings and every checkpoint keeps
+    them."""
     data = _toy(16)
     _train(tmp_path, data)
-    other = SHDHObjective(alpha=0.5).for_layout(SIZES, LEVELS, U)
+    other = shdh_objective(SIZES, LEVELS, U, SHDHSettings(alpha=0.5))
     with pytest.raises(ValueError, match="loss differs"):
-        _train(tmp_path, data, config={"epochs": 3}, loss_fn=other, resume="always")
+        _train(tmp_path, data, config={"epochs": 3}, objective=other, resume="always")
     assert [
         h["epoch"] for h in _train(tmp_path, data, config={"epochs": 3}, resume="always").history
     ] == [1, 2, 3]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shdh.core.objectives import SHDHObjective
-from shdh.hashers.deep import DPSH
+from shdh.hashers.dpsh import DPSH
+from shdh.hashers.shdh import shdh_objective
 from shdh.hashers.supervision import PairSimilarity
 from shdh.training.inference import encode
 from shdh.training.loop import train
@@ -22,7 +22,7 @@ LAYOUT = {
     "segment_sizes": [8, 8],
     "segment_levels": [2, 3],
     "layer_weights": [0.0, 2 / 3, 1 / 3],
-    "loss_fn": SHDHObjective().for_layout([8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]),
+    "objective": shdh_objective([8, 8], [2, 3], [0.0, 2 / 3, 1 / 3]),
 }
 
 

@@ -9,13 +9,13 @@ import numpy as np
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.validation import check_features
-from tests.unit.toy_registry import ToyParams
+from tests.unit.toy_registry import ToySettings
 
 
 class RandomSigns(Hasher):
     """Unsupervised: sgn((x - mean) P), P a seeded Gaussian (d, n_bits) matrix."""
 
-    def __init__(self, *, n_bits: int, seed: int = 0, scale: float = ToyParams.scale) -> None:
+    def __init__(self, *, n_bits: int, seed: int = 0, scale: float = ToySettings.scale) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.scale = scale
 

@@ -18,15 +18,17 @@ import numpy as np
 from shdh.core.hierarchy import LabelTree
 from shdh.data.dataset import Dataset, save_dataset
 from shdh.hashers.method_catalogue import Method
+from shdh.runtime.value_checks import Checked, number, setting
 
 
 @dataclass(frozen=True)
-class ToyParams:
-    scale: float = 1.0  # multiplies the projection: the codes are the same for any scale > 0
+class ToySettings(Checked):
+    # multiplies the projection: the codes are the same for any scale > 0
+    scale: float = setting(number(0, open_low=True), "multiplies the random projection", 1.0)
 
 
 TOY_METHOD = Method(
-    "toy-rp", "shallow", "tests.unit.toy_hasher", "RandomSigns", ToyParams, "Toy random signs"
+    "toy-rp", "shallow", "tests.unit.toy_hasher", "RandomSigns", ToySettings, "Toy random signs"
 )
 
 TOY_DATASET = "toy-shapes"

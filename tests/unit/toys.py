@@ -99,14 +99,14 @@ def toy_hierarchy(
 
 def deep_hasher(cls, **params):
     """A deep hasher from flat settings, as params.yaml's train section writes them: the loop's
-    own go into its LoopSettings, the loss's into its objective (alpha, eta, reduction), the
-    rest to the method (shdh.plan.all_methods.method_params does the same for a params file). The
-    objective goes as a mapping, as a saved params.json gives it: the hasher checks it, naming
-    itself."""
+    own go into its LoopSettings, the method's into its settings (alpha, eta, reduction, layout),
+    the rest (work_dir) to the constructor (shdh.plan.all_methods.method_params does the same for
+    a params file). The settings go as a mapping, as a saved params.json gives them: the hasher
+    checks them, naming itself."""
     loop = {k: params.pop(k) for k in list(params) if k in LOOP_FIELDS}
-    names = {f.name for f in dataclasses.fields(cls.objective_class())}
-    objective = {k: params.pop(k) for k in list(params) if k in names}
-    return cls(loop=LoopSettings(**loop), objective=objective, **params)
+    names = {f.name for f in dataclasses.fields(cls.settings_class())}
+    settings = {k: params.pop(k) for k in list(params) if k in names}
+    return cls(loop=LoopSettings(**loop), settings=settings, **params)
 
 
 def model_params(hasher) -> dict:

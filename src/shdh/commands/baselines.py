@@ -5,8 +5,7 @@ One process fits every shallow method of baselines.methods at every length of ba
 (the DVC stage `baselines`), since a stage costs ~20 s of start-up (Python, MLflow, DVC), more
 than most shallow fits. Each (method, bits), and each seed of baselines.seeds when set, is still
 its own model folder under baselines.models_dir and its own MLflow run. It loads none of the
-deep methods' code (shdh.plan.shallow, shdh.steps.fit_shallow), so editing the training loop
-does not rerun it.
+deep methods' code (shdh.steps.fit_shallow), so editing the training loop does not rerun it.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.commands.fitting import fit_method
-from shdh.hashers.shallow import SHALLOW
-from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
+from shdh.hashers.method_catalogue import names
+from shdh.plan.all_methods import method_bits, models_root
 from shdh.runtime.errors import whole_number
 from shdh.steps.fit_shallow import fit
 
@@ -33,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--method",
         nargs="+",
-        choices=list(SHALLOW),
+        choices=list(names("shallow")),
         metavar="METHOD",
-        help=f"shallow methods to fit, in turn ({', '.join(SHALLOW)}; default: baselines.methods)",
+        help=f"shallow methods to fit, in turn ({', '.join(names('shallow'))}; default: "
+        "baselines.methods)",
     )
     parser.add_argument(
         "--bits",
@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     methods = args.method or list(section.get("methods") or [])
     if not methods:
         raise SystemExit(f"shdh baselines: {args.params}: baselines.methods is empty")
-    root = shallow_models_root(params)
+    root = models_root(params, methods[0])
     context = None
     for method in methods:
-        bits = args.bits or shallow_method_bits(params, method)
+        bits = args.bits or method_bits(params, method)
         if not bits:  # a method's own settings rule out every length (KMH's subspace size)
             raise SystemExit(
                 f"shdh baselines: {args.params}: baselines.bits {section.get('bits')} holds no "
@@ -70,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
             method,
             bits,
             models_root=root,
-            method_params=shallow_method_params,
             fit=fit,
             prepared_dir=params["data"]["prepared_dir"],
             smatrix_path=params["smatrix"]["out"],

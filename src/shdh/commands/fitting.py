@@ -1,5 +1,5 @@
-"""The fitting steps' shared loop (`shdh train`, `shdh baselines`), apart from commands.common
-so that the other steps' DVC stages do not depend on the fit planner's code."""
+"""The loop that `shdh train` and `shdh baselines` share: one method's fits at its code lengths,
+inside the pipeline's parent run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shdh.commands.common import pipeline_context
-from shdh.plan.fit_grid import section_fits
+from shdh.plan.all_methods import section_fits
 from shdh.runtime.atomic import check_writable
 
 
@@ -22,7 +22,6 @@ def fit_method(
     bits: Sequence[int],
     *,
     models_root: Path,
-    method_params: Callable,
     fit: Callable[..., Path],
     **options: Any,
 ) -> dict[str, Any]:
@@ -44,7 +43,6 @@ def fit_method(
             bits,
             seed=params["seed"],
             models_root=models_root,
-            method_params=method_params,
         )
         for planned in fits:
             print(f"model written to {fit(planned, **options, **context)}")

@@ -1,6 +1,6 @@
 """shdh pipeline: the Kubeflow front door: compile the DAG, run it locally, submit it to a cluster.
 
-    shdh pipeline compile [--overlay NAME] [--profile P] [--param KEY=VALUE ...] [--out FILE]
+    shdh pipeline compile [--overlay NAME] [--profile P] [--set KEY=VALUE ...] [--out FILE]
     shdh pipeline run --local [--docker] [--profile smoke]
     shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
     shdh pipeline retry RUN_ID --host URL [--token-file FILE] ...
@@ -59,11 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--params", default="params.yaml", help="settings file (params.yaml)")
         p.add_argument("--profile", help="apply profiles/NAME.yaml on top (smoke, default, ...)")
         p.add_argument(
-            "--param",
+            "--set",
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="override one setting, e.g. train.epochs=2 (repeatable)",
+            help="override one setting by its params.yaml key, e.g. train.epochs=2 or "
+            "train.methods=[shdh, dpsh] (repeatable; shdh.plan.overrides)",
         )
     for p in (compile_p, submit_p):
         add_cluster_arguments(p)
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"run {args.run_id} ({state}) retried at {args.host}")
         return 0
-    params = resolve_params(args.params, args.profile, args.param)
+    params = resolve_params(args.params, args.profile, args.set)
     image = getattr(args, "image", None)
     if image:
         os.environ["SHDH_IMAGE"] = image  # read by components.image when it is first imported

@@ -19,9 +19,8 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.commands.fitting import fit_method
-from shdh.hashers import DEEP
-from shdh.hashers.method_catalogue import PAPER_METHOD
-from shdh.plan.all_methods import method_bits, method_params, models_root
+from shdh.hashers.method_catalogue import PAPER_METHOD, names
+from shdh.plan.all_methods import method_bits, models_root
 from shdh.plan.processes import refuse_several_processes
 from shdh.runtime.errors import whole_number
 from shdh.steps.fit_deep import fit
@@ -36,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--method",
         nargs="+",
         default=[PAPER_METHOD],
-        choices=list(DEEP),
+        choices=list(names("deep")),
         metavar="METHOD",
-        help=f"deep methods to train, in turn ({', '.join(DEEP)}); the shallow ones: "
+        help=f"deep methods to train, in turn ({', '.join(names('deep'))}); the shallow ones: "
         "shdh baselines",
     )
     # Older scripts fit the shallow methods with this flag: it names their own step.
@@ -86,7 +85,6 @@ def _fit_method(args: argparse.Namespace, method: str, context: dict | None) -> 
         method,
         args.bits or method_bits(params, method),
         models_root=models_root(params, method),
-        method_params=method_params,
         fit=fit,
         prepared_dir=params["data"]["prepared_dir"],
         smatrix_path=params["smatrix"]["out"],

@@ -76,34 +76,35 @@ class HasherFiles:
 
     @classmethod
     def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """The constructor arguments a params.json's `params` mean: as written, unless the
-        method has since changed how it takes them (the deep methods' `objective`)."""
+        """The constructor arguments a params.json's `params` mean: as written, unless some say
+        how a fit ran rather than what it made (a deep method's device)."""
         return params
 
     def _after_load(self) -> None:
         """Hook for hashers whose state needs rebuilding after load (e.g. a network)."""
 
 
+class DeclaredName:
+    """A class's method name, e.g. "itq", "ksh+h": its declaration's in the catalogue
+    (shdh.hashers.method_catalogue), the one place it is written, read when asked, so that a
+    class defined before its declaration was registered (a test's toy method) has it too. A
+    class no declaration names (a shared base, a test's stand-in) has "" unless it sets its own."""
+
+    def __get__(self, instance: Any, owner: type) -> str:
+        found = declared(owner.__module__, owner.__qualname__)
+        return found.name if found is not None else ""
+
+
 class Hasher(HasherFiles):
     """Base class: subclasses set the class attributes and implement `_fit` and `_encode`."""
 
-    name: ClassVar[str] = (
-        ""  # its declared name (shdh.hashers.method_catalogue), e.g. "itq", "ksh+h"
-    )
+    name: ClassVar[str] = DeclaredName()  # type: ignore[assignment]
     input_kind: ClassVar[str] = "features"  # "features" (GIST-512 rows) or "images" (uint8)
     supervision: ClassVar[str | None] = None  # None, "label" (same leaf) or "hierarchical"
     # Parameters that shape only the code built after training, not the training itself: a
     # fit made with other values of them is this fit's too (the classifier oracle's n_bits,
     # so its three code lengths share one trained classifier per seed; see shdh.steps.fit).
     code_only_params: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A declared method's class takes its name from its declaration, the one place it is
-        written; another subclass (a shared base, a test's stand-in) keeps its own."""
-        super().__init_subclass__(**kwargs)
-        found = declared(cls.__module__, cls.__qualname__)
-        if found is not None:
-            cls.name = found.name
 
     @classmethod
     def supports(cls, n_bits: int, **params: Any) -> bool:
@@ -119,6 +120,13 @@ class Hasher(HasherFiles):
 
     def fit(self, X: np.ndarray, pairs: Any = None) -> Hasher:
         """Learn from X (N, d) features or (N, H, W[, C]) images; supervised methods need pairs."""
+        self.check_fit(X, pairs)
+        self._fit(np.asarray(X) if self.input_kind == "features" else X, pairs)
+        return self
+
+    def check_fit(self, X: Any, pairs: Any) -> None:
+        """What every method asks of its training data: pair labels of its kind for as many
+        items as X holds, and a code length of at least one bit."""
         if self.supervision is not None and pairs is None:
             raise ValueError(f"{self.name}: supervised method needs pair labels (pairs=...)")
         if pairs is not None and self.supervision is not None and pairs.mode != self.supervision:
@@ -129,8 +137,6 @@ class Hasher(HasherFiles):
             raise ValueError(f"{self.name}: pairs cover {pairs.n_items} items but X has {len(X)}")
         if self.n_bits < 1:
             raise ValueError(f"{self.name}: n_bits must be >= 1, got {self.n_bits}")
-        self._fit(np.asarray(X) if self.input_kind == "features" else X, pairs)
-        return self
 
     def encode(self, X: np.ndarray) -> np.ndarray:
         self._check_fitted()
@@ -185,6 +191,6 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """A parameter as params.json holds it: a settings dataclass (a deep method's `loop`) as its
-    fields, which the constructor takes back."""
+    """A parameter as params.json holds it: a settings dataclass (a deep method's `loop` and
+    `settings`) as its fields, which the constructor takes back."""
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
-from shdh.hashers.method_catalogue import COSDISHParams
+from shdh.hashers.method_settings import COSDISHSettings
 from shdh.hashers.validation import check_features, check_int
 
 # Rows of X turned into float64 at once (ridge statistics, encoding): 16k x d values.
@@ -66,13 +66,13 @@ class COSDISH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_outer: int = COSDISHParams.n_outer,
-        n_alternations: int = COSDISHParams.n_alternations,
-        n_sampled: int | None = COSDISHParams.n_sampled,
-        ridge: float = COSDISHParams.ridge,
-        balance: bool = COSDISHParams.balance,
+        n_outer: int = COSDISHSettings.n_outer,
+        n_alternations: int = COSDISHSettings.n_alternations,
+        n_sampled: int | None = COSDISHSettings.n_sampled,
+        ridge: float = COSDISHSettings.ridge,
+        balance: bool = COSDISHSettings.balance,
     ) -> None:
-        """The defaults are COSDISHParams' (shdh.hashers.method_catalogue), the paper's and the
+        """The defaults are COSDISHSettings' (shdh.hashers.method_settings), the paper's and the
         authors'. n_sampled = |Omega| (None: n_bits): the sampled blocks cost O(N |Omega| q) per
         alternation and one BQP has |Omega| variables."""
         super().__init__(n_bits=n_bits, seed=seed)

@@ -1,49 +1,42 @@
-"""The deep hashers, SHDH and DPSH, behind the common Hasher contract.
+"""What every deep method shares: one class, DeepHasher, read top to bottom: its settings, fit,
+save and load, and encoding.
 
-Both are thin wrappers over `shdh.training.loop` (one epoch loop, one CNN-F backbone, one optimiser,
-the same pairs), so the two methods differ in their loss only: SHDH's J (paper Eq. 7, segmented
-code, weighted Hamming Eq. 4) or DPSH's pairwise likelihood (one segment, plain Hamming; its
-original memory bank of past outputs is a switch, off by default: see DPSH). These classes are
-the one place where a method's hyper-parameters become a `TrainConfig` and a loss, so the
-pipeline, the tests and a notebook train exactly the same thing. A method takes its settings as
-objects: the loop's as one `loop_settings.LoopSettings`, its loss's as one `objective` (a settings
-class of shdh.core.objectives), each also given as the mapping a saved params.json holds.
+A deep method is its objective (a shdh.training.objective.Objective: the loss, with its
+equations), its settings dataclass (shdh.hashers.method_settings) and one catalogue entry
+(shdh.hashers.method_catalogue); its module declares `class NAME(DeepHasher)` with that
+objective, and with the code's layout where it is not one segment (SHDH's per-level segments).
+Everything else is here and in the loop (shdh.training.loop): one backbone, one optimiser, the
+same budget, data, seeds, checkpoints and resume, code fingerprint, DDP, CPU pin and CUDA path.
 
 Checkpoints go to `work_dir` (a temporary directory when it is None). `fit(..., resume=...)`
-continues a checkpoint there when its record agrees (shdh.hashers.deep_folder). Saved state (no
-pickle): the network weights as named arrays beside the code's layout (shdh.hashers.deep_state).
+continues a checkpoint there when its record agrees (shdh.hashers.deep_record). Saved state (no
+pickle): the network weights as named arrays "net.<parameter>" beside the code's layout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import inspect
+import json
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from shdh.core.level_weights import segment_levels, segment_sizes
-from shdh.core.losses import check_labelled
 from shdh.core.metrics import evaluate
-from shdh.core.objectives import (
-    DEFAULT_DPSH_OBJECTIVE,
-    DEFAULT_SHDH_OBJECTIVE,
-    DPSHObjective,
-    Loss,
-    SHDHObjective,
-)
 from shdh.hashers.base import Hasher
-from shdh.hashers.deep_folder import ReusedTraining, TrainingFolder, check_images
-from shdh.hashers.deep_state import STATE_FIELDS, SavedNetwork
-from shdh.hashers.method_catalogue import DPSHParams, SHDHParams
+from shdh.hashers.deep_record import RUN_FILE, check_images, record_problem, run_record
+from shdh.hashers.method_catalogue import method
 from shdh.ranking.exact import pack_codes
+from shdh.runtime import source_fingerprint
+from shdh.runtime.atomic import atomic_path, atomic_write_text
 from shdh.training import checkpoint, inference
 from shdh.training import loop as training
-from shdh.training.convergence import Validate
 from shdh.training.loop_settings import (
     DEFAULT_LOOP,
     RUNTIME_FIELDS,
@@ -51,69 +44,84 @@ from shdh.training.loop_settings import (
     TrainConfig,
     settings_of,
 )
+from shdh.training.objective import Objective, Task, one_segment
 
 log = logging.getLogger(__name__)
 
 VAL_DEPTH = 100  # the validation score is NDCG@100, the tables' headline metric
+NET_PREFIX = "net."  # state.npz keys of the network weights
+STATE_FIELDS = ("K_", "segment_sizes_", "segment_levels_", "layer_weights_", "image_shape_")
 
 
-class _DeepArguments:
-    """How a deep method takes its settings: the constructor's keywords kept by name, the loop's
-    and the objective's settings objects made and checked, and the TrainConfig they mean."""
+class DeepHasher(Hasher):
+    """A network trained on images with a method's objective; codes sgn(z) of its hashing head.
 
-    @classmethod
-    def objective_class(cls) -> type[Any]:
-        """The class of the method's `objective` argument (shdh.core.losses): what a mapping given
-        for it becomes, and whose fields params.yaml sets one by one
-        (shdh.plan.all_methods.method_params). Its default's class, so that the constructor's
-        signature is the one place naming it."""
-        return type(inspect.signature(cls.__init__).parameters["objective"].default)
+    Constructor: n_bits, seed, loop (the shared backbone and loop settings, a LoopSettings or
+    its mapping), settings (the method's own, its settings dataclass or its mapping; None: the
+    defaults) and work_dir (the checkpoint's folder; None: a temporary one).
+    """
 
-    def _keep_arguments(self, arguments: dict[str, Any]) -> None:
-        """Store each keyword argument of the constructor under its own name, where get_params()
-        (which reads the names off the signature) and save() look for it: n_bits and seed too,
-        all that Hasher.__init__ would do. The settings objects are made and checked here, so a
-        bad value fails at construction, naming the method."""
-        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
-            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
-                setattr(self, name, arguments[name])
-        try:
-            self.loop = LoopSettings.of(self.loop)  # a mapping, from a saved params.json
-            self.objective = settings_of(self.objective_class(), self.objective, "objective")
+    input_kind: ClassVar[str] = "images"
+    objective: ClassVar[type[Objective]]  # the method's loss, set by each method's class
+    training_files: ClassVar[tuple[str, ...]] = (checkpoint.CHECKPOINT_NAME, RUN_FILE)
+
+    def __init__(
+        self,
+        *,
+        n_bits: int,
+        seed: int = 0,
+        loop: LoopSettings = DEFAULT_LOOP,
+        settings: Any = None,
+        work_dir: str | None = None,
+    ) -> None:
+        super().__init__(n_bits=n_bits, seed=seed)
+        self.work_dir = work_dir
+        try:  # made and checked here, so that a bad value fails at construction, by name
+            self.loop = LoopSettings.of(loop)
+            self.settings = settings_of(self.settings_class(), settings, "settings")
         except (TypeError, ValueError) as err:
             raise ValueError(f"{self.name}: {err}") from err
+
+    @classmethod
+    def settings_class(cls) -> type:
+        """The method's settings dataclass, as the catalogue declares it."""
+        return method(cls.name).settings
 
     @classmethod
     def _saved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         """The loop's runtime settings (device, threads, compile...) say how the fit ran, not
         what the model is: they load as their defaults, so that a model trained with
-        `device: cuda` encodes in a CPU-only evaluate step or search service (device auto).
-        A model saved before the loss settings became one `objective` holds them flat
-        (alpha, e1, ...; eta; reduction): gathered into `objective`, so that it still loads.
-        A key of neither kind is left for the constructor to refuse."""
+        `device: cuda` encodes in a CPU-only evaluate step or search service (device auto)."""
         loop = params.get("loop")
         if isinstance(loop, dict):
             params = {**params, "loop": {k: v for k, v in loop.items() if k not in RUNTIME_FIELDS}}
-        names = [f.name for f in dataclasses.fields(cls.objective_class())]
-        if "objective" in params or not any(name in params for name in names):
-            return params
-        rest = {k: v for k, v in params.items() if k not in names}
-        return {**rest, "objective": {k: v for k, v in params.items() if k in names}}
+        return params
 
     def train_config(self) -> TrainConfig:
-        """The TrainConfig these parameters mean: the loop settings, the code length, the seed
-        and what the method adds (_config_fields); checked by TrainConfig itself."""
+        """The TrainConfig these settings mean (checked by TrainConfig itself)."""
         try:
             return TrainConfig(
-                **asdict(self.loop), n_bits=self.n_bits, seed=self.seed, **self._config_fields()
+                **dataclasses.asdict(self.loop),
+                n_bits=self.n_bits,
+                seed=self.seed,
+                memory_bank=bool(getattr(self.settings, "memory_bank", False)),
+                head_norm=self.objective.head_norm,
             )
         except (TypeError, ValueError) as err:
             raise ValueError(f"{self.name}: {err}") from err
 
+    # -- the code's layout: one segment unless a method says otherwise ------------------------
 
-class _DeepTraining:
-    """fit() of a deep method: the code's layout from the tree, then the training loop in the
-    hasher's work_dir with the fit's options (resume, progress, per-epoch callback)."""
+    def code_layout(self, K: int) -> tuple[list[int], list[int]]:
+        """(segment sizes, their 1-based tree levels) for a tree of height K."""
+        return one_segment(self.n_bits, K)
+
+    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
+        """The network's output segments: the code's own, except for a method whose network
+        outputs something else than the code (the classifier oracle's class scores)."""
+        return sizes, levels
+
+    # -- fit ----------------------------------------------------------------------------------
 
     def fit(
         self,
@@ -125,7 +133,7 @@ class _DeepTraining:
         on_epoch: Callable[[dict[str, float]], None] | None = None,
     ) -> DeepHasher:
         """Train on uint8 images X (N, H, W[, C]) with pairs.ancestors (N, K), or (N, K, M)
-        ancestor sets for multi-label items, and pairs.weights.
+        ancestor sets for multi-label items, and pairs.weights (u_k, Eq. 2).
 
         resume (checkpoint.RESUME_MODES): "never" trains afresh; "always" continues the
         checkpoint in work_dir and fails, naming the difference, if it was made with other
@@ -136,23 +144,12 @@ class _DeepTraining:
         checkpoint.check_resume_mode(resume, self.name)
         if resume == "always" and self.work_dir is None:
             raise ValueError(f"{self.name}: resume='always' needs work_dir (the checkpoint)")
-        self._fit_options = {"resume": resume, "progress": progress, "on_epoch": on_epoch}
-        try:
-            super().fit(X, pairs)
-        finally:
-            del self._fit_options
-        return self
-
-    def _fit(self, X: np.ndarray, pairs: Any) -> None:
+        self.check_fit(X, pairs)
         images = check_images(self.name, X)
         anc = np.asarray(pairs.ancestors)
         u = [float(w) for w in pairs.weights]
         K = int(anc.shape[1])
-        config = self.train_config()
-        sizes, levels = self._layout(K)
-        loss_fn = self._loss_fn(sizes, levels, u)
-        net_sizes, net_levels = self._net_layout(sizes, levels)
-        config = dataclasses.replace(config, n_bits=sum(net_sizes))
+        sizes, levels = self.code_layout(K)
         # The code's layout is known before training: the validation score encodes with it.
         self.K_ = np.int64(K)
         self.segment_sizes_ = np.asarray(sizes, dtype=np.int64)
@@ -160,92 +157,123 @@ class _DeepTraining:
         self.layer_weights_ = np.asarray(u, dtype=np.float64)
         self.image_shape_ = np.asarray(images.shape[1:], dtype=np.int64)
         try:
-            self._before_training()
-            result = self._train(config, images, pairs, (net_sizes, net_levels), loss_fn)
+            self._prepare(anc)
+            task = Task(tuple(sizes), tuple(levels), tuple(u), anc, self.seed)
+            objective = self.objective(self.settings, task)
+            net_sizes, net_levels = self._net_layout(sizes, levels)
+            config = dataclasses.replace(self.train_config(), n_bits=sum(net_sizes))
+            training.check_weights(config, images)
+            with self._work_dir() as work_dir:
+                result = training.train(
+                    config,
+                    images,
+                    anc,
+                    np.arange(len(images)),
+                    work_dir,
+                    segment_sizes=net_sizes,
+                    segment_levels=net_levels,
+                    layer_weights=u,
+                    objective=objective,
+                    resume=self._resume_decision(work_dir, images, pairs, resume),
+                    progress=progress,
+                    on_epoch=on_epoch,
+                    code=self.code_fingerprint(),
+                    validate=_validator(self, images, anc) if config.val_size else None,
+                )
         except BaseException:
-            for name in STATE_FIELDS:  # a failed fit leaves no state
+            for name in self._state_fields():  # a failed fit leaves no state
                 vars(self).pop(name, None)
             raise
         self.model_ = result.model.eval()
         self.history_ = result.history
         self.pretrained_sha256_ = result.pretrained_sha256
+        return self
 
+    def _prepare(self, anc: np.ndarray) -> None:
+        """What a method takes from the training items' labels before the loop runs: checks
+        made once over them rather than per batch (reading a tensor's values is a host sync),
+        state that encoding needs (the oracle's class codes)."""
 
-class _TrainingRun:
-    """The call of the training loop (shdh.training.loop.train) for one fit: in the hasher's
-    work_dir, resumed or not as the checkpoint's record allows, with the fit's options."""
+    @contextlib.contextmanager
+    def _work_dir(self) -> Iterator[Path]:
+        if self.work_dir is not None:
+            yield Path(self.work_dir)
+            return
+        with tempfile.TemporaryDirectory(prefix=f"shdh-{self.name}-") as tmp:
+            yield Path(tmp)
 
-    def _train(
-        self,
-        config: TrainConfig,
-        images: np.ndarray,
-        pairs: Any,
-        net_layout: tuple[list[int], list[int]],
-        loss_fn: Loss,
-    ) -> training.TrainResult:
-        """The training loop on these images, in work_dir, with the fit's options."""
-        opts = self._fit_options
-        anc = np.asarray(pairs.ancestors)
-        net_sizes, net_levels = net_layout
-        training.check_weights(config, images)
-        with self._work_dir() as work_dir:
-            resume = self._prepare_work_dir(work_dir, images, pairs, opts["resume"])
-            return training.train(
-                config,
-                images,
-                anc,
-                np.arange(len(images)),
-                work_dir,
-                segment_sizes=net_sizes,
-                segment_levels=net_levels,
-                layer_weights=[float(w) for w in pairs.weights],
-                loss_fn=loss_fn,
-                resume=resume,
-                progress=opts["progress"],
-                on_epoch=opts["on_epoch"],
-                code=self.code_fingerprint(),
-                validate=_validator(self, images, anc) if config.val_size else None,
-            )
+    def _resume_decision(self, work_dir: Path, images: np.ndarray, pairs: Any, resume: str) -> str:
+        """Whether the checkpoint in work_dir may be continued ("never" when it may not); a run
+        that starts afresh records itself in work_dir/hasher.json."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        run_path, ckpt_path = work_dir / RUN_FILE, work_dir / checkpoint.CHECKPOINT_NAME
+        record = run_record(self, images, pairs)
+        if resume != "never":
+            problem = record_problem(run_path, record)
+            if problem is not None and resume == "always":
+                raise ValueError(f"{run_path}: cannot resume: {problem}")
+            if problem is not None:
+                if ckpt_path.exists():
+                    log.warning("%s: not resuming (%s); training from scratch", run_path, problem)
+                resume = "never"
+        if resume == "never":
+            ckpt_path.unlink(missing_ok=True)  # never pair a stale checkpoint with a new record
+            atomic_write_text(run_path, json.dumps(record, indent=2) + "\n")
+        return resume
 
+    def code_fingerprint(self) -> dict[str, str]:
+        """The digests of the code that decides this hasher's numbers: its own module and every
+        shdh module it runs (shdh.runtime.source_fingerprint)."""
+        return source_fingerprint.fingerprint([type(self).__module__])
 
-class DeepHasher(
-    _DeepArguments,
-    _DeepTraining,
-    _TrainingRun,
-    TrainingFolder,
-    ReusedTraining,
-    SavedNetwork,
-    Hasher,
-):
-    """What SHDH, DPSH and the oracle share: their settings (_DeepArguments), training
-    (_DeepTraining, _TrainingRun), work_dir and resume (TrainingFolder, ReusedTraining),
-    save/load (SavedNetwork), and here the hooks each method fills in and encoding."""
+    # -- a training already done: this fit's own, or a sibling's -------------------------------
 
-    input_kind: ClassVar[str] = "images"
+    def resume_problem(self, work_dir: str | Path, X: np.ndarray, pairs: Any) -> str | None:
+        """Why fit(resume=...) would not continue the training recorded in work_dir's
+        hasher.json on this data (None: it would). Needs only the record, so a caller can judge
+        a checkpoint held elsewhere before fetching it."""
+        record = run_record(self, check_images(self.name, X), pairs)
+        return record_problem(Path(work_dir) / RUN_FILE, record)
 
-    # -- for subclasses -----------------------------------------------------------------------
+    def first_trained_as_here(
+        self, work_dirs: Sequence[str | Path], X: np.ndarray, pairs: Any
+    ) -> Path | None:
+        """The first of work_dirs holding a checkpoint (training_files) made with this hasher's
+        parameters (code_only_params and runtime ones aside) on this data: what resume would
+        accept. The data is fingerprinted once for all the folders."""
+        record = None
+        for work_dir in map(Path, work_dirs):
+            if not all((work_dir / name).is_file() for name in self.training_files):
+                continue
+            record = record or run_record(self, check_images(self.name, X), pairs)
+            if record_problem(work_dir / RUN_FILE, record) is None:
+                return work_dir
+        return None
 
-    def _config_fields(self) -> dict[str, Any]:
-        """The TrainConfig fields this method sets beyond the shared ones."""
-        return {"memory_bank": self.memory_bank}
-
-    def _layout(self, K: int) -> tuple[list[int], list[int]]:
-        """(segment sizes, their 1-based tree levels) for a tree of height K."""
-        raise NotImplementedError
-
-    def _loss_fn(
-        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
-    ) -> Loss:
-        """The batch loss for a code of these segments (the tree's level weights u_k)."""
-        return self.objective.for_layout(sizes, levels, layer_weights)
-
-    def _before_training(self) -> None:
-        """What a method adds to its state once the layout is known, before the loop runs."""
-
-    def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
-        """The network's output segments: the code's own, except for a method whose network
-        outputs something else than the code (the classifier oracle's class scores)."""
-        return sizes, levels
+    def start_from_sibling(
+        self, work_dir: str | Path, siblings: Sequence[str | Path], X: np.ndarray, pairs: Any
+    ) -> Path | None:
+        """Copy into work_dir the training of the first of `siblings` (other fits' work folders)
+        that this fit would resume, when the training does not depend on the code length
+        (code_only_params names n_bits: the classifier oracle). Training again would repeat it
+        exactly, at the full cost of a deep fit; resuming the copy continues an unfinished
+        sibling to this fit's epochs. A matching checkpoint of work_dir's own comes first, and
+        nothing is copied then. Temporary names, then rename. Returns the folder copied from."""
+        if "n_bits" not in self.code_only_params:
+            return None
+        work_dir = Path(work_dir)
+        found = self.first_trained_as_here([work_dir, *siblings], X, pairs)
+        if found is None or found == work_dir:
+            return None
+        for name in self.training_files:
+            with atomic_path(work_dir / name) as tmp:
+                shutil.copyfile(found / name, tmp)
+        log.info(
+            "%s: starting from the training in %s (the code length does not change it)",
+            work_dir,
+            found,
+        )
+        return found
 
     def network_record(self) -> dict[str, Any]:
         """What the fit record and the MLflow run say of the network: the backbone and the
@@ -255,6 +283,56 @@ class DeepHasher(
             "pretrained": self.loop.pretrained,
             "pretrained_sha256": getattr(self, "pretrained_sha256_", None),
         }
+
+    # -- save and load (Hasher's files, the network's weights among the arrays) ----------------
+
+    def _state_fields(self) -> tuple[str, ...]:
+        return STATE_FIELDS
+
+    def state(self) -> dict[str, np.ndarray]:
+        self._check_fitted()
+        arrays = {name: np.asarray(getattr(self, name)) for name in self._state_fields()}
+        for key, tensor in self.model_.state_dict().items():
+            arrays[NET_PREFIX + key] = tensor.detach().cpu().numpy()
+        return arrays
+
+    def save(self, directory: str | Path) -> Path:
+        """Write params.json + state.npz; refuses to swap out the directory holding work_dir."""
+        if self.work_dir is not None:
+            target, work = Path(directory).resolve(), Path(self.work_dir).resolve()
+            if work == target or target in work.parents:
+                raise ValueError(
+                    f"{self.name}: save({directory}) would replace work_dir {self.work_dir} "
+                    "(its checkpoint); save the model elsewhere"
+                )
+        return super().save(directory)
+
+    def _after_load(self) -> None:
+        """Rebuild the network from the loaded arrays; refuse state from another setting."""
+        net = {}
+        for key in [k for k in vars(self) if k.startswith(NET_PREFIX)]:
+            net[key[len(NET_PREFIX) :]] = torch.from_numpy(np.array(vars(self).pop(key)))
+        missing = [name for name in self._state_fields() if not hasattr(self, name)]
+        if missing or not net:
+            raise ValueError(f"missing fields {missing or ['net.*']}")
+        net_sizes = _net_sizes(self, net)
+        shape = [int(s) for s in self.image_shape_]
+        in_channels = shape[2] if len(shape) == 3 else 1
+        model = checkpoint.build_model_for(
+            self.loop, in_channels, net_sizes, head_norm=self.objective.head_norm
+        )
+        try:
+            model.load_state_dict(net, strict=True)
+        except RuntimeError as err:
+            raise ValueError(
+                f"the network weights do not fit {self.name} with backbone="
+                f"{self.loop.backbone}, width={self.loop.width}, image_size="
+                f"{self.loop.image_size}: {err}"
+            ) from err
+        self.model_ = model.eval()
+        self.history_ = []  # the epoch history lives in the checkpoint, not in the model
+
+    # -- encode ---------------------------------------------------------------------------------
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return inference.encode(  # (N, L) int8 +-1
@@ -276,78 +354,48 @@ class DeepHasher(
         return images
 
 
-class LevelSegments:
-    """One code segment per tree level, ranked by the weighted Hamming distance of Eq. 4."""
-
-    def segment_sizes(self) -> list[int]:
-        self._check_fitted()
-        return [int(s) for s in self.segment_sizes_]
-
-    def segment_weights(self) -> list[float]:
-        """u_k (Eq. 2) of each segment's level: the weights of the weighted Hamming (Eq. 4)."""
-        self._check_fitted()
-        return [float(self.layer_weights_[k - 1]) for k in self.segment_levels_]
+def level_segment_sizes(hasher: DeepHasher) -> list[int]:
+    """The segments of a method whose code has one per tree level (SHDH, the oracle): they follow
+    the tree it was fitted on."""
+    hasher._check_fitted()
+    return [int(s) for s in hasher.segment_sizes_]
 
 
-class SHDH(LevelSegments, DeepHasher):
-    """Supervised Hierarchical Deep Hashing: segmented code, J = E1 + E2 (paper Eq. 5-7)."""
-
-    supervision: ClassVar[str | None] = "hierarchical"
-
-    def __init__(
-        self,
-        *,
-        n_bits: int,
-        seed: int = 0,
-        loop: LoopSettings = DEFAULT_LOOP,
-        layout: str = SHDHParams.layout,
-        objective: SHDHObjective = DEFAULT_SHDH_OBJECTIVE,
-        memory_bank: bool = SHDHParams.memory_bank,
-        work_dir: str | None = None,
-    ) -> None:
-        self._keep_arguments(locals())
-
-    def _layout(self, K: int) -> tuple[list[int], list[int]]:
-        return segment_sizes(self.n_bits, K, self.layout), segment_levels(K, self.layout)
+def level_segment_weights(hasher: DeepHasher) -> list[float]:
+    """u_k (Eq. 2) of each segment's level: the weights of the weighted Hamming distance (Eq. 4)
+    for a method whose code has one segment per tree level (SHDH, the oracle)."""
+    hasher._check_fitted()
+    return [float(hasher.layer_weights_[k - 1]) for k in hasher.segment_levels_]
 
 
-class DPSH(DeepHasher):
-    """Deep Pairwise-Supervised Hashing (Li, Wang & Kang 2016): one segment, plain Hamming.
-
-    Same backbone, loop, optimiser and defaults as SHDH; s_ij = same finest label.
-
-    memory_bank=True pairs every batch with the other training items' past outputs, as the
-    original code does. It is off by default because, trained from scratch here, it does not
-    train: summed over ~10,000 stale partners the likelihood outweighs eta = 10 by 15-20 times
-    and, since untrained outputs share a large common component, drives every output to the
-    theta = 0 saddle (Fashion-MNIST, 64 bits, 10,000 items, 3 epochs: NDCG@100 0.28 = random
-    codes at lr 0.01, 0.48 at its best lr 1e-4, below the untrained network's 0.54). With the
-    in-batch pairs SHDH uses, DPSH trains at the shared defaults.
-    """
-
-    supervision: ClassVar[str | None] = "label"
-
-    def __init__(
-        self,
-        *,
-        n_bits: int,
-        seed: int = 0,
-        loop: LoopSettings = DEFAULT_LOOP,
-        objective: DPSHObjective = DEFAULT_DPSH_OBJECTIVE,
-        memory_bank: bool = DPSHParams.memory_bank,
-        work_dir: str | None = None,
-    ) -> None:
-        self._keep_arguments(locals())
-
-    def _layout(self, K: int) -> tuple[list[int], list[int]]:
-        return [int(self.n_bits)], [int(K)]  # one segment; its "level" is the finest one
-
-    def _fit(self, X: np.ndarray, pairs: Any) -> None:
-        check_labelled(torch.as_tensor(np.asarray(pairs.ancestors)), "ancestors")
-        super()._fit(X, pairs)
+def _net_sizes(hasher: DeepHasher, net: dict[str, torch.Tensor]) -> list[int]:
+    """The network's output segments for the loaded layout, once the layout is the method's
+    own for this bit length and the weights' head has as many rows."""
+    K = int(hasher.K_)
+    sizes = [int(s) for s in hasher.segment_sizes_]
+    levels = [int(k) for k in hasher.segment_levels_]
+    if sum(sizes) != hasher.n_bits:
+        raise ValueError(
+            f"field 'segment_sizes_' {sizes} holds {sum(sizes)} bits but params.json has "
+            f"n_bits={hasher.n_bits}: the state belongs to another bit length"
+        )
+    if (sizes, levels) != hasher.code_layout(K):
+        raise ValueError(
+            f"fields 'segment_sizes_'/'segment_levels_' {sizes}/{levels} do not match "
+            f"{hasher.name}'s layout {hasher.code_layout(K)} for K={K}"
+        )
+    net_sizes, _ = hasher._net_layout(sizes, levels)
+    head = net.get("head.weight")
+    if head is None or head.shape[0] != sum(net_sizes):
+        rows = None if head is None else head.shape[0]
+        raise ValueError(
+            f"field 'net.head.weight' has {rows} output rows, {hasher.name} with "
+            f"n_bits={hasher.n_bits} has {sum(net_sizes)}"
+        )
+    return net_sizes
 
 
-def _validator(hasher: Any, images: np.ndarray, anc: np.ndarray) -> Validate:
+def _validator(hasher: DeepHasher, images: np.ndarray, anc: np.ndarray):
     """The validation score of shdh.training.convergence: the held-out items ranked against the
     validation database with this method's own codes and distance (weighted Hamming for
     SHDH, plain for DPSH, class-path codes for the oracle), database-ideal NDCG@100 with

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
-from shdh.hashers.method_catalogue import ITQParams
+from shdh.hashers.method_settings import ITQSettings
 from shdh.hashers.validation import check_features, check_int, require_state
 
 # Rows encoded at once: bounds the float64 copy of a chunk to 16k x d values.
@@ -80,7 +80,7 @@ class ITQ(Hasher):
 
     supervision = None
 
-    def __init__(self, *, n_bits: int, seed: int = 0, n_iter: int = ITQParams.n_iter) -> None:
+    def __init__(self, *, n_bits: int, seed: int = 0, n_iter: int = ITQSettings.n_iter) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_iter = n_iter
 

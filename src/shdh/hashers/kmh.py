@@ -33,7 +33,7 @@ import numpy as np
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.itq import pca
-from shdh.hashers.method_catalogue import KMHParams
+from shdh.hashers.method_settings import KMHSettings
 from shdh.hashers.validation import check_features, check_int, require_state
 
 # Majorise-minimise steps per codeword per iteration (the authors run fminunc to convergence;
@@ -191,9 +191,9 @@ class KMH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        bits_per_subspace: int = KMHParams.bits_per_subspace,
-        lam: float = KMHParams.lam,
-        n_iter: int = KMHParams.n_iter,
+        bits_per_subspace: int = KMHSettings.bits_per_subspace,
+        lam: float = KMHSettings.lam,
+        n_iter: int = KMHSettings.n_iter,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.bits_per_subspace = bits_per_subspace
@@ -202,7 +202,7 @@ class KMH(Hasher):
 
     @classmethod
     def supports(
-        cls, n_bits: int, bits_per_subspace: int = KMHParams.bits_per_subspace, **_: Any
+        cls, n_bits: int, bits_per_subspace: int = KMHSettings.bits_per_subspace, **_: Any
     ) -> bool:
         """Whether n_bits splits into whole b-bit subspaces (b = 4: 32, 48 and 64 do, 30 not)."""
         return _splits(n_bits, bits_per_subspace)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
-from shdh.hashers.method_catalogue import KSHParams
+from shdh.hashers.method_settings import KSHSettings
 from shdh.hashers.validation import check_features, check_int
 
 # Doublings of the step's curvature estimate tried before a smooth refinement gives up.
@@ -48,10 +48,10 @@ class KSH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_anchors: int = KSHParams.n_anchors,
-        n_labelled: int = KSHParams.n_labelled,
-        n_iter: int = KSHParams.n_iter,
-        tol: float = KSHParams.tol,
+        n_anchors: int = KSHSettings.n_anchors,
+        n_labelled: int = KSHSettings.n_labelled,
+        n_iter: int = KSHSettings.n_iter,
+        tol: float = KSHSettings.tol,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_anchors = n_anchors

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from shdh.hashers.base import Hasher
-from shdh.hashers.method_catalogue import LFHParams
+from shdh.hashers.method_settings import LFHSettings
 from shdh.hashers.validation import check_features, check_int
 
 
@@ -43,10 +43,10 @@ class LFH(Hasher):
         *,
         n_bits: int,
         seed: int = 0,
-        n_iter: int = LFHParams.n_iter,
-        beta: float = LFHParams.beta,
-        lam: float = LFHParams.lam,
-        n_sampled: int | None = LFHParams.n_sampled,
+        n_iter: int = LFHSettings.n_iter,
+        beta: float = LFHSettings.beta,
+        lam: float = LFHSettings.lam,
+        n_sampled: int | None = LFHSettings.n_sampled,
     ) -> None:
         super().__init__(n_bits=n_bits, seed=seed)
         self.n_iter = n_iter

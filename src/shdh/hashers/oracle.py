@@ -17,15 +17,16 @@ Single-label data only: a multi-label item has no one class path to predict.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
+import torch
 
 from shdh.core.level_weights import segment_levels, segment_sizes
-from shdh.core.objectives import DEFAULT_ORACLE_OBJECTIVE, Loss, OracleObjective
-from shdh.hashers.deep import STATE_FIELDS, DeepHasher, LevelSegments
+from shdh.hashers.deep import STATE_FIELDS, DeepHasher, level_segment_sizes, level_segment_weights
+from shdh.hashers.method_settings import OracleSettings
 from shdh.training import inference
-from shdh.training.loop_settings import DEFAULT_LOOP, LoopSettings
+from shdh.training.objective import Bank, Objective, Task
 
 
 def node_pattern(seed: int, level: int, node: int, size: int) -> np.ndarray:
@@ -45,61 +46,62 @@ def class_codes(paths: np.ndarray, sizes: Sequence[int], levels: Sequence[int], 
     return np.concatenate(parts, axis=1)
 
 
-class Oracle(LevelSegments, DeepHasher):
+class CrossEntropy(Objective):
+    """Cross-entropy of the class scores z (B, C) against each item's finest node: its row in
+    the sorted finest-level ids of the training items (Oracle.classes_), one network output
+    each."""
+
+    name: ClassVar[str] = "cross-entropy"
+
+    def __init__(self, settings: OracleSettings, task: Task) -> None:
+        super().__init__(settings, task)
+        classes = torch.as_tensor(np.unique(task.ancestors[:, -1]))
+        lookup = torch.full((int(classes.max()) + 1,), -1, dtype=torch.long)
+        lookup[classes] = torch.arange(len(classes))
+        self.register_buffer("lookup", lookup, persistent=False)  # moves with .to(device)
+
+    def forward(
+        self, z: torch.Tensor, anc: torch.Tensor, bank: Bank = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        target = self.lookup[anc[:, -1].long()]
+        reduction = self.settings.reduction
+        loss = torch.nn.functional.cross_entropy(z.float(), target, reduction=reduction)
+        accuracy = (z.argmax(dim=1) == target).float().mean()
+        return loss, {"accuracy": accuracy.detach()}
+
+
+class Oracle(DeepHasher):
     """Cross-entropy classifier on the shared backbone; codes from the predicted class path."""
 
     supervision: ClassVar[str | None] = "hierarchical"
+    objective = CrossEntropy
     # The network outputs class scores whatever the code length; n_bits only sizes the patterns.
     code_only_params: ClassVar[tuple[str, ...]] = ("n_bits",)
 
-    def __init__(
-        self,
-        *,
-        n_bits: int,
-        seed: int = 0,
-        loop: LoopSettings = DEFAULT_LOOP,
-        objective: OracleObjective = DEFAULT_ORACLE_OBJECTIVE,
-        work_dir: str | None = None,
-    ) -> None:
-        self._keep_arguments(locals())
-
-    def _config_fields(self) -> dict[str, Any]:
-        return {}
-
-    def _layout(self, K: int) -> tuple[list[int], list[int]]:
+    def code_layout(self, K: int) -> tuple[list[int], list[int]]:
         return segment_sizes(self.n_bits, K, "levels"), segment_levels(K, "levels")
 
     def _net_layout(self, sizes: list[int], levels: list[int]) -> tuple[list[int], list[int]]:
-        n_classes = len(self.classes_)
-        return [n_classes], [int(self.K_)]  # one output per class, at the finest level
+        return [len(self.classes_)], [int(self.K_)]  # one output per class, at the finest level
 
-    def _fit(self, X: np.ndarray, pairs: Any) -> None:
-        anc = np.asarray(pairs.ancestors)
+    def _prepare(self, anc: np.ndarray) -> None:
+        """The classes and their codes: the validation score encodes with them while training
+        goes on."""
         if anc.ndim != 2:
             raise ValueError(
                 f"{self.name}: needs one class path per item, got ancestor sets of shape "
                 f"{anc.shape} (multi-label data has no single class to predict)"
             )
-        self.K_ = np.int64(anc.shape[1])
         self.classes_, first = np.unique(anc[:, -1], return_index=True)
         self.class_paths_ = anc[first].astype(np.int64)  # (C, K), the path of each class
-        try:
-            super()._fit(X, pairs)
-        except BaseException:
-            for name in ("K_", "classes_", "class_paths_", "class_codes_"):  # no state is left
-                vars(self).pop(name, None)
-            raise
-
-    def _before_training(self) -> None:
-        """The class codes: the validation score encodes with them while training goes on."""
-        sizes, levels = self._layout(int(self.K_))
+        sizes, levels = self.code_layout(int(anc.shape[1]))
         self.class_codes_ = class_codes(self.class_paths_, sizes, levels, self.seed)
 
-    def _loss_fn(
-        self, sizes: Sequence[int], levels: Sequence[int], layer_weights: Sequence[float]
-    ) -> Loss:
-        """Cross-entropy on the finest class: the code's layout does not enter it."""
-        return self.objective.for_classes(self.classes_)
+    def segment_sizes(self) -> list[int]:
+        return level_segment_sizes(self)
+
+    def segment_weights(self) -> list[float]:
+        return level_segment_weights(self)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return self.class_codes_[self._predicted_index(X)]

@@ -32,6 +32,9 @@ class HashingNet(nn.Module):
     centre_crop: encode the centre view (shdh.nets.views.eval_view) of each image, the counterpart
     of training on random crops. freeze_bn: the backbone's batch-norm layers keep their running
     statistics in training too (what fine-tuning from pretrained weights with small batches wants).
+    head_norm: the hashing layer is W x without a bias, then batch norm (OrthoHash's v = BN(W x):
+    every bit zero-mean over the batch, which balances the bits); codes are the sign of the
+    normalised output, with the running statistics when encoding.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class HashingNet(nn.Module):
         *,
         centre_crop: bool = False,
         freeze_bn: bool = False,
+        head_norm: bool = False,
     ) -> None:
         super().__init__()
         if not hasattr(backbone, "out_features"):
@@ -62,10 +66,13 @@ class HashingNet(nn.Module):
         self.n_bits = n_bits
         self.segment_sizes = sizes
         self.centre_crop, self.freeze_bn = centre_crop, freeze_bn
-        self.head = nn.Linear(backbone.out_features, n_bits)
+        self.head = nn.Linear(backbone.out_features, n_bits, bias=not head_norm)
         if head_init == "paper":
             nn.init.uniform_(self.head.weight, 0.0, 1e-3)
-            nn.init.uniform_(self.head.bias, 0.0, 1e-3)
+            if self.head.bias is not None:
+                nn.init.uniform_(self.head.bias, 0.0, 1e-3)
+        # None adds nothing to the state: the other methods' saved networks keep their layout
+        self.head_norm = nn.BatchNorm1d(n_bits) if head_norm else None
 
     @property
     def image_size(self) -> int:
@@ -91,7 +98,8 @@ class HashingNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats = self.backbone(x)  # (B, F)
-        return self.head(feats)  # (B, L) = z, no activation
+        z = self.head(feats)  # (B, L) = z, no activation
+        return z if self.head_norm is None else self.head_norm(z)
 
 
 def build_model(
@@ -105,11 +113,18 @@ def build_model(
     backbone: str = "cnnf",
     centre_crop: bool = False,
     freeze_bn: bool = False,
+    head_norm: bool = False,
 ) -> HashingNet:
     """A backbone (shdh.nets.backbones, random weights) + hashing layer; `segment_sizes` None
     means one segment of n_bits."""
     net = build_backbone(backbone, in_channels, width, image_size)
     sizes = (n_bits,) if segment_sizes is None else segment_sizes
     return HashingNet(
-        net, n_bits, sizes, head_init=head_init, centre_crop=centre_crop, freeze_bn=freeze_bn
+        net,
+        n_bits,
+        sizes,
+        head_init=head_init,
+        centre_crop=centre_crop,
+        freeze_bn=freeze_bn,
+        head_norm=head_norm,
     )

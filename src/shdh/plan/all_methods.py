@@ -3,10 +3,10 @@
 Every front door (the DVC stages through the CLI, the Kubeflow components, the offsite trainer
 shdh.bundle) plans with `method_params` and `planned_fits` from here, and hands the library steps
 the `Fit`s they make, so that a fit is named, seeded and stored the same way whoever runs it.
-Pure functions of the settings: no I/O, and nothing a bare GPU machine lacks. This module adds
-the deep methods (their settings objects, and the catalogue that names them, which loads their
-code) to the shallow part (shdh.plan.shallow); the seeds and the order of the fits are
-shdh.plan.fit_grid, what a fit is, what it is called and where its files live shdh.plan.fits.
+Pure functions of the settings: no I/O, and nothing a bare GPU machine lacks. A method's settings
+come from its declaration (shdh.hashers.method_catalogue), so planning loads no method's code
+(KMH's code lengths aside: its class says which it can make); the seeds and the order of the fits
+are shdh.plan.fit_grid, what a fit is, what it is called and where its files live shdh.plan.fits.
 """
 
 from __future__ import annotations
@@ -15,86 +15,82 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from shdh.hashers import get_hasher_class, is_deep
-from shdh.plan.fit_grid import constructor_keys, fit_plan, own_settings, runs
-from shdh.plan.fits import Fit
-from shdh.plan.shallow import shallow_method_bits, shallow_method_params, shallow_models_root
+from shdh.hashers.method_catalogue import method
+from shdh.plan.fit_grid import own_settings, runs
+from shdh.plan.fits import Fit, make_fit
 from shdh.runtime.errors import ConfigError
 from shdh.training.loop_settings import LoopSettings
 
-# Keys of the `train` section that configure the pipeline rather than a method.
 # What the pipeline decides around a fit, not a setting of the method: which fits, where, on how
 # many processes (a TrainJob's nodes and processes per node, shdh.plan.processes).
 PIPELINE_KEYS = ("methods", "bits", "models_dir", "n_train", "seeds", "nodes", "processes_per_node")
 
 
-def method_params(section: dict[str, Any], method: str) -> dict[str, Any]:
-    """Constructor arguments for `method` from its params.yaml section.
+def method_params(section: dict[str, Any], name: str) -> dict[str, Any]:
+    """Constructor arguments for method `name` from its params.yaml section.
 
-    Deep methods take the backbone and loop settings of `train` as one LoopSettings (their
-    `loop`) and their loss settings as one objective (their `objective`: SHDH's alpha, e1, e2
-    and target, DPSH's eta; `reduction` is shared), each set key by key, with their own
-    sub-mapping (`train.shdh`, `train.oracle`) able to override any shared one; plus their own
-    other settings (SHDH's layout, the memory bank). Shallow ones take only their sub-mapping of
-    `baselines`. Keys the method does not take are refused by name, so a typo cannot be
-    silently ignored.
+    A shallow method takes its sub-mapping of `baselines` (`baselines.ksh`), field by field. A
+    deep method takes the backbone and loop settings of `train` as one LoopSettings (its `loop`)
+    and its own settings as one object of its settings dataclass (its `settings`: SHDH's layout
+    and alpha, DPSH's eta; `reduction` is shared), each set key by key, with its sub-mapping
+    (`train.shdh`, `train.oracle`) able to override any shared one. Keys the method does not
+    take are refused by name, so a typo cannot be silently ignored.
     """
-    if not is_deep(method):
-        return shallow_method_params(section, method)
-    cls = get_hasher_class(method)
-    accepted = constructor_keys(cls)
-    own = own_settings(section, method)
-    groups = {"loop": LoopSettings, "objective": cls.objective_class()}
-    accepted |= {f.name for group in groups.values() for f in dataclasses.fields(group)}
-    unknown = sorted(set(own) - accepted)
-    if unknown:
-        raise ConfigError(f"params.yaml: {method}: unknown settings {unknown}")
+    declared = method(name)
+    own = own_settings(section, name)
+    accepted = {f.name for f in dataclasses.fields(declared.settings)}
+    if not declared.deep:
+        _refuse(sorted(set(own) - accepted), f"params.yaml: {name}: unknown settings")
+        return dict(own)
+    groups = {"loop": LoopSettings, "settings": declared.settings}
+    accepted |= {f.name for f in dataclasses.fields(LoopSettings)}
+    _refuse(sorted(set(own) - accepted), f"params.yaml: {name}: unknown settings")
     skip = set(PIPELINE_KEYS) | {m for m in section if isinstance(section[m], dict)}
     shared = {k: v for k, v in section.items() if k not in skip}
-    strays = sorted(set(shared) - accepted)
-    if strays:
-        raise ConfigError(f"params.yaml: train: settings {strays} are not {method}'s")
-    return _deep_params({**shared, **own}, groups)
-
-
-def _deep_params(merged: dict[str, Any], groups: dict[str, type]) -> dict[str, Any]:
-    """A deep method's constructor arguments from its flat settings: each settings object
-    (`loop`, `objective`) made from the keys of its fields, the other keys as they are."""
-    params = {}
+    _refuse(sorted(set(shared) - accepted), "params.yaml: train: settings", f"are not {name}'s")
+    merged, params = {**shared, **own}, {}
     for argument, cls in groups.items():
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             params[argument] = cls(**{k: v for k, v in merged.items() if k in names})
         except (TypeError, ValueError) as err:
             raise ConfigError(f"params.yaml: train: {err}") from err
-        merged = {k: v for k, v in merged.items() if k not in names}
-    return {**params, **merged}
+    return params
 
 
-def method_bits(params: dict[str, Any], method: str) -> list[int]:
-    """The code lengths params.yaml asks `method` to run at: train.bits for the deep methods,
-    baselines.bits for the shallow ones; KMH only where its subspaces divide the length (as in
-    the paper's table)."""
-    if is_deep(method):
-        return list(params["train"]["bits"])
-    return shallow_method_bits(params, method)
+def _refuse(keys: list[str], prefix: str, suffix: str = "") -> None:
+    if keys:
+        raise ConfigError(f"{prefix} {keys}{' ' + suffix if suffix else ''}")
 
 
-def models_root(params: dict[str, Any], method: str) -> Path:
-    """Where `method`'s model folders live: train.models_dir for the deep methods (a DVC
+def method_bits(params: dict[str, Any], name: str) -> list[int]:
+    """The code lengths params.yaml asks method `name` to run at: train.bits for the deep
+    methods, baselines.bits for the shallow ones, less those the method cannot make with its
+    settings (KMH's that its subspaces do not divide, as in the paper's table)."""
+    declared = method(name)
+    section = params.get(declared.section) or {}
+    bits = list(section.get("bits", []))
+    if declared.deep:
+        return bits
+    supports = declared.load_class().supports
+    return [b for b in bits if supports(b, **own_settings(section, name))]
+
+
+def models_root(params: dict[str, Any], name: str) -> Path:
+    """Where method `name`'s model folders live: train.models_dir for the deep methods (a DVC
     output per method), baselines.models_dir for the shallow ones (one output for all)."""
-    return Path(params["train"]["models_dir"]) if is_deep(method) else shallow_models_root(params)
+    return Path(params[method(name).section]["models_dir"])
 
 
 def planned_runs(params: dict[str, Any]) -> list[tuple[str, int, int | None]]:
     """(method, bits, own seed) for every deep and shallow method the params ask for, in that
-    order; the seed is None without a `seeds` list (section_seeds)."""
+    order; the seed is None without a `seeds` list (fit_grid.section_seeds)."""
     train, baselines = params["train"], params.get("baselines") or {}
     shallow = runs(
         baselines,
         list(baselines.get("methods", [])),
         list(baselines.get("bits", [])),
-        bits_of=lambda method: method_bits(params, method),
+        bits_of=lambda name: method_bits(params, name),
     )
     return runs(train, list(train["methods"]), list(train["bits"])) + shallow
 
@@ -107,18 +103,49 @@ def planned_fits(
     Kubeflow step's gathered artifacts."""
     roots = models_roots or {}
     fits = []
-    for method, bits, own_seed in planned_runs(params):
-        section = "train" if is_deep(method) else "baselines"
-        root = roots.get(section) or models_root(params, method)
+    for name, bits, own_seed in planned_runs(params):
+        section = method(name).section
+        root = roots.get(section) or models_root(params, name)
         fits.append(
-            fit_plan(
-                params[section],
-                method,
-                bits,
-                own_seed,
-                seed=params["seed"],
-                models_root=root,
-                method_params=method_params,
-            )
+            fit_plan(params[section], name, bits, own_seed, seed=params["seed"], models_root=root)
         )
     return fits
+
+
+def fit_plan(
+    section: dict[str, Any],
+    name: str,
+    bits: int,
+    own_seed: int | None,
+    *,
+    seed: int,
+    models_root: str | Path,
+) -> Fit:
+    """The fit of method `name` at `bits` with `own_seed` (None: the master seed `seed`), with
+    the constructor arguments method_params(section, name), stored under
+    models_root/METHOD/NAME."""
+    return make_fit(
+        name,
+        bits,
+        own_seed,
+        seed=seed,
+        models_root=models_root,
+        params=method_params(section, name),
+        n_train=section.get("n_train"),
+    )
+
+
+def section_fits(
+    section: dict[str, Any],
+    methods: list[str],
+    bits: list[int],
+    *,
+    seed: int,
+    models_root: str | Path,
+    seeds: list[int] | None = None,
+) -> list[Fit]:
+    """The fits of fit_grid.runs(section, methods, bits, seeds=seeds), made by fit_plan."""
+    return [
+        fit_plan(section, name, b, own_seed, seed=seed, models_root=models_root)
+        for name, b, own_seed in runs(section, methods, bits, seeds=seeds)
+    ]

@@ -1,61 +1,72 @@
-"""A train section changed on the command line: `shdh bundle train --set KEY=VALUE` pairs, read
-and merged into the section a bundle carries, as `dvc exp run -S train.KEY=VALUE` changes
-params.yaml's."""
+"""Settings changed on the command line: `--set KEY=VALUE`, the one override syntax of every
+command that takes overrides (`shdh pipeline compile|run|submit`, `shdh bundle train`), parsed
+here, as `dvc exp run -S KEY=VALUE` changes params.yaml for the DVC pipeline.
+
+KEY is the setting's dotted path in params.yaml (train.epochs, train.shdh.alpha,
+baselines.ksh.n_anchors), and it must be one that the settings being changed already have: a
+misspelt key is refused by name, with the closest one, never added as a new setting that nothing
+reads. VALUE is JSON (2, 0.1, 1e-3, null, true, "text", [16, 32]), or a bracketed list of bare
+words ([shdh, dpsh]), or else plain text (resnet18, weights/r18.pth): what YAML's flow values are
+for these settings, read without PyYAML, which a bare GPU machine training from a bundle lacks.
+The values are then checked with every other setting (shdh.settings, or the planner for a
+bundle), so a bad value is named by its key there.
+"""
 
 from __future__ import annotations
 
+import copy
+import difflib
 import json
+from collections.abc import Iterable
 from typing import Any
 
-from shdh.hashers.method_catalogue import names
 from shdh.runtime.errors import ConfigError
 
-
-def parse_settings(pairs: list[str]) -> dict[str, Any]:
-    """--set KEY=VALUE pairs as a train-section override. A dotted key sets a deep method's own
-    setting (shdh.alpha); params.yaml's own spelling (train.epochs, train.shdh.alpha) is taken
-    too, as `dvc exp run -S` takes it. Names the settings do not know are refused later, by the
-    planner, as for params.yaml; here the form and the method are checked, naming the pair."""
-    out: dict[str, Any] = {}
-    deep = names("deep")
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        parts = key.strip().removeprefix("train.").split(".")
-        if not sep or not all(p.isidentifier() for p in parts) or len(parts) > 2:
-            raise ConfigError(
-                f"--set {pair!r}: expected KEY=VALUE or METHOD.KEY=VALUE (e.g. image_size=224)"
-            )
-        if len(parts) == 2 and parts[0] not in deep:
-            raise ConfigError(
-                f"--set {pair!r}: {parts[0]} is not a deep method, whose own settings a bundle "
-                f"trains with ({', '.join(deep)})"
-            )
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text  # a path or a name: backbone=resnet18, pretrained=weights/r18.pth
-        if len(parts) == 2:
-            own = out.setdefault(parts[0], {})
-            if not isinstance(own, dict):
-                raise ConfigError(f"--set {pair!r}: {parts[0]} is set as a value and a section")
-            own[parts[1]] = value
-        elif parts[0] in LISTS and not isinstance(value, list) and value is not None:
-            raise ConfigError(f"--set {pair!r}: train.{parts[0]} is a list, e.g. {LISTS[parts[0]]}")
-        else:
-            out[parts[0]] = value
-    return out
+EXAMPLE = "train.epochs=2"
 
 
-LISTS = {"methods": 'methods=["shdh"]', "bits": "bits=[16]", "seeds": "seeds=[0,1,2]"}
+def read_value(raw: str) -> Any:
+    """A VALUE as the module docstring says: JSON, a bracketed list of words, else text."""
+    text = raw.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        return [read_value(item) for item in inner.split(",")] if inner else []
+    return text
 
 
-def merged_section(section: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The bundle's train section with the overrides; a method's own mapping (train.shdh) is
-    updated key by key, so that setting shdh.alpha keeps the bundle's other SHDH settings."""
-    out = dict(section)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = value
+def parse_override(text: str) -> tuple[str, Any]:
+    """'train.epochs=2' -> ('train.epochs', 2)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not all(part.strip() for part in key.split(".")):
+        raise ConfigError(
+            f"--set {text}: expected KEY=VALUE with KEY a params.yaml key, e.g. {EXAMPLE}"
+        )
+    return key, read_value(raw)
+
+
+def apply_overrides(
+    params: dict[str, Any], texts: Iterable[str], where: str = "params.yaml"
+) -> dict[str, Any]:
+    """A copy of params with each `KEY=VALUE` of texts set, in order; a key that `params` (the
+    settings named `where` in the error) does not have is refused, naming the closest one."""
+    out = copy.deepcopy(params)
+    for text in texts:
+        key, value = parse_override(text)
+        *parents, last = key.split(".")
+        node: Any = out
+        for i, name in enumerate(parents):
+            node = node.get(name) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                section = ".".join(parents[: i + 1])
+                raise ConfigError(f"--set {text}: no section '{section}' in {where}")
+        if last not in node:
+            close = difflib.get_close_matches(last, [str(k) for k in node], n=1, cutoff=0.6)
+            hint = f"; did you mean {'.'.join([*parents, close[0]])}?" if close else ""
+            raise ConfigError(f"--set {text}: no setting '{key}' in {where}{hint}")
+        node[last] = value
     return out

@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from shdh.runtime.errors import ConfigError
+from shdh.settings import sections
 from shdh.settings.checks import parse_section, unknown_key
 from shdh.settings.raw_data import check_raw_dir
-from shdh.settings.sections import SECTIONS, ParamsSettings
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Settings:
     """A validated params file: as plain dicts (what the steps take) and as typed sections."""
 
     params: dict[str, Any]
-    typed: ParamsSettings
+    typed: Any  # an instance of the schema's params class (shdh.settings.sections.schema)
     source: str
 
     def section(self, name: str) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 def validate(params: dict[str, Any], source: str | Path = "params.yaml") -> Settings:
     """Check every section and key of a params mapping; a ConfigError names the first problem."""
     source = str(source)
-    typed = parse_section(ParamsSettings, params, "", source)
+    typed = parse_section(sections.current().params, params, "", source)
     _check_tree_source(typed.tree.source, source)
     _check_loop(typed.train, source)
     return Settings(params=params, typed=typed, source=source)
@@ -98,9 +98,10 @@ def load(path: str | Path = "params.yaml") -> Settings:
 
 def validate_section(name: str, mapping: Any, source: str) -> Any:
     """One section on its own (a Kubeflow component gets one section as a parameter)."""
-    if name not in SECTIONS:
-        raise ConfigError(f"{source}: {unknown_key(name, list(SECTIONS), '')}")
-    typed = parse_section(SECTIONS[name], mapping, name, source)
+    known = sections.current().sections
+    if name not in known:
+        raise ConfigError(f"{source}: {unknown_key(name, list(known), '')}")
+    typed = parse_section(known[name], mapping, name, source)
     if name == "tree":
         _check_tree_source(typed.source, source)
     return typed

@@ -8,21 +8,17 @@ in every params file. params.yaml's own comments say the same at more length.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from shdh.core.loss_settings import (
-    E1_MODES,
-    E2_MODES,
-    REDUCTIONS,
-    TARGETS,
-    DPSHLossSettings,
-    SHDHLossSettings,
-)
 from shdh.data.dataset_catalogue import DATASET_NAMES
 from shdh.hashers import method_catalogue
+from shdh.hashers.method_catalogue import Method
+from shdh.hashers.method_settings import REDUCTION_DOC, REDUCTIONS
 from shdh.nets import BACKBONES, HEAD_INITS
-from shdh.settings.checks import (
+from shdh.runtime.value_checks import (
     BOOL,
     DEVICE,
     SHA256,
@@ -35,18 +31,15 @@ from shdh.settings.checks import (
     optional,
     section_of,
     setting,
-    with_checks,
 )
+from shdh.settings.checks import with_checks
 from shdh.training import loop_settings
 
 DATASETS = DATASET_NAMES
 # Which methods train on images (train.methods) and which on GIST features (baselines.methods),
 # from their declarations (torch-free: validating the settings does not import torch).
-DEEP_METHODS = method_catalogue.names("deep")
+DEEP_METHODS = method_catalogue.names("deep")  # of the catalogue as declared (schema(): any)
 SHALLOW_METHODS = method_catalogue.names("shallow")
-# SHDH's code layouts (shdh.core.level_weights.LAYOUTS, whose module loads numpy;
-# tests/unit/test_settings.py keeps them equal).
-LAYOUTS = ("levels", "paper")
 
 
 NAME = Check(
@@ -117,8 +110,8 @@ class FeaturesSettings:
 
 
 # The deep loop's settings: shdh.training.loop_settings.LoopSettings, its fields and defaults, with
-# a check and a meaning for each; plus the loss's `reduction`, which every objective takes
-# (shdh.core.losses).
+# a check and a meaning for each; plus the loss's `reduction`, which every deep method's settings
+# take (shdh.hashers.method_settings).
 LoopSettings = with_checks(
     loop_settings.LoopSettings,
     "The deep methods' shared backbone and loop "
@@ -159,78 +152,16 @@ LoopSettings = with_checks(
         (
             "reduction",
             str,
-            setting(choice(*REDUCTIONS), "sum over partners or mean over pairs", "sum"),
+            setting(choice(*REDUCTIONS), REDUCTION_DOC, "sum"),
         )
     ],
 )
 
-# Each method's own settings: the fields of its declared `params` (shdh.hashers.method_catalogue),
-# with their defaults, and the check and meaning of each.
-PARAM_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
-    method_catalogue.ITQParams: {"n_iter": (integer(0), "rotation iterations")},
-    method_catalogue.KMHParams: {
-        "bits_per_subspace": (integer(1), "bits of each k-means subspace"),
-        "lam": (number(0), "affinity-error weight"),
-        "n_iter": (integer(0), "k-means iterations"),
-    },
-    method_catalogue.KSHParams: {
-        "n_anchors": (integer(1), "kernel anchors"),
-        "n_labelled": (integer(1), "labelled items whose pair labels are fitted"),
-        "n_iter": (integer(0), "gradient steps per bit"),
-        "tol": (number(0), "early-stop tolerance"),
-    },
-    method_catalogue.LFHParams: {
-        "n_iter": (integer(0), "stochastic iterations"),
-        "beta": (number(0, open_low=True), "prior variance"),
-        "lam": (number(0), "ridge of the out-of-sample regression"),
-        "n_sampled": (optional(integer(1)), "columns of S per iteration"),
-    },
-    method_catalogue.COSDISHParams: {
-        "n_outer": (integer(1), "outer stochastic iterations"),
-        "n_alternations": (integer(1), "alternations per iteration"),
-        "n_sampled": (optional(integer(1)), "sampled columns"),
-        "ridge": (number(0), "out-of-sample regulariser"),
-        "balance": (BOOL, "weigh dissimilar pairs as much as similar ones"),
-    },
-    method_catalogue.SHDHParams: {
-        "layout": (choice(*LAYOUTS), "levels (K-1 segments) or paper (K)"),
-        "memory_bank": (BOOL, "also pair the batch with past outputs"),
-    },
-    method_catalogue.DPSHParams: {"memory_bank": (BOOL, "the original's bank of all outputs")},
-    method_catalogue.NoParams: {},
-}
-# A deep method's loss settings, by its declared objective (shdh.hashers.method_catalogue; their
-# defaults are its fields'): the check and meaning of each but `reduction`, which every deep method
-# shares.
-OBJECTIVE_CHECKS: dict[type, dict[str, tuple[Check, str]]] = {
-    SHDHLossSettings: {
-        "alpha": (number(0), "weight of E2"),
-        "e1": (choice(*E1_MODES), "per-level fit or the matrix form"),
-        "e2": (choice(*E2_MODES), "balance, trace or none"),
-        "target": (choice(*TARGETS), "rho target when s^k = 0"),
-    },
-    DPSHLossSettings: {"eta": (number(0), "weight of the quantisation term")},
-}
 
-
-def _objective_fields(method: method_catalogue.Method) -> list[tuple[str, Any, Any]]:
-    """A deep method's loss settings as fields of its section, with their declared defaults."""
-    if method.objective is None:
-        return []
-    checks = OBJECTIVE_CHECKS.get(method.objective, {})
-    own = [f for f in dataclasses.fields(method.objective) if f.name != "reduction"]
-    missing = sorted({f.name for f in own} - set(checks))
-    if missing:
-        raise TypeError(
-            f"method '{method.name}': no check for {missing} of {method.objective.__name__} in "
-            "shdh.settings.sections.OBJECTIVE_CHECKS"
-        )
-    return [(f.name, f.type, setting(*checks[f.name], f.default)) for f in own]
-
-
-def _loop_overrides() -> list[tuple[str, Any, Any]]:
+def _loop_overrides(own: set[str]) -> list[tuple[str, Any, Any]]:
     """Every loop setting, as a deep method's own: it overrides train's value for this method
-    (left out: train's value; the typed object then holds None)."""
+    (left out: train's value; the typed object then holds None). Not those the method's own
+    settings hold already (reduction)."""
     return [
         (
             f.name,
@@ -238,41 +169,61 @@ def _loop_overrides() -> list[tuple[str, Any, Any]]:
             setting(f.metadata["check"], f"{f.metadata['doc']}, for this method only", None),
         )
         for f in dataclasses.fields(LoopSettings)
+        if f.name not in own
     ]
 
 
 def method_section(method: method_catalogue.Method) -> type:
-    """A method's section of params.yaml (train.shdh, baselines.ksh+h): its params, checked; a
-    deep method's also its loss settings and every loop setting."""
-    name = f"{method.params.__name__.removesuffix('Params')}Settings"
-    doc = (
-        f"{method.title}'s own settings ({'train' if method.deep else 'baselines'}.{method.name})."
-    )
-    if method.params not in PARAM_CHECKS:
+    """A method's section of params.yaml (train.shdh, baselines.ksh+h): the fields of its
+    settings dataclass, each with the check and meaning it declares; a deep method's also every
+    loop setting."""
+    fields = dataclasses.fields(method.settings)
+    unchecked = [f.name for f in fields if "check" not in f.metadata]
+    if unchecked:
         raise TypeError(
-            f"method '{method.name}': its params class {method.params.__name__} has no entry in "
-            "shdh.settings.sections.PARAM_CHECKS (a check and a meaning for each of its fields)"
+            f"method '{method.name}': {method.settings.__name__} fields {unchecked} declare no "
+            "check (shdh.runtime.value_checks.setting)"
         )
-    extra = _objective_fields(method) + _loop_overrides() if method.deep else []
-    return with_checks(method.params, doc, PARAM_CHECKS[method.params], extra, name=name)
+    own = [
+        (f.name, f.type, setting(f.metadata["check"], f.metadata["doc"], f.default)) for f in fields
+    ]
+    extra = _loop_overrides({f.name for f in fields}) if method.deep else []
+    made = dataclasses.make_dataclass(
+        f"{method.settings.__name__.removesuffix('Settings')}Section",
+        own + extra,
+        frozen=True,
+        kw_only=True,
+    )
+    made.__doc__ = f"{method.title}'s own settings ({method.section}.{method.name})."
+    return made
 
 
-def _method_fields(kind: str) -> list[tuple[str, Any, Any]]:
-    """One nullable sub-section per method of a kind, under its name (ksh+h as ksh_h)."""
+def _method_fields(kind: str, methods: tuple[Method, ...]) -> list[tuple[str, Any, Any]]:
+    """One nullable sub-section per method of a kind, under its name (ksh+h as the field
+    ksh_h, read from the key ksh+h)."""
     found = []
-    for method in method_catalogue.METHODS:
+    for method in methods:
         if method.kind == kind:
             check = section_of(method_section(method), nullable=True)
             key = method.name if not method.name.isidentifier() else None
             field = setting(check, f"{method.title}'s settings", None, key=key)
-            found.append((method.name.replace("+", "_"), Any, field))
+            found.append((re.sub(r"\W", "_", method.name), Any, field))
     return found
 
 
-def _with_methods(cls: type, kind: str) -> type:
-    """A section class plus a sub-section for every declared method of a kind."""
+def _with_methods(cls: type, kind: str, methods: tuple[Method, ...]) -> type:
+    """A section class whose `methods` lists declared methods of a kind, plus a sub-section for
+    each of them."""
+    listed = next(f for f in dataclasses.fields(cls) if f.name == "methods")
+    names = [m.name for m in methods if m.kind == kind]
+    check = list_of(choice(*names), distinct=True)
     made = dataclasses.make_dataclass(
-        cls.__name__.lstrip("_"), _method_fields(kind), bases=(cls,), frozen=True, kw_only=True
+        cls.__name__.lstrip("_"),
+        [("methods", list, setting(check, listed.metadata["doc"], listed.default))]
+        + _method_fields(kind, methods),
+        bases=(cls,),
+        frozen=True,
+        kw_only=True,
     )
     made.__doc__ = cls.__doc__
     return made
@@ -282,7 +233,7 @@ def _with_methods(cls: type, kind: str) -> type:
 class _TrainSettings(LoopSettings):
     """The deep methods (train): the loop's settings, which fits, and each method's own."""
 
-    methods: list = setting(list_of(choice(*DEEP_METHODS), distinct=True), "deep methods to fit")
+    methods: list = setting(list_of(TEXT, distinct=True), "deep methods to fit")  # _with_methods
     bits: list = setting(BITS, "code lengths")
     models_dir: str = setting(TEXT, "METHOD/METHOD-BITS folders of the deep methods")
     seeds: list | None = setting(SEEDS, "null: one fit with `seed`; a list: one fit per seed", None)
@@ -298,16 +249,10 @@ class _BaselinesSettings:
     """The shallow methods (baselines): which fits, and each method's own settings."""
 
     models_dir: str = setting(TEXT, "METHOD/METHOD-BITS folders of the shallow methods")
-    methods: list = setting(
-        list_of(choice(*SHALLOW_METHODS), distinct=True), "shallow methods to fit", ()
-    )
+    methods: list = setting(list_of(TEXT, distinct=True), "shallow methods to fit", ())
     bits: list = setting(list_of(integer(1), distinct=True), "code lengths", ())
     seeds: list | None = setting(SEEDS, "as train.seeds", None)
     n_train: int | None = setting(optional(integer(2)), "training subset (null: all)", None)
-
-
-TrainSettings = _with_methods(_TrainSettings, "deep")
-BaselinesSettings = _with_methods(_BaselinesSettings, "shallow")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,7 +293,7 @@ PROFILE = Check(
 
 
 @dataclass(frozen=True, kw_only=True)
-class ParamsSettings:
+class _ParamsSettings:
     """The whole file: what `shdh.settings.validate` checks before any step does work."""
 
     profile: str | None = setting(optional(PROFILE), "which profile the values came from", None)
@@ -357,22 +302,59 @@ class ParamsSettings:
     tree: TreeSettings = setting(section_of(TreeSettings), "the label tree")
     smatrix: SMatrixSettings = setting(section_of(SMatrixSettings), "the similarity artifact")
     features: FeaturesSettings = setting(section_of(FeaturesSettings), "GIST features")
-    train: TrainSettings = setting(section_of(TrainSettings), "the deep methods")
-    baselines: BaselinesSettings = setting(section_of(BaselinesSettings), "the shallow methods")
+    train: Any = setting(section_of(_TrainSettings), "the deep methods")  # schema() sets them
+    baselines: Any = setting(section_of(_BaselinesSettings), "the shallow methods")
     evaluate: EvaluateSettings = setting(section_of(EvaluateSettings), "scoring and reports")
     index: IndexSettings = setting(
         section_of(IndexSettings), "the search index of the database", IndexSettings()
     )
 
 
-# The sections that are pipeline parameters (shdh.kubeflow). Not the index section: the DAG's
-# index task encodes with the version its register task has just registered.
-SECTIONS: dict[str, type] = {
-    "data": DataSettings,
-    "tree": TreeSettings,
-    "smatrix": SMatrixSettings,
-    "features": FeaturesSettings,
-    "train": TrainSettings,
-    "baselines": BaselinesSettings,
-    "evaluate": EvaluateSettings,
-}
+@dataclass(frozen=True)
+class Schema:
+    """params.yaml's schema for one catalogue of methods: the whole file's class, and the
+    sections that are pipeline parameters (shdh.kubeflow; not the index section: the DAG's index
+    task encodes with the version its register task has just registered)."""
+
+    params: type
+    sections: dict[str, type]
+
+
+@functools.cache
+def schema(methods: tuple[Method, ...]) -> Schema:
+    """The schema of these declared methods, made once per catalogue (a test may declare a toy
+    method: the schema follows)."""
+    train = _with_methods(_TrainSettings, "deep", methods)
+    baselines = _with_methods(_BaselinesSettings, "shallow", methods)
+    params = dataclasses.make_dataclass(
+        "ParamsSettings",
+        [
+            ("train", train, setting(section_of(train), "the deep methods")),
+            ("baselines", baselines, setting(section_of(baselines), "the shallow methods")),
+        ],
+        bases=(_ParamsSettings,),
+        frozen=True,
+        kw_only=True,
+    )
+    params.__doc__ = _ParamsSettings.__doc__
+    sections = {
+        "data": DataSettings,
+        "tree": TreeSettings,
+        "smatrix": SMatrixSettings,
+        "features": FeaturesSettings,
+        "train": train,
+        "baselines": baselines,
+        "evaluate": EvaluateSettings,
+    }
+    return Schema(params, sections)
+
+
+def current() -> Schema:
+    """The schema of the catalogue as it is declared now."""
+    return schema(method_catalogue.METHODS)
+
+
+# The schema of the declared methods, by the names readers and the pipeline's parameters use.
+ParamsSettings = current().params
+SECTIONS: dict[str, type] = current().sections
+TrainSettings, BaselinesSettings = SECTIONS["train"], SECTIONS["baselines"]

@@ -300,9 +300,9 @@ def run_params(
 
 
 def hasher_segments(hasher: Hasher, pairs: PairSimilarity) -> list[int]:
-    """The code layout a hasher will have, known before fitting (for the run's params)."""
-    if getattr(hasher, "layout", None) is None:
+    """The code layout a hasher will have, known before fitting (for the run's params); a
+    layout the tree cannot hold (too few bits for its levels) is refused here, before the fit's
+    folder is made."""
+    if not _is_deep(type(hasher)):
         return [hasher.n_bits]
-    from shdh.core.level_weights import segment_sizes
-
-    return segment_sizes(hasher.n_bits, pairs.ancestors.shape[1], hasher.layout)
+    return hasher.code_layout(int(pairs.ancestors.shape[1]))[0]

@@ -9,7 +9,6 @@ MLflow model (shdh.tracking.encoder_model).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -17,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from shdh.core.objectives import flat_objective
 from shdh.data.shards import select_rows
-from shdh.hashers import get_hasher_class
+from shdh.hashers import hasher_class
 from shdh.hashers.base import Hasher
+from shdh.hashers.deep_record import flat_params
 from shdh.hashers.supervision import PairSimilarity
 from shdh.plan.fits import Fit
 from shdh.runtime.atomic import atomic_write_text
@@ -73,7 +72,7 @@ def fit(
     """
     if resume not in RESUME_MODES:
         raise ConfigError(f"--resume: expected one of {RESUME_MODES}, got '{resume}'")
-    cls = get_hasher_class(plan.method)
+    cls = hasher_class(plan.method)
     if cls.input_kind != "images":
         raise ConfigError(f"{plan.method}: not a deep method (shdh.steps.fit_shallow fits it)")
     # An explicit cuda without a usable GPU stops before any work.
@@ -104,10 +103,8 @@ def logged_params(params: dict[str, Any]) -> dict[str, Any]:
     """A fit's parameters as its MLflow run shows them: the loop and loss settings by their own
     names (epochs, width, lr; alpha, eta, reduction), beside the method's, so that runs of
     every method share one column per setting in the UI, named as in params.yaml."""
-    flat = {k: v for k, v in flat_objective(params).items() if k not in ("loop", "work_dir")}
-    if "loop" in params:
-        flat = {**dataclasses.asdict(params["loop"]), **flat}
-    return mlflow_runs.flatten(flat)
+    flat = {k: v for k, v in flat_params(params).items() if k != "work_dir"}
+    return mlflow_runs.flatten({**flat.pop("loop", {}), **flat})
 
 
 def _log_training(fitted: Fitted, X: np.ndarray) -> None:

@@ -1,8 +1,8 @@
 """The fit step of the shallow methods (ITQ, KMH, KSH, LFH, COSDISH, ...): one method at one
 code length on the GIST features of the training pool, tracked in MLflow.
 
-It loads the shallow methods alone (shdh.hashers.shallow), never the deep methods' code; the
-fit itself is the runner's (shdh.steps.fit.run_fit).
+It loads the shallow method it fits, never the deep methods' code; the fit itself is the
+runner's (shdh.steps.fit.run_fit).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from shdh.hashers import hasher_class
 from shdh.hashers.base import Hasher
-from shdh.hashers.shallow import shallow_hasher_class
+from shdh.hashers.method_catalogue import method
 from shdh.hashers.supervision import PairSimilarity
 from shdh.plan.fits import Fit
 from shdh.runtime.errors import ConfigError
@@ -46,7 +47,9 @@ def fit(
 ) -> Path:
     """Fit `plan` (a shallow method) and save it in plan.out_dir: the hasher, fit.json and the
     MLflow run reference."""
-    cls = shallow_hasher_class(plan.method)
+    if method(plan.method).deep:
+        raise ConfigError(f"{plan.method}: not a shallow method (shdh.steps.fit_deep fits it)")
+    cls = hasher_class(plan.method)
     X, pairs = training_inputs(
         cls,
         Path(prepared_dir),

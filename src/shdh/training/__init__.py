@@ -1,10 +1,8 @@
-"""The deep methods' training loop, a module per job: its settings (loop_settings), the epoch loop
-(loop), the run's state (state), one step (step; replayed as a CUDA graph: cuda_graph_step), where
-the images live and how a batch reaches the device (batches; read ahead by loader), one fit over
-several processes (distributed), the loss log (loss_log), the probe codes (probe_codes),
-validation and the schedule (convergence), the checkpoint file and the resume policy
-(checkpoint, written during training by checkpoint_writer), and the trained network applied to
-images (inference). It knows no method: a loss arrives as a shdh.core.objectives.Loss.
+"""The deep methods' training loop, a module per job: its settings, the epoch loop, the run's
+state, one step (replayed as a CUDA graph where asked), where the images live and how a batch
+reaches the device, one fit over several processes, the loss log, the probe codes, validation and
+the schedule, the checkpoint file and the resume policy, and the trained network applied to
+images. It knows no method: a method arrives as its objective (objective.Objective).
 
 May import: core, nets, ranking, runtime.
 """

@@ -44,6 +44,7 @@ def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
         ) from err
     required = (
         "model",
+        "objective",
         "optimizer",
         "scheduler",
         "epoch",
@@ -80,16 +81,23 @@ def load_checkpoint(
     path = Path(path)
     ckpt = read_checkpoint(path, map_location)
     config = config_from(ckpt, path)
-    model = build_model_for(config, ckpt["in_channels"], ckpt["segment_sizes"])
+    model = build_model_for(
+        config, ckpt["in_channels"], ckpt["segment_sizes"], head_norm=config.head_norm
+    )
     model.load_state_dict(ckpt["model"])
     return model.to(map_location).eval(), config, ckpt
 
 
 def build_model_for(
-    config: LoopSettings, in_channels: int, segment_sizes: Sequence[int]
+    config: LoopSettings,
+    in_channels: int,
+    segment_sizes: Sequence[int],
+    *,
+    head_norm: bool = False,
 ) -> HashingNet:
     """The network these settings describe, with random weights (the one place that reads them
-    into build_model: training, checkpoints and saved hashers agree on it)."""
+    into build_model: training, checkpoints and saved hashers agree on it). head_norm: the
+    objective's batch norm after the hashing head (shdh.training.objective.Objective)."""
     return build_model(
         in_channels=in_channels,
         n_bits=sum(int(s) for s in segment_sizes),
@@ -100,6 +108,7 @@ def build_model_for(
         backbone=config.backbone,
         centre_crop=config.augment,
         freeze_bn=config.freeze_bn,
+        head_norm=head_norm,
     )
 
 
@@ -175,6 +184,7 @@ class Checkpoints:
     def _contents(self, state: State) -> dict[str, Any]:
         checkpoint = {
             "model": state.model.state_dict(),
+            "objective": state.objective.state_dict(),
             "optimizer": state.optimizer.state_dict(),
             "scheduler": state.scheduler.state_dict(),
             "epoch": state.epoch,

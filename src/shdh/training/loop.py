@@ -1,9 +1,9 @@
 """The epoch loop shared by the deep hashing methods: train() and the run it makes of its parts.
 
-The loss is a pluggable callable `loss_fn(z, anc_batch, bank) -> (loss, parts)` (bank is None or
-(bank_z, bank_anc)), so that SHDH (paper Eq. 7, `shdh.core.objectives.SHDHObjective`), DPSH and the
-classifier oracle share one loop that knows none of them; a `shdh.core.objectives.Loss` also carries
-the settings it was made from, which every checkpoint records. Optimisation follows the paper's
+The method arrives as its objective (shdh.training.objective.Objective: SHDH's J, paper Eq. 7,
+DPSH's likelihood, the classifier oracle's cross-entropy, ...), called on every batch, so that
+every deep method shares one loop that knows none of them; every checkpoint records the
+objective's settings and holds its state. Optimisation follows the paper's
 Algorithm 1: minibatch 128, SGD lr 0.01, lr *= 2/3 every 20 "iterations" (read as epochs).
 Gradient-norm clipping is on by default because docs/method.md records that the
 sum-over-partners loss scale, which leaves the h~ = 0 saddle, blows up without it.
@@ -51,9 +51,10 @@ from shdh.training.distributed import ONE_PROCESS, World
 from shdh.training.inference import torch_threads
 from shdh.training.loop_settings import LoopSettings, TrainConfig
 from shdh.training.loss_log import SYNC_EVERY, LossLog
+from shdh.training.objective import Objective
 from shdh.training.probe_codes import Probe
 from shdh.training.state import State, make_optimizer
-from shdh.training.step import LossFn, TrainStep, seeded_generator
+from shdh.training.step import TrainStep, seeded_generator
 
 log = logging.getLogger(__name__)
 
@@ -120,20 +121,20 @@ def _identity(
     images: np.ndarray,
     train_idx: np.ndarray,
     layout: dict[str, list],
-    loss_fn: LossFn,
+    objective: Objective,
     code: dict[str, str] | None,
     weights: Weights | None,
 ) -> dict[str, Any]:
     """What a checkpoint must agree on, besides the config, to be resumed: the input channels,
-    the code layout, the pretrained weights it started from, the training items, the loss's
-    settings and the code that trains."""
+    the code layout, the pretrained weights it started from, the training items, the
+    objective's settings and the code that trains."""
     return {
         "in_channels": 1 if images.ndim == 3 else int(images.shape[3]),
         **layout,
         "pretrained_sha256": weights.sha256 if weights else None,
         "train_idx_sha256": _sha256(train_idx),
-        "loss": getattr(loss_fn, "settings", None),  # an objectives.Loss names its settings
-        "code": code or fingerprint([__name__, type(loss_fn).__module__]),
+        "loss": objective.record,
+        "code": code or fingerprint([__name__, type(objective).__module__]),
         **distributed.world_record(),
     }
 
@@ -148,7 +149,7 @@ def train(
     segment_sizes: Sequence[int],
     segment_levels: Sequence[int],
     layer_weights: Sequence[float],
-    loss_fn: LossFn,
+    objective: Objective,
     resume: str = "never",
     progress: Callable[[int, str], Any] | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
@@ -159,19 +160,19 @@ def train(
     epoch, or every config.checkpoint_seconds and after the last one.
 
     ancestors: (N, K) ancestor ids, or (N, K, M) ancestor sets (multi-label items, -1 padded),
-    handed to loss_fn batch by batch.
+    handed to the objective batch by batch.
 
-    loss_fn: the method's batch loss (a shdh.core.objectives.Loss, or any callable of that shape; a
-    Loss's settings must match for a checkpoint to be resumed). on_epoch(entry) is called after
+    objective: the method's (shdh.training.objective.Objective); its settings must match for a
+    checkpoint to be resumed, and its state is trained and kept. on_epoch(entry) is called after
     each epoch, once its checkpoint (when one is due) is handed to the writer (e.g. to log to
     MLflow; on a GPU the file may still be being written, shdh.training.checkpoint_writer). resume:
     one of RESUME_MODES; "auto" is what `dvc repro` uses, so an interrupted pipeline picks up where
     it stopped but a changed one retrains. progress(total, description) makes each epoch's bar
     (shdh.runtime.progress.bars); None: no bar. code: the digests of the code that decides the
-    numbers (shdh.runtime.source_fingerprint; default: this loop's and the loss's modules, with what
-    they import); a checkpoint made by other code is not resumed. validate: how the method scores
-    held-out items (needed when config.val_size > 0; shdh.training.convergence says what is held out
-    and how the score schedules and stops the fit).
+    numbers (shdh.runtime.source_fingerprint; default: this loop's and the objective's modules,
+    with what they import); a checkpoint made by other code is not resumed. validate: how the
+    method scores held-out items (needed when config.val_size > 0; shdh.training.convergence says
+    what is held out and how the score schedules and stops the fit).
     """
     ancestors = np.asarray(ancestors)
     train_idx = np.asarray(train_idx)
@@ -188,10 +189,10 @@ def train(
     ckpt_path = out_dir / CHECKPOINT_NAME
     device, world = _placed(config)
     weights = Weights.of(config)
-    identity = _identity(images, train_idx, layout, loss_fn, code, weights)
+    identity = _identity(images, train_idx, layout, objective, code, weights)
     ckpt = resumable_checkpoint(resume, ckpt_path, config, identity)
     run = _Run(
-        config, device, identity, loss_fn, ckpt_path, progress, on_epoch, validate, weights, world
+        config, device, identity, objective, ckpt_path, progress, on_epoch, validate, weights, world
     )
     cuda_devices = [device] if device.type == "cuda" else []
     # Seeds stay local to this run.
@@ -225,14 +226,18 @@ def _restore(
     config: TrainConfig,
     device: torch.device,
     identity: dict[str, Any],
+    objective: Objective,
     ckpt: dict[str, Any] | None,
     n_train: int,
     probe: "Probe",
     weights: Weights | None,
     world: World,
 ) -> State:
-    """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included."""
-    model = build_model_for(config, identity["in_channels"], identity["segment_sizes"])
+    """A fresh model, optimiser and schedule, or the checkpoint's, RNG state included; the
+    objective on the device, with the checkpoint's state."""
+    model = build_model_for(
+        config, identity["in_channels"], identity["segment_sizes"], head_norm=config.head_norm
+    )
     if ckpt is None and weights is not None:  # a checkpoint holds the weights it went on to
         weights.load(model.backbone)
     if world.distributed:
@@ -240,11 +245,13 @@ def _restore(
     model = model.to(device)
     if device.type == "cuda":  # NHWC convolutions run faster on tensor cores; not on CPU
         model = model.to(memory_format=torch.channels_last)
-    optimizer = make_optimizer(config, model, device)
+    objective = objective.to(device)
+    optimizer = make_optimizer(config, model, device, objective)
     scheduler = convergence.make_scheduler(config, optimizer)
     n_bank = n_train if config.memory_bank else 0
     state = State(
         model,
+        objective,
         optimizer,
         scheduler,
         [],
@@ -277,7 +284,7 @@ class _Epochs:
         n_train = len(self.batches.train_idx)
         world = self.world
         state.model.train()
-        self.step.start_epoch(epoch)
+        self.step.start_epoch(epoch)  # the views' crops and the objective's schedule
         if world.distributed:
             distributed.seed_epoch(config.seed, epoch, world)
         lr = state.optimizer.param_groups[0]["lr"]
@@ -301,6 +308,7 @@ class _Epochs:
             bar.update(1)
         self._guard(losses, epoch, bar)
         bar.close()
+        state.objective.end_epoch()
         seconds = time.perf_counter() - t0  # the guard above waited for the GPU to finish
         return {
             "epoch": epoch,
@@ -335,7 +343,7 @@ class _Run:
     config: TrainConfig
     device: torch.device
     identity: dict[str, Any]
-    loss_fn: LossFn
+    objective: Objective
     ckpt_path: Path
     progress: Callable[[int, str], Any] | None  # progress(total, description) -> a bar
     on_epoch: Callable[[dict[str, float]], None] | None
@@ -361,10 +369,18 @@ class _Run:
         probe = Probe.choose(images, train_idx, config.seed, device)
         world = self.world
         state = _restore(
-            config, device, self.identity, ckpt, len(train_idx), probe, self.weights, world
+            config,
+            device,
+            self.identity,
+            self.objective,
+            ckpt,
+            len(train_idx),
+            probe,
+            self.weights,
+            world,
         )
         batches = Batches(images, train_idx, device, config.batch_size, config.loader_workers)
-        step = TrainStep(config, device, state, self.loss_fn, anc_train, world)
+        step = TrainStep(config, device, state, anc_train, world)
         epochs = _Epochs(config, step, batches, self.progress, self.ckpt_path, world)
         checkpoints = Checkpoints(self.ckpt_path, config, device, self.identity)
         stopped = bool(state.history) and bool(state.history[-1].get(convergence.STOP_KEY))

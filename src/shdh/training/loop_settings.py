@@ -4,8 +4,9 @@ training loop.
 One dataclass, `LoopSettings`, is these settings everywhere: params.yaml's `train` section
 holds them (shdh.settings checks each value), every deep hasher takes one as its `loop`
 argument, and the training loop's `TrainConfig` is one plus the fit's own code length, seed
-and memory bank. A method's own loss settings are another such object, its `objective`
-(shdh.core.losses); `settings_of` turns either back from the mapping a saved params.json holds.
+and memory bank. A method's own settings are another such object, its `settings`
+(shdh.hashers.method_settings); `settings_of` turns either back from the mapping a saved
+params.json holds.
 Torch-free, so that checking a params file does not load PyTorch.
 """
 
@@ -218,11 +219,13 @@ DEFAULT_LOOP = LoopSettings()  # the hashers' default (frozen, so one instance s
 @dataclass(frozen=True)
 class TrainConfig(LoopSettings):
     """What one run of the training loop is: the shared settings, plus the fit's own output
-    width, seed and memory bank (pairing each batch with detached past outputs, as DPSH does)."""
+    width, seed, memory bank (pairing each batch with detached past outputs, as DPSH does) and
+    whether its objective puts batch norm after the hashing head (OrthoHash)."""
 
     n_bits: int = 64  # network outputs L (the code length, or the oracle's class count)
     seed: int = 0
     memory_bank: bool = False
+    head_norm: bool = False
 
     def _in_range(self) -> dict[str, bool]:
         return {"n_bits": self.n_bits >= 1, **super()._in_range()}

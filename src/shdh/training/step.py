@@ -1,10 +1,10 @@
 """The training step on one batch: forward (bf16 autocast and channels_last on a GPU), the
-method's loss in fp32, backward, gradient clipping and SGD, replayed as one CUDA graph where
+method's objective in fp32, backward, gradient clipping and SGD, replayed as one CUDA graph where
 asked; the memory bank's partners for the batch.
 """
 
+import itertools
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -21,11 +21,6 @@ from shdh.training.state import State
 
 log = logging.getLogger(__name__)
 
-LossFn = Callable[
-    [torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None],
-    tuple[torch.Tensor, dict[str, torch.Tensor]],
-]
-
 
 class TrainStep:
     """The training step on one batch: uint8 images (b, H, W[, C]) on the device and their
@@ -39,12 +34,11 @@ class TrainStep:
         config: TrainConfig,
         device: torch.device,
         state: State,
-        loss_fn: LossFn,
         anc_train: torch.Tensor,
         world: World = ONE_PROCESS,
     ) -> None:
         self.config, self.device, self.state = config, device, state
-        self.loss_fn, self.anc_train, self.world = loss_fn, anc_train, world
+        self.anc_train, self.world = anc_train, world
         self.model = step_model(state.model, config.compile, world, device)
         self.graphed = config.cuda_graph and device.type == "cuda" and not config.memory_bank
         self.step = GraphedStep(self._forward_backward, state.optimizer, device, graph=self.graphed)
@@ -52,6 +46,7 @@ class TrainStep:
 
     def start_epoch(self, epoch: int) -> None:
         self.views.start_epoch(epoch)
+        self.state.objective.start_epoch(epoch)
 
     def __call__(
         self,
@@ -86,10 +81,11 @@ class TrainStep:
         if self.world.distributed:
             z = distributed.gathered(z)  # (world x b, L): the global batch, with gradients
         bank = bank_partners(state, self.anc_train, pos_t)
-        loss, parts = self.loss_fn(z.float(), anc, bank)  # outside autocast: fp32
+        loss, parts = state.objective(z.float(), anc, bank)  # outside autocast: fp32
         loss.backward()
         if config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(state.model.parameters(), config.grad_clip)
+            trained = itertools.chain(state.model.parameters(), state.objective.parameters())
+            nn.utils.clip_grad_norm_(trained, config.grad_clip)
         state.optimizer.step()
         if config.memory_bank:
             state.bank_z[pos_t] = z.detach().float()

@@ -1,0 +1,127 @@
+"""Each method's own settings: one frozen dataclass per method, one field per setting, each field
+with its check, its meaning and its default (shdh.runtime.value_checks.setting).
+
+These fields are the method's sub-section of params.yaml (`baselines.ksh`, `train.shdh`): the
+schema (shdh.settings.sections) reads their checks and meanings from here, the plan hands a
+method exactly these values, and a hasher's constructor takes its defaults from them, so no
+setting is named or numbered twice. A deep method's settings also go, whole, to its objective
+(its loss) as one object, and every checkpoint records them.
+
+Why apart from the methods' own modules: checking params.yaml reads every method's settings in
+every command, and the data stages must neither import PyTorch (seconds per command) nor depend
+on the methods' code. So this module and the catalogue are plain fields, and a method's module,
+with its equations, loads only when the method is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shdh.runtime.value_checks import BOOL, Checked, choice, integer, number, optional, setting
+
+REDUCTIONS = ("sum", "mean")  # a deep loss summed over each anchor's partners, or the mean
+REDUCTION_DOC = "sum over partners (or items), or the paper's mean over pairs (or items)"
+# SHDH's code layouts (shdh.core.level_weights.LAYOUTS, whose module loads numpy;
+# tests/unit/test_settings.py keeps them equal).
+LAYOUTS = ("levels", "paper")
+E1_MODES = ("levels", "matrix")
+E2_MODES = ("balance", "trace", "none")
+TARGETS = ("signed", "binary")
+
+
+def reduction(default: str = "sum"):
+    """The `reduction` every deep method takes, train.reduction being shared by all of them."""
+    return setting(choice(*REDUCTIONS), REDUCTION_DOC, default)
+
+
+# --------------------------------------------------------------------------- shallow methods
+
+
+@dataclass(frozen=True)
+class ITQSettings(Checked):
+    """ITQ (Gong & Lazebnik 2011)."""
+
+    n_iter: int = setting(integer(0), "rotation iterations", 50)
+
+
+@dataclass(frozen=True)
+class KMHSettings(Checked):
+    """KMH (He, Wen & Sun 2013)."""
+
+    bits_per_subspace: int = setting(integer(1), "b: 2^b codewords per k-means subspace", 4)
+    lam: float = setting(number(0), "weight of the affinity error", 10.0)
+    n_iter: int = setting(integer(0), "k-means iterations", 50)
+
+
+@dataclass(frozen=True)
+class KSHSettings(Checked):
+    """KSH and KSH+H (Liu et al. 2012)."""
+
+    n_anchors: int = setting(integer(1), "m, kernel anchors sampled from the training items", 300)
+    n_labelled: int = setting(integer(1), "l, labelled items whose pair labels are fitted", 2000)
+    n_iter: int = setting(integer(0), "most accelerated-gradient steps per bit", 500)
+    tol: float = setting(number(0), "stop a bit once |change of the cost| / l <= tol", 1e-2)
+
+
+@dataclass(frozen=True)
+class LFHSettings(Checked):
+    """LFH (Zhang et al. 2014)."""
+
+    n_iter: int = setting(integer(0), "stochastic iterations", 50)
+    beta: float = setting(number(0, open_low=True), "prior variance, used as beta / n_bits", 30.0)
+    lam: float = setting(number(0), "ridge of the features -> U regression, as lam * N / d", 1.0)
+    n_sampled: int | None = setting(
+        optional(integer(1)), "columns of S per iteration (null: n_bits)", None
+    )
+
+
+@dataclass(frozen=True)
+class COSDISHSettings(Checked):
+    """COSDISH and COSDISH+H (Kang, Li & Zhou 2016)."""
+
+    n_outer: int = setting(integer(1), "T_sto: outer stochastic iterations", 10)
+    n_alternations: int = setting(integer(1), "T_alt: alternations per iteration", 3)
+    n_sampled: int | None = setting(
+        optional(integer(1)), "|Omega|, sampled columns (null: n_bits)", None
+    )
+    ridge: float = setting(number(0), "the out-of-sample regulariser", 1.0)
+    balance: bool = setting(BOOL, "weigh dissimilar pairs as much as similar ones", True)
+
+
+# ------------------------------------------------------------------------------ deep methods
+
+
+@dataclass(frozen=True)
+class SHDHSettings(Checked):
+    """SHDH's code layout and J = E1 + E2 (paper Eq. 5-7, made consistent: docs/method.md)."""
+
+    layout: str = setting(
+        choice(*LAYOUTS), "levels (K-1 segments, the root carries nothing) or paper (K)", "levels"
+    )
+    alpha: float = setting(number(0), "weight of E2 (paper: 1)", 1.0)
+    e1: str = setting(choice(*E1_MODES), "levels (Eq. 5 per level) or matrix (Eq. 7/8)", "levels")
+    e2: str = setting(
+        choice(*E2_MODES), "balance, trace (the paper's -tr(H A H^T)) or none", "balance"
+    )
+    target: str = setting(
+        choice(*TARGETS), "rho target when s^k = 0: signed (-1) or binary (0, Eq. 5)", "signed"
+    )
+    reduction: str = reduction()
+    memory_bank: bool = setting(BOOL, "also pair each batch with past outputs", False)
+
+
+@dataclass(frozen=True)
+class DPSHSettings(Checked):
+    """DPSH (Li, Wang & Kang 2016): the quantisation weight, the scale, the memory bank."""
+
+    eta: float = setting(number(0), "weight of the quantisation term (paper: 10)", 10.0)
+    reduction: str = reduction()
+    memory_bank: bool = setting(BOOL, "the original's bank of all past outputs", False)
+
+
+@dataclass(frozen=True)
+class OracleSettings(Checked):
+    """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
+    (the sum-over-partners scale is SHDH's)."""
+
+    reduction: str = reduction("mean")
