@@ -83,8 +83,8 @@ def config(args: argparse.Namespace, **changes) -> TrainConfig:
     )
 
 
-def shdh_objective(bits: int):
-    """SHDH's default loss for this script's layout (K = 4 segments of `bits`)."""
+def default_objective(bits: int):
+    """SHDH's default objective for this script's layout (K = 4 segments of `bits`)."""
     return shdh_objective(
         level_weights.segment_sizes(bits, K),
         level_weights.segment_levels(K),
@@ -105,7 +105,7 @@ def shdh_step(args: argparse.Namespace, clip: bool) -> Callable[[torch.Tensor, d
         image_size=32,
         segment_sizes=level_weights.segment_sizes(args.bits, K),
     ).train()
-    loss_fn = shdh_objective(args.bits)
+    loss_fn = default_objective(args.bits)
     opt = torch.optim.SGD(
         model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
     )
@@ -213,7 +213,7 @@ def data_wait(args: argparse.Namespace) -> tuple[float, float, float]:
                 segment_levels=level_weights.segment_levels(K),
                 layer_weights=level_weights.layer_weights(K).tolist(),
                 progress=None,
-                objective=shdh_objective(args.bits),
+                objective=default_objective(args.bits),
             )
         finally:
             training_step.to_input = real_to_input

@@ -17,7 +17,7 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from components.image import IMAGE
+from shdh.kfp.components.image import IMAGE
 
 # kfp serialises a component's source (inspect.getsource) into the pipeline, and the executor
 # matches the task's inputs to the function's parameters by name, so the per-plan inputs must
@@ -96,7 +96,7 @@ def evaluate_for(n_fits: int, *, gist: bool) -> Any:
         gist="gist" if gist else "None",
     )
     # A made-up file name that linecache serves, so that inspect.getsource finds the source.
-    filename = f"<components.evaluate: {n_fits} fits{', gist' if gist else ''}>"
+    filename = f"<shdh.kfp.components.evaluate: {n_fits} fits{', gist' if gist else ''}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {
         "Input": Input,

@@ -5,7 +5,7 @@ split."""
 from kfp import dsl
 from kfp.dsl import Dataset, Output
 
-from components.image import IMAGE
+from shdh.kfp.components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

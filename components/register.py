@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from components.image import IMAGE
+from shdh.kfp.components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Output
 
-from components.image import IMAGE
+from shdh.kfp.components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

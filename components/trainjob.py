@@ -4,7 +4,7 @@ Trainer TrainJob; the task itself only launches the job and waits (it needs no G
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Model, Output
 
-from components.image import IMAGE
+from shdh.kfp.components.image import IMAGE
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

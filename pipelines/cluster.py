@@ -19,7 +19,7 @@ import copy
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipelines.cluster_settings import ClusterSettings
+from shdh.kfp.pipelines.cluster_settings import ClusterSettings
 from shdh.nets.pretrained import NONE, REMOTE_SCHEMES, is_torchvision_name
 from shdh.plan.processes import node_resources, processes
 from shdh.tracking.cluster_env import (  # noqa: F401

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 SETTINGS_CONFIG_MAP = "shdh-pipeline"
-OVERLAYS = Path("k8s/overlays")  # in the checkout
+OVERLAYS = Path("overlays")  # under the cluster's manifests (shdh.kfp.manifests())
 DEFAULT_OVERLAY = "dev"
 # The pipeline's components, by name (the function names in components/).
 STEPS = (
@@ -162,26 +162,26 @@ class ClusterSettings:
 # --------------------------------------------------------------------------- where they come from
 
 
-def overlay_names(root: Path) -> list[str]:
-    return sorted(p.parent.name for p in (root / OVERLAYS).glob("*/kustomization.yaml"))
+def overlay_names(manifests: Path) -> list[str]:
+    return sorted(p.parent.name for p in (manifests / OVERLAYS).glob("*/kustomization.yaml"))
 
 
-def overlay_dir(name: str, root: Path) -> Path:
-    """An overlay of the checkout by name, or any folder with a kustomization.yaml."""
-    named = root / OVERLAYS / name
+def overlay_dir(name: str, manifests: Path) -> Path:
+    """An overlay of the manifests (k8s/) by name, or any folder with a kustomization.yaml."""
+    named = manifests / OVERLAYS / name
     for candidate in (named, Path(name)):
         if (candidate / "kustomization.yaml").is_file():
             return candidate
-    known = ", ".join(overlay_names(root)) or "none"
+    known = ", ".join(overlay_names(manifests)) or "none"
     raise SettingsError(
-        f"--overlay {name}: no such overlay; {OVERLAYS} has {known} "
+        f"--overlay {name}: no such overlay; {manifests / OVERLAYS} has {known} "
         "(or give a folder with a kustomization.yaml)"
     )
 
 
-def settings_from_overlay(name: str, root: Path) -> ClusterSettings:
+def settings_from_overlay(name: str, manifests: Path) -> ClusterSettings:
     """Render the overlay as `kubectl apply -k` would and read its ConfigMap shdh-pipeline."""
-    folder = overlay_dir(name, root)
+    folder = overlay_dir(name, manifests)
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise SettingsError(

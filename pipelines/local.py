@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.shdh_pipeline import build_pipeline
+from shdh.kfp.pipelines.shdh_pipeline import build_pipeline
 from shdh.kubeflow import pipeline_arguments
 
 

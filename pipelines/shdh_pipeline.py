@@ -30,25 +30,25 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-# The components under other names: the pipeline's parameters take the sections' names.
-from components.baseline import baseline as baseline_op
-from components.deploy_index import deploy as deploy_op
-from components.evaluate import evaluate_for, fit_inputs
-from components.features import features as features_op
-from components.image import IMAGE, gpu_image
-from components.index import index as index_op
-from components.prepare import prepare as prepare_op
-from components.register import register as register_op
-from components.report import report as report_op
-from components.smatrix import smatrix as smatrix_op
-from components.start import start as start_op
-from components.train import train as train_op
-from components.trainjob import trainjob as trainjob_op
-from components.tree import tree as tree_op
 from kfp import compiler, dsl
 from kfp.dsl import Dataset, Markdown
 
-from pipelines.cluster import (
+# The components under other names: the pipeline's parameters take the sections' names.
+from shdh.kfp.components.baseline import baseline as baseline_op
+from shdh.kfp.components.deploy_index import deploy as deploy_op
+from shdh.kfp.components.evaluate import evaluate_for, fit_inputs
+from shdh.kfp.components.features import features as features_op
+from shdh.kfp.components.image import IMAGE, gpu_image
+from shdh.kfp.components.index import index as index_op
+from shdh.kfp.components.prepare import prepare as prepare_op
+from shdh.kfp.components.register import register as register_op
+from shdh.kfp.components.report import report as report_op
+from shdh.kfp.components.smatrix import smatrix as smatrix_op
+from shdh.kfp.components.start import start as start_op
+from shdh.kfp.components.train import train as train_op
+from shdh.kfp.components.trainjob import trainjob as trainjob_op
+from shdh.kfp.components.tree import tree as tree_op
+from shdh.kfp.pipelines.cluster import (
     CONFIG_MAP,
     apply_resources,
     apply_retries,
@@ -57,9 +57,8 @@ from pipelines.cluster import (
     trainjob_nodes,
     use_cluster_settings,
 )
-from pipelines.cluster_settings import ClusterSettings, Deploy
-from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, project_root
-from shdh.steps import dvc_pull
+from shdh.kfp.pipelines.cluster_settings import ClusterSettings, Deploy
+from shdh.kubeflow import branch_runs, cluster_data_version, fit_name, pipeline_arguments
 from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 
 PIPELINE_NAME = "shdh"
@@ -152,7 +151,7 @@ class _Plan(NamedTuple):
     def of(cls, params: dict[str, Any], settings: ClusterSettings | None) -> "_Plan":
         # The raw data's version: what data.dvc records, pulled from the remote of .dvc/config.
         # A local run downloads instead: its store is not the cluster's.
-        data_version = dvc_pull.data_version(project_root()) if settings is not None else ""
+        data_version = cluster_data_version(params) if settings is not None else ""
         deep_runs = branch_runs(params["train"], params["baselines"], "deep")
         shallow_runs = branch_runs(params["train"], params["baselines"], "shallow")
         if not deep_runs and not shallow_runs:

@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipelines.cluster import train_device
-from pipelines.cluster_settings import ClusterSettings
-from pipelines.kfp_api import Credentials, check_server, dotted
-from pipelines.shdh_pipeline import DESCRIPTION, PIPELINE_NAME, compile_pipeline
+from shdh.kfp.pipelines.cluster import train_device
+from shdh.kfp.pipelines.cluster_settings import ClusterSettings
+from shdh.kfp.pipelines.kfp_api import Credentials, check_server, dotted
+from shdh.kfp.pipelines.shdh_pipeline import DESCRIPTION, PIPELINE_NAME, compile_pipeline
 from shdh.kubeflow import pipeline_arguments
 
 log = logging.getLogger(__name__)

@@ -7,9 +7,10 @@ is everything that module imports, transitively (tests/import_graph.py). A metho
 loaded by its name (shdh.hashers.hasher_class), which no import spells: a stage whose code uses
 the package shdh.hashers by name runs the methods the catalogue declares, those of the kinds its
 params name (`train...`: the deep methods, `baselines...`: the shallow ones; neither: every
-method, a stage that loads whatever model it is given), and each one's code with them. The lists
-go to stage-code.json, not into dvc.yaml: the `inputs` stage hashes each stage's files into the
-record the stage depends on (shdh.steps.input_hashes), which keeps dvc.lock short.
+method, a stage that loads whatever model it is given), and each one's code with them. So with
+the datasets' readers: a stage whose code uses shdh.steps.prepare runs any declared reader.
+The lists go to stage-code.json, not into dvc.yaml: the `inputs` stage hashes each stage's files
+into the record the stage depends on (shdh.steps.input_hashes), which keeps dvc.lock short.
 
     python -m tests.dvc_code_deps [dvc.yaml [stage-code.json]]   # rewrite it (`make dvc-deps`)
 """
@@ -36,6 +37,7 @@ _SHELL_SEPARATORS = {"&&", "||", ";", "|"}
 GENERATED_BY = "make dvc-deps (tests/dvc_code_deps.py); checked by tests/unit/test_dvc_deps.py"
 Packages = Sequence[tuple[str, str]]
 LOADER = "shdh.hashers"  # the package whose hasher_class and load_hasher load methods by name
+DATASET_LOADER = "shdh.steps.prepare"  # whose dataset_module loads a dataset's reader by name
 
 
 def stage_kinds(body: Mapping, methods=None) -> set[str]:
@@ -48,6 +50,13 @@ def stage_kinds(body: Mapping, methods=None) -> set[str]:
     declared = method_catalogue.METHODS if methods is None else methods
     kinds = {m.kind for m in declared if m.section in named}
     return kinds or {m.kind for m in declared}
+
+
+def dataset_modules() -> set[str]:
+    """The readers the dataset catalogue declares (a test's toy, a module object, has no file)."""
+    from shdh.data.dataset_catalogue import DATASETS
+
+    return {e.module for e in DATASETS.values() if isinstance(e.module, str)}
 
 
 def method_modules(kinds: set[str], methods=None) -> set[str]:
@@ -83,11 +92,15 @@ def stage_code_deps(
 def _code_of(imports: import_graph.Imports, module: str, body: Mapping) -> set[str]:
     """What running `module` can load, with the methods it loads by name for the stage."""
     whole, body_only = import_graph.reach(imports.edges, module, imports.eager)
-    found = whole | body_only
+    loaded = set()
     if LOADER in whole:
-        for method in method_modules(stage_kinds(body)):
-            if method in imports.files:  # a module outside the scanned packages has no file here
-                found |= import_graph.closure(imports.edges, method, imports.eager)
+        loaded |= method_modules(stage_kinds(body))
+    if DATASET_LOADER in whole:
+        loaded |= dataset_modules()
+    found = whole | body_only
+    for name in loaded:
+        if name in imports.files:  # a module outside the scanned packages has no file here
+            found |= import_graph.closure(imports.edges, name, imports.eager)
     return found
 
 

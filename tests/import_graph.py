@@ -21,9 +21,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (source folder relative to the repository, top-level package in it). components/ and pipelines/
-# are imported by their top-level names, whatever sys.path trick puts the checkout on the path.
-PACKAGES: tuple[tuple[str, str], ...] = (("src", "shdh"), (".", "components"), (".", "pipelines"))
+# (a package's folder relative to the repository, its dotted name): the package, and the two
+# top-level folders that pyproject.toml's package-dir installs under its name.
+PACKAGES: tuple[tuple[str, str], ...] = (
+    ("src/shdh", "shdh"),
+    ("components", "shdh.kfp.components"),
+    ("pipelines", "shdh.kfp.pipelines"),
+)
 
 # A string that names a module attribute the way entry points do ("pkg.module:Class"): a
 # registry of such strings is a lazy import the code performs later.
@@ -53,11 +57,11 @@ def module_files(root: Path = REPO, packages=PACKAGES) -> dict[str, Path]:
     files = {}
     for folder, package in packages:
         base = (root / folder).resolve()
-        for path in sorted((base / package).rglob("*.py")):
+        for path in sorted(base.rglob("*.py")):
             parts = path.relative_to(base).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            files[".".join(parts)] = path
+            files[".".join([package, *parts])] = path
     return files
 
 
@@ -65,7 +69,8 @@ def module_file(module: str, root: Path = REPO, packages=PACKAGES) -> Path:
     """The source file of a module, or KeyError naming it."""
     for folder, package in packages:
         if module == package or module.startswith(package + "."):
-            path = (root / folder).resolve().joinpath(*module.split("."))
+            inner = module.removeprefix(package).lstrip(".").split(".")
+            path = (root / folder).resolve().joinpath(*[p for p in inner if p])
             for candidate in (path / "__init__.py", path.with_suffix(".py")):
                 if candidate.is_file():
                     return candidate
@@ -75,7 +80,7 @@ def module_file(module: str, root: Path = REPO, packages=PACKAGES) -> Path:
 def scan(root: Path = REPO, packages=PACKAGES) -> Imports:
     """Parse every module once and resolve what it imports."""
     imports = Imports(module_files(root, packages))
-    tops = {package for _, package in packages}
+    tops = {package.split(".")[0] for _, package in packages}
     for module, path in imports.files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         edges = imports.edges.setdefault(module, {})

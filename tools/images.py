@@ -295,18 +295,35 @@ def ensure_wheelhouse(python: str = sys.executable, log=print) -> Path:
         size = sum(p.stat().st_size for p in wheels)
         seconds = time.monotonic() - start
         log(f"wheelhouse: {len(wheels)} wheels, {size / 1e9:.2f} GB in {seconds:.0f} s")
-    source_key = _hash_files([REPO / "pyproject.toml", REPO / "README.md", *_files(REPO / "src")])
+    sources = [REPO / name for name in PACKAGE_SOURCES]
+    source_key = _hash_files([f for s in sources for f in ([s] if s.is_file() else _files(s))])
     if not _stamped(package, source_key):
         tmp = _fresh(package)
-        # Built from a copy: setuptools leaves build/ and *.egg-info in the folder it builds.
-        with tempfile.TemporaryDirectory(prefix="shdh-wheel-") as work:
-            for name in ("pyproject.toml", "README.md"):
-                shutil.copy2(REPO / name, work)
-            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
-            shutil.copytree(REPO / "src", Path(work) / "src", ignore=ignore)
-            subprocess.run([*pip, "--no-build-isolation", "-w", str(tmp), work], check=True)
+        build_wheel(tmp, python)
         _publish(tmp, package, source_key)
     return WHEELHOUSE
+
+
+# What the package's wheel is built from: its metadata, its sources and the folders pyproject.toml
+# maps into it (the Kubeflow DAG, its components and the cluster's manifests: shdh.kfp).
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "src", "components", "pipelines", "k8s")
+
+
+def build_wheel(out: Path, python: str = sys.executable) -> Path:
+    """The package's wheel, built into `out` from a copy of PACKAGE_SOURCES: setuptools leaves
+    build/ and *.egg-info in the folder it builds, which must not be the checkout."""
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps"]
+    with tempfile.TemporaryDirectory(prefix="shdh-wheel-") as work:
+        ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+        for name in PACKAGE_SOURCES:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, Path(work) / name, ignore=ignore)
+            else:
+                shutil.copy2(source, work)
+        subprocess.run([*pip, "--no-build-isolation", "-w", str(out), work], check=True)
+    (wheel,) = Path(out).glob("shdh-*.whl")
+    return wheel
 
 
 def _stamps() -> list[str]:

@@ -10,6 +10,7 @@ neither, so the front door has no import cycle.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,8 @@ from shdh.runtime.atomic import atomic_dir
 from shdh.runtime.json_files import read_json_object
 from shdh.settings import sections
 from shdh.settings.profiles import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
+
+log = logging.getLogger(__name__)
 
 # The params.yaml sections that become pipeline parameters, one each (plus seed and profile).
 SECTIONS = tuple(sections.SECTIONS)
@@ -74,16 +77,28 @@ def pipeline_arguments(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def project_root() -> Path:
-    """The checkout that holds pipelines/ and components/: the working directory, else the one
-    this package was installed from in editable mode."""
-    candidates = [Path.cwd(), Path(__file__).resolve().parents[2]]
-    for root in candidates:
-        if (root / "pipelines" / "shdh_pipeline.py").is_file() and (root / "components").is_dir():
-            return root
+def cluster_data_version(params: dict[str, Any]) -> str:
+    """The raw data's version a cluster run pulls: data.dvc and .dvc/config of the DVC project
+    the command runs in (the nearest folder at or above the working directory with a data.dvc;
+    shdh.steps.dvc_pull.data_version). Outside one, the run can only download from data.sources,
+    which data.download_fallback must allow: said, not guessed."""
+    from shdh.steps import dvc_pull
+
+    here = Path.cwd()
+    root = next((d for d in (here, *here.parents) if (d / dvc_pull.DVC_FILE).is_file()), None)
+    if root is not None:
+        return dvc_pull.data_version(root)
+    if params["data"].get("download_fallback"):
+        log.warning(
+            "no %s at or above %s: the run's prepare step downloads from data.sources",
+            dvc_pull.DVC_FILE,
+            here,
+        )
+        return ""
     raise ConfigError(
-        f"shdh pipeline: no pipelines/shdh_pipeline.py in {candidates[0]} or {candidates[1]}; "
-        "run it from a clone of the repository"
+        f"shdh pipeline: no {dvc_pull.DVC_FILE} at or above {here}: a cluster run pulls the raw "
+        "data's DVC version; run from your DVC project, or set data.download_fallback: true "
+        "(e.g. --set data.download_fallback=true) to download from data.sources"
     )
 
 

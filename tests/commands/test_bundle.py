@@ -89,9 +89,10 @@ import importlib, sys
 import numpy as np
 for name in {CORE!r}:
     importlib.import_module(name)
-from shdh.hashers import REGISTRY, hasher_class
-for method in REGISTRY:
-    hasher_class(method)
+from shdh.hashers import hasher_class
+from shdh.hashers.method_catalogue import METHODS
+for method in METHODS:
+    hasher_class(method.name)
 from shdh.hashers.shdh import SHDH
 from shdh.hashers.supervision import PairSimilarity
 from shdh.core.metrics import evaluate
@@ -331,10 +332,10 @@ def test_a_bundle_fit_takes_another_backbone_and_records_it(tmp_path, fashion_ra
     assert record["n_train_items"] == 48 and len(record["history"]) == 1
     assert (record["backbone"], record["pretrained_sha256"]) == ("resnet18", None)
     assert json.loads((out / "bundle.json").read_text())["train"]["backbone"] == "resnet18"
-    # A name no deep method takes is refused before any work, named.
+    # A value the method does not take is refused before any work, named with its --set.
     other = tmp_path / "typo"
-    argv = ["bundle", "train", str(bundle), "--out", str(other), "--set", "train.shdh.alfa=1"]
+    argv = ["bundle", "train", str(bundle), "--out", str(other), "--set", "train.shdh.e1=bogus"]
     assert cli_main(argv) == 1
-    assert "the bundle's train settings with --set train.shdh.alfa=1" in caplog.text
-    assert "shdh: unknown settings ['alfa']" in caplog.text
+    assert "the bundle's train settings with --set train.shdh.e1=bogus: train: " in caplog.text
+    assert "SHDHSettings.e1 must be one of levels, matrix, got 'bogus'" in caplog.text
     assert not other.exists()

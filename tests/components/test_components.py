@@ -186,7 +186,7 @@ def client(chain, monkeypatch):
 
 @pytest.mark.parametrize("name", COMPONENTS)
 def test_every_component_runs_in_the_project_image_and_documents_its_io(name):
-    from components.image import IMAGE
+    from shdh.kfp.components.image import IMAGE
 
     comp = component(name)
     spec = comp.component_spec
@@ -256,7 +256,7 @@ def test_the_plan_lists_the_runs_of_each_branch_as_dvc_yaml_expands_them(chain):
 def test_evaluate_takes_one_model_input_per_fit_of_the_plan():
     """kfp passes a list of artifacts only out of a ParallelFor, so evaluate is made per plan:
     a Model input per fit, and the GIST features only where there are shallow fits."""
-    from components.evaluate import evaluate_for
+    from shdh.kfp.components.evaluate import evaluate_for
 
     deep_only = evaluate_for(2, gist=False).component_spec.inputs
     with_gist = evaluate_for(2, gist=True).component_spec.inputs

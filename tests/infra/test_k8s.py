@@ -254,7 +254,7 @@ def test_every_secret_reference_is_a_key_of_the_example(target):
         assert key in keys.get(name, ()), f"{workload}: {name}/{key} is not in the example"
         used.add((name, key))
     # The steps' keys are used by the pipeline (pipelines/cluster.py), not only by the stack.
-    from pipelines.cluster import SECRET, SECRET_KEYS
+    from shdh.kfp.pipelines.cluster import SECRET, SECRET_KEYS
 
     used |= {(SECRET, key) for key in SECRET_KEYS}
     every = {(name, key) for name, names in keys.items() for key in names}
@@ -276,7 +276,7 @@ def test_administrator_credentials_go_to_the_servers_only(target):
     """The object store's admin keys, the MLflow administrator and the database account are in
     the servers' Secret, which only the server pods read; the steps get their own Secret, which
     holds none of them, and nothing in the stack hands the servers' keys to a step."""
-    from pipelines.cluster import SECRET, SECRET_KEYS
+    from shdh.kfp.pipelines.cluster import SECRET, SECRET_KEYS
 
     objects = render(target)
     references = secret_references(objects)
@@ -503,7 +503,7 @@ def test_images_are_pinned_and_the_project_image_is_this_version(target):
 def test_the_manifests_name_the_image_as_the_code_does():
     """One name: kustomize's default for `shdh` is SHDH_IMAGE's default (components/image.py),
     the runtime image CI pushes."""
-    from components.image import DEFAULT_IMAGE
+    from shdh.kfp.components.image import DEFAULT_IMAGE
 
     spec = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
     (image,) = [i for i in spec["images"] if i["name"] == "shdh"]

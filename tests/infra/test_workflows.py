@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from components.image import GPU_TAG_SUFFIX, REPOSITORY
 
+from shdh.kfp.components.image import GPU_TAG_SUFFIX, REPOSITORY
 from tests.infra.dockerfile import stages
 from tests.infra.tools import find_tool
 
@@ -108,7 +108,7 @@ def test_each_built_image_is_smoke_tested_and_its_size_recorded(word):
 def test_one_name_for_the_image_setting_everywhere():
     """SHDH_IMAGE in the code, the docs, the workflows and the manifests; no other variable
     names the image (a bare $IMAGE, the old name of the docs, would silently do nothing)."""
-    from components.image import IMAGE_ENV
+    from shdh.kfp.components.image import IMAGE_ENV
 
     assert IMAGE_ENV == "SHDH_IMAGE"
     files = [

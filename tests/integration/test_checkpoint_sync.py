@@ -57,7 +57,7 @@ def held_after_first_epoch(name, epochs, **kwargs):
     return on_epoch
 
 runner.epoch_logger = held_after_first_epoch
-from components.train import train
+from shdh.kfp.components.train import train
 art = {k: dsl.Dataset(name=k, uri=v["uri"], metadata=v["metadata"]) for k, v in args["in"].items()}
 train.python_func(model=dsl.Model(name="model", uri=args["model"]), **art, **args["params"])
 """

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 import yaml
-from pipelines.cluster_settings import (
+
+from shdh.kfp.pipelines.cluster_settings import (
     LOOPS,
     STEPS,
     SettingsError,
@@ -18,7 +19,6 @@ from pipelines.cluster_settings import (
     settings_from_file,
     settings_from_overlay,
 )
-
 from tests.conftest import REPO
 from tests.infra.manifests import render
 
@@ -39,12 +39,12 @@ def base_data() -> dict[str, str]:
 
 
 def test_the_overlays_are_the_four_documented_ones():
-    assert overlay_names(REPO) == ["dev", "gpu", "kubeflow", "profile"]
+    assert overlay_names(REPO / "k8s") == ["dev", "gpu", "kubeflow", "profile"]
 
 
 @pytest.mark.parametrize("name", ["dev", "gpu", "kubeflow", "profile"])
 def test_every_overlay_gives_complete_valid_settings(name):
-    settings = settings_from_overlay(name, REPO)
+    settings = settings_from_overlay(name, REPO / "k8s")
     assert settings.source == f"overlay {name}"
     assert set(settings.resources) == set(STEPS) and set(settings.parallelism) == set(LOOPS)
     for step, sizes in settings.resources.items():
@@ -70,18 +70,18 @@ def test_a_users_own_overlay_folder_is_read_too(tmp_path):
             }
         )
     )
-    settings = settings_from_overlay(str(folder), REPO)
+    settings = settings_from_overlay(str(folder), REPO / "k8s")
     assert settings.gpu and settings.accelerator_type == "nvidia.com/gpu"
     assert (
         settings.resources["evaluate"]
-        == settings_from_overlay("kubeflow", REPO).resources["evaluate"]
+        == settings_from_overlay("kubeflow", REPO / "k8s").resources["evaluate"]
     )
 
 
 def test_without_kubectl_the_overlay_error_says_what_to_install(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(SettingsError, match="needs kubectl on the PATH.*--settings FILE"):
-        settings_from_overlay("dev", REPO)
+        settings_from_overlay("dev", REPO / "k8s")
 
 
 @pytest.mark.parametrize(

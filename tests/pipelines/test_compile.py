@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from components.image import DEFAULT_IMAGE
-from pipelines.cluster_settings import STEPS
-from pipelines.kfp_api import MIN_BACKEND
 
 from shdh.cli import main
+from shdh.kfp.components.image import DEFAULT_IMAGE
+from shdh.kfp.pipelines.cluster_settings import STEPS
+from shdh.kfp.pipelines.kfp_api import MIN_BACKEND
 from shdh.kubeflow import branch_runs, fit_name, pipeline_arguments, resolve_params
 from tests.conftest import REPO
 from tests.infra.manifests import rendered_text as render_overlay
@@ -679,7 +679,7 @@ def test_images_named_by_digest_are_compiled_as_given(tmp_path):
 
 
 def test_a_digest_without_its_gpu_image_is_refused_by_name(monkeypatch):
-    from components.image import gpu_image, parse_image
+    from shdh.kfp.components.image import gpu_image, parse_image
 
     monkeypatch.delenv("SHDH_GPU_IMAGE", raising=False)
     assert parse_image(f"r.example/shdh@{DIGEST}") == ("r.example/shdh", None, DIGEST)
@@ -691,7 +691,7 @@ def test_a_digest_without_its_gpu_image_is_refused_by_name(monkeypatch):
 def test_the_default_repository_is_a_setting(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SHDH_IMAGE"}
     env["SHDH_IMAGE_REPOSITORY"] = "registry.example/mirror/shdh"
-    code = "from components.image import IMAGE, gpu_image; print(IMAGE, gpu_image())"
+    code = "from shdh.kfp.components.image import IMAGE, gpu_image; print(IMAGE, gpu_image())"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
     )
@@ -703,7 +703,7 @@ def test_the_default_repository_is_a_setting(tmp_path):
 
 @pytest.mark.parametrize("image", ["registry.example/shdh", "registry.example/shdh@sha256:ab12"])
 def test_an_image_without_a_tag_is_refused_by_name(image):
-    from components.image import split_image
+    from shdh.kfp.components.image import split_image
 
     with pytest.raises(ValueError, match=r"SHDH_IMAGE=.*expected REGISTRY/NAME:TAG"):
         split_image(image)
@@ -720,7 +720,7 @@ def test_a_malformed_image_option_is_named_as_the_option(tmp_path, monkeypatch, 
 def test_the_local_build_has_no_cluster_settings(tmp_path):
     """What kfp.local runs: no accelerator (it would warn it has no effect), no sizes, no
     platform spec, and the train device as params.yaml says."""
-    import pipelines
+    from shdh.kfp import pipelines
 
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")
     out = pipelines.compile_pipeline(params, tmp_path / "local.yaml")

@@ -27,7 +27,7 @@ def test_the_download_step_gets_the_checkouts_data_version(tmp_path, monkeypatch
 
 def test_a_local_build_downloads_instead_of_pulling():
     """kfp.local runs have no cluster store to pull from: the step gets no data version."""
-    import pipelines
+    from shdh.kfp import pipelines
     from shdh.kubeflow import resolve_params
 
     params = resolve_params(REPO / "params.yaml", "smoke", profiles_dir=REPO / "profiles")

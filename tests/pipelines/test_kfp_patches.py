@@ -5,7 +5,7 @@ import pytest
 from kfp import dsl
 from kfp.dsl.pipeline_task import PipelineTask
 
-import pipelines  # noqa: F401  (applies the fix)
+from shdh.kfp import pipelines  # noqa: F401  (applies the fix)
 
 
 @dsl.component

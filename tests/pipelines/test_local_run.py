@@ -32,7 +32,7 @@ SMOKE_METHODS = {"shdh", "cosdish+h"}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One kfp.local run and one run of the dvc.yaml commands, on smoke, into one MLflow store."""
-    import pipelines
+    from shdh.kfp import pipelines
 
     if not DEBIAN_DIR.is_dir():
         pytest.fail(f"{DEBIAN_DIR} is missing: run `make data` (installs dataset-fashion-mnist)")
@@ -136,19 +136,19 @@ def test_run_local_puts_back_the_print_that_kfp_local_left_patched(monkeypatch, 
     """kfp.local runs a ParallelFor's tasks in threads, each swapping builtins.print for an
     indenting wrapper; out-of-order restores can leave one installed (seen in the full suite,
     where numba then failed to import). Here a stand-in pipeline leaves it patched and fails."""
-    import pipelines.local
+    from shdh.kfp.pipelines import local as pipelines_local
 
     def leaky_pipeline(**arguments):
         builtins.print = lambda *args, **kwargs: None  # what an interleaved restore leaves
         raise RuntimeError("task failed")
 
     monkeypatch.setattr(tracking, "check_server", lambda uri: None)
-    monkeypatch.setattr(pipelines.local, "build_pipeline", lambda params: leaky_pipeline)
-    monkeypatch.setattr(pipelines.local, "pipeline_arguments", lambda params: {})
+    monkeypatch.setattr(pipelines_local, "build_pipeline", lambda params: leaky_pipeline)
+    monkeypatch.setattr(pipelines_local, "pipeline_arguments", lambda params: {})
     real_print = builtins.print
     try:
         with pytest.raises(RuntimeError, match="task failed"):
-            pipelines.local.run_local({}, tmp_path)
+            pipelines_local.run_local({}, tmp_path)
         assert builtins.print is real_print
     finally:
         builtins.print = real_print

@@ -107,6 +107,19 @@ def test_a_stage_depends_on_the_declared_methods_of_the_kinds_it_runs():
         assert stages_running(path) == expected, name
 
 
+def test_the_stages_that_read_raw_data_depend_on_every_declared_reader():
+    """A dataset's reader is loaded by its name too (shdh.steps.prepare.dataset_module): the
+    stages whose code uses that step depend on each reader the dataset catalogue declares, the
+    others on none."""
+    from shdh.data.dataset_catalogue import DATASETS
+
+    readers = {f"src/{e.module.replace('.', '/')}.py" for e in DATASETS.values()}
+    running = {path: stages_running(path) for path in sorted(readers)}
+    assert len({frozenset(stages) for stages in running.values()}) == 1, running
+    assert {"prepare", "tree"} <= next(iter(running.values()))
+    assert "features" not in next(iter(running.values()))
+
+
 def test_only_the_deep_stages_depend_on_the_networks_and_losses():
     """(The nets package body holds only the head's choices, which the loop's torch-free settings
     offer: every stage checks them.)"""
@@ -162,7 +175,7 @@ def test_a_parent_package_counts_for_what_its_import_runs(tmp_path):
         path = tmp_path / "src" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    imports = dvc_code_deps.import_graph.scan(tmp_path, (("src", "toy"),))
+    imports = dvc_code_deps.import_graph.scan(tmp_path, (("src/toy", "toy"),))
     assert imports.eager["toy.methods"] == {"toy.methods.cheap": 1}
 
     def loads(module):
@@ -219,7 +232,7 @@ stages:
     outs:
       - summary.md
 """
-TOY_LAYOUT = {"packages": (("src", "toy"),), "commands": {"toy": ("toy.commands.{}",)}}
+TOY_LAYOUT = {"packages": (("src/toy", "toy"),), "commands": {"toy": ("toy.commands.{}",)}}
 
 
 @pytest.fixture

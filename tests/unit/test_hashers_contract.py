@@ -61,7 +61,7 @@ class Spec:
     acg_gain: float = 1.0
 
 
-REGISTRY = {m.name: m for m in DECLARED}  # every declared method, in the catalogue's order
+DECLARED_BY_NAME = {m.name: m for m in DECLARED}  # every declared method, in the catalogue order
 KSH_BUDGET = {"n_anchors": 60, "n_labelled": 300, "n_iter": 100}
 COSDISH_BUDGET = {"n_outer": 3, "n_alternations": 2}
 METHODS: dict[str, Spec] = {
@@ -124,7 +124,7 @@ def _inputs(name: str, seed: int, per_leaf: int) -> tuple[np.ndarray, np.ndarray
     return (images if METHODS[name].inputs == "images" else feats), anc
 
 
-@pytest.fixture(scope="module", params=list(REGISTRY))
+@pytest.fixture(scope="module", params=list(DECLARED_BY_NAME))
 def case(request, tmp_path_factory) -> Case:
     name = request.param
     X, db_anc = _inputs(name, seed=1, per_leaf=40)
@@ -138,15 +138,15 @@ def case(request, tmp_path_factory) -> Case:
 
 
 def test_every_registered_method_has_a_spec() -> None:
-    assert METHODS.keys() == REGISTRY.keys()
-    known = re.escape(", ".join(REGISTRY))
+    assert METHODS.keys() == DECLARED_BY_NAME.keys()
+    known = re.escape(", ".join(DECLARED_BY_NAME))
     with pytest.raises(ValueError, match=rf"^unknown method 'nope' \(known: {known}\)$"):
         hasher_class("nope")
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", list(DECLARED_BY_NAME))
 def test_catalogue_entry(name: str) -> None:
-    cls, spec, declared = hasher_class(name), METHODS[name], REGISTRY[name]
+    cls, spec, declared = hasher_class(name), METHODS[name], DECLARED_BY_NAME[name]
     assert (cls.__module__, cls.__qualname__) == (declared.module, declared.class_name)
     assert issubclass(cls, Hasher) and cls.name == name
     defaults = dataclasses.asdict(declared.settings())
@@ -159,7 +159,7 @@ def test_catalogue_entry(name: str) -> None:
     assert (cls.supervision, cls.input_kind) == (spec.supervision, spec.inputs)
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", list(DECLARED_BY_NAME))
 def test_constructor_takes_keyword_only_parameters_and_does_no_work(name: str) -> None:
     cls = hasher_class(name)
     named = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
@@ -169,14 +169,14 @@ def test_constructor_takes_keyword_only_parameters_and_does_no_work(name: str) -
         cls(8)
     hasher = cls(n_bits=8, seed=1)
     expected = {p.name: p.default for p in named} | {"n_bits": 8, "seed": 1}
-    if REGISTRY[name].deep:  # settings=None stands for the declared defaults, as an object
-        expected["settings"] = REGISTRY[name].settings()
+    if DECLARED_BY_NAME[name].deep:  # settings=None stands for the declared defaults, as an object
+        expected["settings"] = DECLARED_BY_NAME[name].settings()
     assert hasher.get_params() == expected
     assert cls(**hasher.get_params()).get_params() == expected  # the parameters rebuild it
     assert not hasher.is_fitted()
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", list(DECLARED_BY_NAME))
 def test_refuses_to_work_before_fit(name: str, tmp_path) -> None:
     hasher = _make(name, tmp_path / "work")
     Q, _ = _inputs(name, seed=2, per_leaf=2)
@@ -193,7 +193,7 @@ def test_refuses_to_work_before_fit(name: str, tmp_path) -> None:
         assert (hasher.segment_sizes(), hasher.segment_weights()) == ([N_BITS], [1.0])
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", list(DECLARED_BY_NAME))
 def test_n_bits_below_one_is_refused(name: str, tmp_path) -> None:
     X, anc = _inputs(name, seed=1, per_leaf=2)
     hasher = _make(name, tmp_path / "work", n_bits=0)

@@ -176,7 +176,7 @@ def test_every_component_pins_first() -> None:
     the docstring pins, before any import that loads numpy."""
     import inspect
 
-    from components.evaluate import evaluate_for
+    from shdh.kfp.components.evaluate import evaluate_for
 
     sources = {path: path.read_text() for path in sorted((REPO / "components").glob("*.py"))}
     # evaluate's component is made per plan (one input per fit) from generated source

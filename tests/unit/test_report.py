@@ -131,7 +131,7 @@ def test_the_claims_groups_are_every_declared_method_but_the_reference_by_kind(m
     so it is in neither group; a method declared later joins the group of its kind."""
     from shdh.hashers import method_catalogue
     from shdh.reporting import report
-    from tests.unit.toy_registry import ToySettings
+    from tests.unit.toy_catalogue_entries import ToySettings
 
     _, deep, shallow = report.claims()[-1]
     declared = method_catalogue.by_name()

@@ -100,7 +100,7 @@ def test_it_is_a_dvc_stage_whose_code_is_its_file(registered, tmp_path):
         text=True,
     ).stdout.split()
     assert "train@toy-deep" in listed and "train@shdh" in listed
-    packages = (*import_graph.PACKAGES, (".", "tests"))
+    packages = (*import_graph.PACKAGES, ("tests", "tests"))
     code = dvc_code_deps.stage_code_deps(REPO / "dvc.yaml", packages)
     assert "tests/unit/toy_deep_method.py" in code["train"]
     assert "tests/unit/toy_deep_method.py" in code["evaluate"]

@@ -35,7 +35,7 @@ from shdh.steps.features import features
 from shdh.steps.score import score
 from shdh.steps.smatrix import load_smatrix, smatrix
 from shdh.steps.tree import load_tree, tree
-from tests.unit.toy_registry import (
+from tests.unit.toy_catalogue_entries import (
     TOY_DATASET,
     TOY_LEAVES,
     TOY_METHOD,

@@ -1,5 +1,5 @@
-"""The toy method's class (declared in tests/unit/toy_registry.py): signs of a seeded random
-projection of the centred features, the smallest hasher that keeps the Hasher contract."""
+"""The toy method's class (declared in tests/unit/toy_catalogue_entries.py): signs of a seeded
+random projection of the centred features, the smallest hasher that keeps the Hasher contract."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from shdh.hashers.base import Hasher
 from shdh.hashers.validation import check_features
-from tests.unit.toy_registry import ToySettings
+from tests.unit.toy_catalogue_entries import ToySettings
 
 
 class RandomSigns(Hasher):

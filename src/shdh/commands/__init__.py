@@ -6,8 +6,8 @@ Every module has `add_arguments(parser)`, `run(args)` and `main(argv)`, so a ste
 Importing this package pins the CPU maths (shdh.runtime.instruction_set): every command module loads
 numpy or torch, and Python imports this package before any of them, whichever way a step is started.
 
-May import: bundle, core, data, features, hashers, kubeflow, nets, pipelines, plan, ranking,
-reporting, runtime, serving, settings, steps, tracking, training.
+May import: bundle, core, data, features, hashers, kfp, kubeflow, nets, pipelines, plan,
+ranking, reporting, runtime, serving, settings, steps, tracking, training.
 """
 
 from shdh.runtime.instruction_set import pin_cpu

@@ -5,10 +5,11 @@
     shdh pipeline submit --host URL [--overlay NAME] [--namespace NS] [--token-file FILE] ...
     shdh pipeline retry RUN_ID --host URL [--token-file FILE] ...
 
-The DAG (pipelines/) and its components (components/) live in the repository rather than in the
-installed package: compiling needs a checkout, the components' containers need only the package.
-Settings come from params.yaml and profiles/ through shdh.settings.profiles, as for DVC, so a
-profile name selects the same values in both front doors.
+The DAG, its components and the cluster's manifests are part of the installed package
+(shdh.kfp, mapped from the repository's pipelines/, components/ and k8s/), so the command works
+wherever shdh is installed. Settings come from params.yaml and profiles/ through
+shdh.settings.profiles, as for DVC, so a profile name selects the same values in both front
+doors.
 
 The settings and the glue the components call inside their containers are in shdh.kubeflow.
 """
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shdh.commands.common import script_main
-from shdh.kubeflow import project_root, resolve_params
+from shdh.kubeflow import resolve_params
 
 HELP = "Kubeflow Pipelines: compile the DAG, run it locally (kfp.local) or submit it to a cluster"
 log = logging.getLogger(__name__)
@@ -34,17 +35,6 @@ DEFAULT_EXPERIMENT = "shdh"
 # Where submit finds credentials that should stay off the command line (shell history, ps).
 TOKEN_ENV = "SHDH_KFP_TOKEN"
 COOKIE_ENV = "SHDH_KFP_COOKIE"
-
-
-def load_pipelines_package() -> Any:
-    """Import pipelines/ (which imports components/) from the checkout: both are top-level
-    folders of the repository, so the checkout goes on sys.path."""
-    import importlib
-
-    root = str(project_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module("pipelines")
 
 
 # --------------------------------------------------------------------------- the command
@@ -145,7 +135,8 @@ def add_login_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "retry":
-        pipelines = load_pipelines_package()
+        from shdh.kfp import pipelines
+
         credentials = pipelines.Credentials(args.token, args.token_file, args.cookie)
         state = pipelines.retry(
             args.run_id,
@@ -158,9 +149,10 @@ def run(args: argparse.Namespace) -> int:
     params = resolve_params(args.params, args.profile, args.set)
     image = getattr(args, "image", None)
     if image:
-        os.environ["SHDH_IMAGE"] = image  # read by components.image when it is first imported
-    pipelines = load_pipelines_package()
-    image_module = sys.modules["components.image"]
+        os.environ["SHDH_IMAGE"] = image  # read when shdh.kfp.components.image is first imported
+    from shdh.kfp import pipelines
+
+    image_module = sys.modules["shdh.kfp.components.image"]
     if image and image_module.IMAGE != image:
         raise RuntimeError(
             f"--image {image}: the components were already imported with "
@@ -201,12 +193,13 @@ def run(args: argparse.Namespace) -> int:
 
 def cluster_settings(args: argparse.Namespace) -> Any:
     """--settings FILE, else the overlay named by --overlay (dev without one)."""
-    pipelines = load_pipelines_package()
+    from shdh.kfp import pipelines
+
     if args.settings:
         return pipelines.settings_from_file(args.settings)
-    return pipelines.settings_from_overlay(
-        args.overlay or pipelines.DEFAULT_OVERLAY, project_root()
-    )
+    from shdh.kfp import manifests
+
+    return pipelines.settings_from_overlay(args.overlay or pipelines.DEFAULT_OVERLAY, manifests())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,12 +8,10 @@ A dataset's module holds its whole recipe, by these names:
   - `label_tree() -> LabelTree`, for a dataset whose tree is built in (`tree.source:
     builtin:NAME`).
 
-Why a module's name and not a "module:function" string per recipe: the settings check
-`data.dataset` and `tree.source` against this registry in every command, and every DVC stage
-depends on the code its command can import (tests/import_graph.py counts a "module:function"
-string as a lazy import). Naming only the module keeps the readers out of the stages that never
-read raw data (features, register); shdh.steps.prepare.dataset_module imports the one a run
-uses, and shdh.steps.prepare.CODE spells them for the import graph.
+Why a module's name: the settings check `data.dataset` and `tree.source` against this catalogue
+in every command, which must not load every reader. shdh.steps.prepare.dataset_module imports
+the one a run uses; the DVC stages whose code uses that step depend on every reader declared
+here (tests/dvc_code_deps.py reads this catalogue).
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ BUILTIN_TREES: tuple[str, ...] = tuple(name for name, e in DATASETS.items() if e
 
 
 def dataset_entry(name: str) -> DatasetEntry:
-    """The registry's entry for `data.dataset`, or a ConfigError naming the known datasets."""
+    """The catalogue's entry for `data.dataset`, or a ConfigError naming the known datasets."""
     if name not in DATASETS:
         raise ConfigError(f"data.dataset: unknown dataset '{name}' (known: {', '.join(DATASETS)})")
     return DATASETS[name]

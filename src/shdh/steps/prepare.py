@@ -37,18 +37,6 @@ READER_OPTIONS = (
 )
 
 
-# The registry's dataset modules, spelled the way the import graph reads a lazy import, so that
-# the stages that prepare data (and those that import this step) depend on exactly them
-# (tests/unit/test_dataset_catalogue.py keeps it equal to shdh.data.dataset_catalogue.DATASETS).
-CODE = (
-    "shdh.data.fashion_mnist:convert",
-    "shdh.data.cifar100:convert",
-    "shdh.data.iaprtc12:convert",
-    "shdh.data.folder:convert",
-    "shdh.data.table:convert",
-)
-
-
 def dataset_module(dataset: str) -> ModuleType:
     """The module that reads `dataset` (shdh.data.dataset_catalogue), imported now: a run loads only
     its own dataset's reader and that reader's dependencies."""

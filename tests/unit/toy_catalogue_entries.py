@@ -77,7 +77,7 @@ def convert(raw_dir: Path, out: Path, *, verify: bool, table, **reader) -> Label
 
 
 def toy_dataset_module() -> ModuleType:
-    """The dataset's module as the registry takes it: its three recipes under their names."""
+    """The dataset's module as the catalogue takes it: its three recipes under their names."""
     module = ModuleType("toy_shapes")
     module.fetch_raw, module.convert, module.label_tree = fetch_raw, convert, label_tree
     return module
