@@ -80,6 +80,7 @@ METHODS: tuple[Method, ...] = (
     ),
     Method("shdh", "deep", "shdh.hashers.shdh", "SHDH", ms.SHDHSettings, "SHDH", 9),
     Method("dpsh", "deep", "shdh.hashers.dpsh", "DPSH", ms.DPSHSettings, "DPSH", 5),
+    Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
     Method(
         "oracle",
         "deep",

@@ -120,6 +120,19 @@ class DPSHSettings(Checked):
 
 
 @dataclass(frozen=True)
+class DSHSettings(Checked):
+    """DSH (Liu, Wang, Shan & Chen 2016): the contrastive margin and the pull towards +-1."""
+
+    margin: float | None = setting(
+        optional(number(0, open_low=True)),
+        "m, the margin on ||u_i - u_j||^2 of dissimilar pairs (null: 2 x bits, the paper's)",
+        None,
+    )
+    alpha: float = setting(number(0), "weight of the pull sum_k ||u_k| - 1| (paper: 0.01)", 0.01)
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
 class OracleSettings(Checked):
     """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
     (the sum-over-partners scale is SHDH's)."""
