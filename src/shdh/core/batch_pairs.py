@@ -130,3 +130,16 @@ def batch_ancestors(z: torch.Tensor, anc: torch.Tensor, where: str) -> torch.Ten
     anc = torch.as_tensor(anc, device=z.device)
     check_ancestor_shape(anc.shape, f"{where}: anc", rows=z.shape[0], rows_of="z has")
     return anc
+
+
+def balanced_pair_mean(
+    loss: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor
+) -> torch.Tensor:
+    """HashNet's weighted mean of pair losses, (1/|S|) sum_ij w_ij loss_ij with w_ij = |S|/|S1|
+    on the similar pairs S1 and |S|/|S0| on the dissimilar S0 (DCH weighs its pairs so too): the
+    mean over S1 plus the mean over S0. A batch without one of the two kinds (likely at coarse
+    levels) has no weight to divide by; its missing mean counts 0, i.e. the other kind's plain
+    mean, as the references' fallback to w = 1. Counted on the device: no host sync."""
+    pos = torch.where(positive, loss, 0.0).sum() / positive.sum().clamp_min(1)
+    neg = torch.where(negative, loss, 0.0).sum() / negative.sum().clamp_min(1)
+    return pos + neg

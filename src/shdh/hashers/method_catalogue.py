@@ -81,6 +81,10 @@ METHODS: tuple[Method, ...] = (
     Method("shdh", "deep", "shdh.hashers.shdh", "SHDH", ms.SHDHSettings, "SHDH", 9),
     Method("dpsh", "deep", "shdh.hashers.dpsh", "DPSH", ms.DPSHSettings, "DPSH", 5),
     Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
+    Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
+    Method(
+        "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
+    ),
     Method(
         "oracle",
         "deep",

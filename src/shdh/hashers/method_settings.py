@@ -133,6 +133,24 @@ class DSHSettings(Checked):
 
 
 @dataclass(frozen=True)
+class HashNetSettings(Checked):
+    """HashNet and HashNet+H (Cao, Long, Wang & Yu 2017): the logit scale and the continuation."""
+
+    alpha: float | None = setting(
+        optional(number(0, open_low=True)),
+        "logit scale, theta = alpha <h_i, h_j> (null: 10 / bits, the authors' code)",
+        None,
+    )
+    beta_growth: float = setting(
+        number(0),
+        "continuation beta = sqrt(1 + beta_growth x (epoch - 1)); 1.39: the authors' "
+        "(1 + 0.005 t)^0.5 at their 278 steps per epoch",
+        1.39,
+    )
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
 class OracleSettings(Checked):
     """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
     (the sum-over-partners scale is SHDH's)."""
