@@ -82,6 +82,7 @@ METHODS: tuple[Method, ...] = (
     Method("dpsh", "deep", "shdh.hashers.dpsh", "DPSH", ms.DPSHSettings, "DPSH", 5),
     Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
     Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
+    Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH"),
     Method(
         "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
     ),

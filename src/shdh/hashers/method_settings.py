@@ -151,6 +151,17 @@ class HashNetSettings(Checked):
 
 
 @dataclass(frozen=True)
+class DCHSettings(Checked):
+    """DCH (Cao, Long, Liu & Wang 2018): the Cauchy scale and the quantisation weight."""
+
+    gamma: float = setting(
+        number(0, open_low=True), "the Cauchy scale gamma (the authors' code: 20)", 20.0
+    )
+    lam: float = setting(number(0), "lambda, weight of the Cauchy quantisation term", 0.1)
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
 class OracleSettings(Checked):
     """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
     (the sum-over-partners scale is SHDH's)."""
