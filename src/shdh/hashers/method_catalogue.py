@@ -83,6 +83,7 @@ METHODS: tuple[Method, ...] = (
     Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
     Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
     Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH"),
+    Method("dtsh", "deep", "shdh.hashers.dtsh", "DTSH", ms.DTSHSettings, "DTSH"),
     Method(
         "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
     ),

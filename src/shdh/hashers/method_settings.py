@@ -162,6 +162,21 @@ class DCHSettings(Checked):
 
 
 @dataclass(frozen=True)
+class DTSHSettings(Checked):
+    """DTSH (Wang, Shi & Kitani 2016): the triplet margin and the quantisation weight."""
+
+    margin: float | None = setting(
+        optional(number(0)),
+        "alpha, the margin of theta_ap - theta_an (null: bits / 2, the authors' code)",
+        None,
+    )
+    lam: float = setting(
+        number(0), "lambda, weight of ||u - sgn(u)||^2 (the authors' code: 100)", 100.0
+    )
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
 class OracleSettings(Checked):
     """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
     (the sum-over-partners scale is SHDH's)."""
