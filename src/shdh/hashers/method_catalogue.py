@@ -84,6 +84,7 @@ METHODS: tuple[Method, ...] = (
     Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
     Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH"),
     Method("dtsh", "deep", "shdh.hashers.dtsh", "DTSH", ms.DTSHSettings, "DTSH"),
+    Method("dpsh+h", "deep", "shdh.hashers.dpsh", "DPSHH", ms.DPSHSettings, "DPSH+H"),
     Method(
         "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
     ),
