@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from shdh.hashers.dpsh import dpsh_loss
+from shdh.core.level_weights import layer_weights
+from shdh.hashers.dpsh import DPSHH, DPSHHObjective, DPSHObjective, dpsh_loss
+from shdh.hashers.method_settings import DPSHSettings
+from shdh.training.objective import Task
+from tests.unit.pair_toys import ANC as TOY_ANC
+from tests.unit.pair_toys import FRACTION_OF_LEVELS, fit_and_score
+from tests.unit.pair_toys import U as TOY_U
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -181,3 +187,61 @@ def test_bad_shapes() -> None:
         dpsh_loss(torch.zeros(2, 2), torch.tensor([[0, 1, 3, 7], [-1, -1, -1, -1]]))
     with pytest.raises(ValueError, match="no pairs"):
         dpsh_loss(torch.zeros(1, 2), torch.tensor(ANC[:1]))
+
+
+# --- DPSH+H: DPSH's likelihood against the level-weighted similarity g_ij (Eq. 1-3) ---------
+
+PAIRS = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]  # the brief's order 12, 13, ..., 34
+
+
+@pytest.mark.parametrize(
+    ("weights", "per_pair", "mean"),
+    [
+        (None, (0.466573, 0.656350, 0.630258, 0.630258, 0.670900, 0.558623), 0.602160),
+        (
+            FRACTION_OF_LEVELS,
+            (0.466573, 0.693850, 0.630258, 0.695258, 0.670900, 0.558623),
+            0.619244,
+        ),
+    ],
+)
+def test_brief_soft_similarity_pair_losses(weights, per_pair, mean) -> None:
+    """The brief's section 9 on its toy batch: hard s (DPSH) and the fraction of shared levels
+    s = (1, 0.5, 0, 0.5, 0, 0) as DPSH+H's g_ij (level weights (0, 1/2, 1/2) in place of SHDH's
+    u_k), over the ordered pairs i != j (the brief's 0.573748 / 0.586560 average the diagonal's
+    self-pairs too)."""
+    for (i, j), expected in zip(PAIRS, per_pair, strict=True):
+        rows = [i, j]  # two items: both ordered pairs, whose mean is the pair's term
+        loss, _ = dpsh_loss(
+            TOY_U[rows], TOY_ANC[rows], eta=0.0, reduction="mean", layer_weights=weights
+        )
+        assert float(loss) == pytest.approx(expected, abs=1e-5), (i, j)
+    loss, parts = dpsh_loss(TOY_U, TOY_ANC, eta=1.0, reduction="mean", layer_weights=weights)
+    assert float(parts["e1"]) == pytest.approx(mean, abs=1e-5)
+    # the quantisation term: the brief's element mean 0.3575, summed over items, per pair
+    assert float(parts["e2"]) == pytest.approx(0.3575 * TOY_U.numel() / 12, abs=1e-12)
+
+
+def test_dpsh_h_objective_uses_the_trees_level_weights() -> None:
+    task = Task((4,), (3,), tuple(layer_weights(3)), TOY_ANC.numpy())
+    hier = DPSHHObjective(DPSHSettings(eta=0.0, reduction="mean"), task)
+    plain = DPSHObjective(DPSHSettings(eta=0.0, reduction="mean"), task)
+    assert hier.terms["layer_weights"] == task.layer_weights and hier.name == "dpsh+h"
+    # g = 2/3 for the pairs sharing only the coarse class (u = (0, 2/3, 1/3)): a larger target
+    # than DPSH's 0 for those pairs, so a different likelihood
+    assert float(hier(TOY_U, TOY_ANC)[0]) != pytest.approx(float(plain(TOY_U, TOY_ANC)[0]))
+    finest = dpsh_loss(TOY_U, TOY_ANC, eta=0.0, layer_weights=(0.0, 0.0, 1.0))[0]
+    assert float(finest) == pytest.approx(float(dpsh_loss(TOY_U, TOY_ANC, eta=0.0)[0]))
+
+
+def test_dpsh_h_tiny_fit_retrieves_better_than_random_codes(tmp_path) -> None:
+    assert DPSHH.supervision == "hierarchical"
+    scored = fit_and_score("dpsh+h", tmp_path)  # TINY_NET: the contract's budget
+    assert scored.acg > scored.random_acg + 0.8, (scored.acg, scored.random_acg)
+    assert scored.ndcg > scored.random_ndcg + 0.1, (scored.ndcg, scored.random_ndcg)
+
+
+def test_dpsh_h_settings_are_dpshs_and_checked() -> None:
+    assert DPSHH(n_bits=16).settings == DPSHSettings()
+    with pytest.raises(ValueError, match=r"dpsh\+h: DPSHSettings\.eta .*a number >= 0"):
+        DPSHH(n_bits=16, settings={"eta": -1.0})

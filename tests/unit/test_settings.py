@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from shdh import settings
+from shdh.hashers.method_catalogue import names
 from shdh.settings import sections
 from shdh.settings.checks import yaml_key
 from shdh.settings.profiles import ConfigError, apply_profile, load_params
@@ -75,7 +76,8 @@ ERRORS = [
     (
         "train.methods",
         ["shdh", "dphs"],
-        "train.methods[1]: expected one of shdh, dpsh, oracle, got 'dphs'; did you mean dpsh?",
+        f"train.methods[1]: expected one of {', '.join(names('deep'))}, got 'dphs'; "
+        "did you mean dpsh?",
     ),
     (
         "baselines.methods",

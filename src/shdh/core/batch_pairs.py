@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from shdh.core.similarity import check_ancestor_shape
+
 
 def same_node(anc_i: torch.Tensor, anc_j: torch.Tensor, level: int) -> torch.Tensor:
     """s^k_ij (Eq. 1) as a bool (len(anc_i), len(anc_j)) block; -1 (no node) never matches and
@@ -118,3 +120,26 @@ def level_weighted_gain(
         if uk != 0:
             gain = gain + float(uk) * same_node(anc_i, anc_j, level).to(dtype)
     return gain
+
+
+def batch_ancestors(z: torch.Tensor, anc: torch.Tensor, where: str) -> torch.Tensor:
+    """anc as a tensor on z's device, once z is (B, L) with B >= 2 (a pair needs two items) and
+    anc (B, K) ancestor ids or (B, K, M) ancestor sets: the shapes only, no host sync."""
+    if z.ndim != 2 or z.shape[0] < 2:
+        raise ValueError(f"{where}: z must be (B, L) with B >= 2 (pairs), got {tuple(z.shape)}")
+    anc = torch.as_tensor(anc, device=z.device)
+    check_ancestor_shape(anc.shape, f"{where}: anc", rows=z.shape[0], rows_of="z has")
+    return anc
+
+
+def balanced_pair_mean(
+    loss: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor
+) -> torch.Tensor:
+    """HashNet's weighted mean of pair losses, (1/|S|) sum_ij w_ij loss_ij with w_ij = |S|/|S1|
+    on the similar pairs S1 and |S|/|S0| on the dissimilar S0 (DCH weighs its pairs so too): the
+    mean over S1 plus the mean over S0. A batch without one of the two kinds (likely at coarse
+    levels) has no weight to divide by; its missing mean counts 0, i.e. the other kind's plain
+    mean, as the references' fallback to w = 1. Counted on the device: no host sync."""
+    pos = torch.where(positive, loss, 0.0).sum() / positive.sum().clamp_min(1)
+    neg = torch.where(negative, loss, 0.0).sum() / negative.sum().clamp_min(1)
+    return pos + neg

@@ -80,6 +80,14 @@ METHODS: tuple[Method, ...] = (
     ),
     Method("shdh", "deep", "shdh.hashers.shdh", "SHDH", ms.SHDHSettings, "SHDH", 9),
     Method("dpsh", "deep", "shdh.hashers.dpsh", "DPSH", ms.DPSHSettings, "DPSH", 5),
+    Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
+    Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
+    Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH"),
+    Method("dtsh", "deep", "shdh.hashers.dtsh", "DTSH", ms.DTSHSettings, "DTSH"),
+    Method("dpsh+h", "deep", "shdh.hashers.dpsh", "DPSHH", ms.DPSHSettings, "DPSH+H"),
+    Method(
+        "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
+    ),
     Method(
         "oracle",
         "deep",

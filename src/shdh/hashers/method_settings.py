@@ -120,6 +120,63 @@ class DPSHSettings(Checked):
 
 
 @dataclass(frozen=True)
+class DSHSettings(Checked):
+    """DSH (Liu, Wang, Shan & Chen 2016): the contrastive margin and the pull towards +-1."""
+
+    margin: float | None = setting(
+        optional(number(0, open_low=True)),
+        "m, the margin on ||u_i - u_j||^2 of dissimilar pairs (null: 2 x bits, the paper's)",
+        None,
+    )
+    alpha: float = setting(number(0), "weight of the pull sum_k ||u_k| - 1| (paper: 0.01)", 0.01)
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
+class HashNetSettings(Checked):
+    """HashNet and HashNet+H (Cao, Long, Wang & Yu 2017): the logit scale and the continuation."""
+
+    alpha: float | None = setting(
+        optional(number(0, open_low=True)),
+        "logit scale, theta = alpha <h_i, h_j> (null: 10 / bits, the authors' code)",
+        None,
+    )
+    beta_growth: float = setting(
+        number(0),
+        "continuation beta = sqrt(1 + beta_growth x (epoch - 1)); 1.39: the authors' "
+        "(1 + 0.005 t)^0.5 at their 278 steps per epoch",
+        1.39,
+    )
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
+class DCHSettings(Checked):
+    """DCH (Cao, Long, Liu & Wang 2018): the Cauchy scale and the quantisation weight."""
+
+    gamma: float = setting(
+        number(0, open_low=True), "the Cauchy scale gamma (the authors' code: 20)", 20.0
+    )
+    lam: float = setting(number(0), "lambda, weight of the Cauchy quantisation term", 0.1)
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
+class DTSHSettings(Checked):
+    """DTSH (Wang, Shi & Kitani 2016): the triplet margin and the quantisation weight."""
+
+    margin: float | None = setting(
+        optional(number(0)),
+        "alpha, the margin of theta_ap - theta_an (null: bits / 2, the authors' code)",
+        None,
+    )
+    lam: float = setting(
+        number(0), "lambda, weight of ||u - sgn(u)||^2 (the authors' code: 100)", 100.0
+    )
+    reduction: str = reduction()
+
+
+@dataclass(frozen=True)
 class OracleSettings(Checked):
     """The classifier oracle: cross-entropy on the finest class, a mean over the batch by default
     (the sum-over-partners scale is SHDH's)."""
