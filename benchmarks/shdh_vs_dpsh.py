@@ -28,8 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from shdh.plan.all_methods import method_params
-from shdh.plan.fit_grid import fit_plan
+from shdh.plan.all_methods import fit_plan
 from shdh.steps.fit_deep import fit
 from shdh.steps.score import score
 
@@ -101,7 +100,6 @@ def main() -> None:
                 None,
                 seed=seed,
                 models_root=models,
-                method_params=method_params,
             )
             mdir = fit(
                 plan,

@@ -73,6 +73,12 @@ METHODS: dict[str, Spec] = {
     "cosdish": Spec("label", budget=COSDISH_BUDGET),
     "cosdish+h": Spec("hierarchical", budget=COSDISH_BUDGET),
     "dpsh": Spec("label", "images", budget=TINY_NET, acg_gain=0.8),
+    "dsh": Spec("label", "images", budget={**TINY_NET, "epochs": 3}, acg_gain=0.6),
+    "hashnet": Spec("label", "images", budget=TINY_NET, acg_gain=0.8),
+    "dch": Spec("label", "images", budget={**TINY_NET, "epochs": 3}, acg_gain=0.8),
+    "dtsh": Spec("label", "images", budget=TINY_NET, acg_gain=0.8),
+    "dpsh+h": Spec("hierarchical", "images", budget=TINY_NET, acg_gain=0.8),
+    "hashnet+h": Spec("hierarchical", "images", budget=TINY_NET, acg_gain=0.7),
     "shdh": Spec("hierarchical", "images", level_segments=True, budget=TINY_NET, acg_gain=0.8),
     "oracle": Spec(
         "hierarchical",

@@ -110,7 +110,7 @@ def test_it_is_a_dvc_stage_whose_code_is_its_file(registered, tmp_path):
 def test_it_is_a_task_of_the_compiled_pipeline(registered, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     out = tmp_path / "pipeline.yaml"
-    args = ["--profile", "smoke", "--param", "train.methods=[shdh, toy-deep]", "--out", str(out)]
+    args = ["--profile", "smoke", "--set", "train.methods=[shdh, toy-deep]", "--out", str(out)]
     assert main(["pipeline", "compile", *args]) == 0
     spec = next(yaml.safe_load_all(out.read_text()))
     names = {
