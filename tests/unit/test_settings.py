@@ -75,7 +75,8 @@ ERRORS = [
     (
         "train.methods",
         ["shdh", "dphs"],
-        "train.methods[1]: expected one of shdh, dpsh, oracle, got 'dphs'; did you mean dpsh?",
+        f"train.methods[1]: expected one of {', '.join(sections.DEEP_METHODS)}, got 'dphs'; "
+        "did you mean dpsh?",
     ),
     (
         "baselines.methods",
