@@ -80,6 +80,10 @@ METHODS: dict[str, Spec] = {
     "dpsh+h": Spec("hierarchical", "images", budget=TINY_NET, acg_gain=0.8),
     "hashnet+h": Spec("hierarchical", "images", budget=TINY_NET, acg_gain=0.7),
     "shdh": Spec("hierarchical", "images", level_segments=True, budget=TINY_NET, acg_gain=0.8),
+    "greedyhash": Spec("label", "images", budget=TINY_NET, acg_gain=0.8),
+    "csq": Spec("label", "images", budget=TINY_NET, acg_gain=0.8),
+    "orthohash": Spec("label", "images", budget=TINY_NET, acg_gain=0.6),
+    "hpdh": Spec("hierarchical", "images", budget={**TINY_NET, "epochs": 3}, acg_gain=0.4),
     "oracle": Spec(
         "hierarchical",
         "images",

@@ -97,6 +97,24 @@ METHODS: tuple[Method, ...] = (
         "classifier oracle (bound)",
         reference=True,
     ),
+    Method(
+        "greedyhash",
+        "deep",
+        "shdh.hashers.greedyhash",
+        "GreedyHash",
+        ms.GreedyHashSettings,
+        "GreedyHash",
+    ),
+    Method("csq", "deep", "shdh.hashers.csq", "CSQ", ms.CSQSettings, "CSQ"),
+    Method(
+        "orthohash",
+        "deep",
+        "shdh.hashers.orthohash",
+        "OrthoHash",
+        ms.OrthoHashSettings,
+        "OrthoHash",
+    ),
+    Method("hpdh", "deep", "shdh.hashers.hpdh", "HPDH", ms.HPDHSettings, "HPDH"),
 )
 # The method the paper proposes: what `shdh train` trains by default, and whose alpha sweep the
 # figures draw.

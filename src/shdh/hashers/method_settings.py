@@ -182,3 +182,64 @@ class OracleSettings(Checked):
     (the sum-over-partners scale is SHDH's)."""
 
     reduction: str = reduction("mean")
+
+
+# The pointwise methods (a class, a centre or a code per item) average their loss over the batch's
+# items, as their papers do; "sum" (train.reduction's default, SHDH's scale) sums over the items.
+
+
+@dataclass(frozen=True)
+class GreedyHashSettings(Checked):
+    """GreedyHash (Su, Zhang, Han & Tian 2018): cross-entropy of a classifier on sgn(h) plus
+    alpha times the cubic penalty mean ||h| - 1|^3."""
+
+    alpha: float = setting(
+        number(0), "weight of the cubic penalty (authors: 0.1 on CIFAR-10, 1 on ImageNet)", 0.1
+    )
+    reduction: str = reduction("mean")
+
+
+@dataclass(frozen=True)
+class CSQSettings(Checked):
+    """CSQ (Yuan et al. 2020): the central similarity to fixed hash centres plus lambda_q times
+    the quantisation term mean (|tanh u| - 1)^2."""
+
+    lambda_q: float = setting(
+        number(0), "weight of the quantisation term (authors: 1e-3 AlexNet, 0.05 ResNet-50)", 1e-3
+    )
+    reduction: str = reduction("mean")
+
+
+@dataclass(frozen=True)
+class OrthoHashSettings(Checked):
+    """OrthoHash (Hoe et al. 2021): cross-entropy of scaled cosine logits to a fixed +-1
+    codebook, with an additive margin on the true class."""
+
+    scale: float = setting(
+        number(0, open_low=True), "s, the scale of the cosine logits (paper: 8)", 8.0
+    )
+    margin: float = setting(number(0), "m, the cosine margin on the true class (paper: 0.2)", 0.2)
+    reduction: str = reduction("mean")
+
+
+@dataclass(frozen=True)
+class HPDHSettings(Checked):
+    """HPDH (Zhang et al. 2019): a Gaussian class model per tree level, rho_l its inverse
+    variance, plus the cube and vertex regularisers; rho runs linearly from rho_finest at the
+    finest level to rho_coarsest at the coarsest one below the root."""
+
+    rho_finest: float = setting(
+        number(0, open_low=True), "rho of the finest level (authors: 1)", 1.0
+    )
+    rho_coarsest: float = setting(
+        number(0, open_low=True),
+        "rho of the coarsest level below the root (authors: 0.5 CIFAR-100, 0.25 NABirds)",
+        0.5,
+    )
+    w_cub: float = setting(
+        number(0), "weight of the cube regulariser, over bits (authors: 10)", 10.0
+    )
+    w_vert: float = setting(
+        number(0), "weight of the vertex regulariser, over bits (authors: 0.1)", 0.1
+    )
+    reduction: str = reduction("mean")
