@@ -50,13 +50,13 @@ def url(tmp_path_factory) -> Iterator[str]:
 
 
 def shown_hits(browser: Any) -> list[dict[str, Any]]:
-    """Each hit card on the page, top to bottom, once every thumbnail is drawn (or none);
+    """Each hit card on the page, top to bottom, once every thumbnail is drawn at its size (or none);
     empty while the page is still fetching."""
     return browser.execute_script(
         """
         const hits = [...document.querySelectorAll('#hits .hit')];
         const imgs = [...document.querySelectorAll('#hits .hit img')];
-        if (!hits.length || imgs.some((i) => !i.complete || i.naturalWidth === 0)) return [];
+        if (!hits.length || imgs.some((i) => !i.dataset.sized)) return [];
         const text = (h, kind) => (h.querySelector('.' + kind) || {}).textContent || '';
         return hits.map((h) => {
           const img = h.querySelector('img');

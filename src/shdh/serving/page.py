@@ -155,6 +155,7 @@ function card(hit, deepest) {
 }
 function sizeClass(img) {
   img.classList.toggle("tiny", Math.max(img.naturalWidth, img.naturalHeight) * 2 <= 128);
+  img.dataset.sized = "1";  // drawn at its final size: a page check waits for this, not "complete"
 }
 async function thumbnail(img, itemId, frame) {
   let response;
