@@ -50,8 +50,8 @@ def url(tmp_path_factory) -> Iterator[str]:
 
 
 def shown_hits(browser: Any) -> list[dict[str, Any]]:
-    """Each hit card on the page, top to bottom, once every thumbnail is drawn at its size (or none);
-    empty while the page is still fetching."""
+    """Each hit card on the page, top to bottom, once every thumbnail is drawn at its size (or
+    none); empty while the page is still fetching."""
     return browser.execute_script(
         """
         const hits = [...document.querySelectorAll('#hits .hit')];
