@@ -9,7 +9,7 @@ from shdh.ranking import exact
 from shdh.ranking.exact import (
     hamming,
     integer_weights,
-    iter_rank,
+    iter_query_chunks,
     pack_codes,
     rank_with_distances,
     segment_masks,
@@ -279,12 +279,16 @@ def test_fused_kernel_gives_the_stored_distance_ranking_at_its_default_sizes(
     assert not fused[1][0].any()
 
 
-def test_iter_rank_yields_query_chunks_in_order_with_all_distances() -> None:
+def test_query_chunks_hold_the_words_every_distance_is_computed_from() -> None:
     rng = np.random.default_rng(8)
     q, db = random_codes(rng, 10, 12), random_codes(rng, 30, 12)
-    parts = list(iter_rank(pack_codes(q), pack_codes(db), [12], [1], top_n=4, chunk=4))
-    assert [p.start for p in parts] == [0, 4, 8]
-    all_d = np.concatenate([p.all_distances for p in parts]).astype(np.int64)
+
+    def distances(start, words, db_t, layout):
+        return start, exact._distances(words, db_t, layout)
+
+    parts = list(iter_query_chunks(pack_codes(q), pack_codes(db), [12], [1], distances, chunk=4))
+    assert [start for start, _ in parts] == [0, 4, 8]
+    all_d = np.concatenate([d for _, d in parts]).astype(np.int64)
     np.testing.assert_array_equal(all_d, brute_distances(q, db, [12], [1]))
 
 
@@ -304,5 +308,5 @@ def test_rank_rejects_bad_arguments() -> None:
         rank(db, db, [8], [1], chunk=0)
     with pytest.raises(ValueError, match="workers"):
         rank(db, db, [8], [1], workers=0)
-    with pytest.raises(ValueError, match="top_n"):
-        iter_rank(db, db, [8], [1], top_n=0)  # checked at the call, before any iteration
+    with pytest.raises(ValueError, match="segment_sizes sum to 9 bits"):
+        iter_query_chunks(db, db, [9], [1], print)  # checked at the call, before any iteration

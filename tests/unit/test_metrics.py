@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from shdh.core import metrics
+from shdh.core import metrics, relevance
 from shdh.core.level_weights import layer_weights
 from shdh.core.metrics import (
     acg,
@@ -100,8 +100,8 @@ def test_weighted_recall_by_radius_hand_computed() -> None:
 def test_missing_node_never_matches() -> None:
     q = np.array([[0, -1, -1], [0, 1, -1]])
     x = np.array([[0, -1, -1], [0, 1, -1]])
-    np.testing.assert_array_equal(metrics._relevance(q, x), [0, 1])
-    np.testing.assert_allclose(metrics._gain(q, x, layer_weights(3)), [0.0, 2 / 3])
+    np.testing.assert_array_equal(relevance.relevance(q, x), [0, 1])
+    np.testing.assert_allclose(relevance.gain(q, x, layer_weights(3)), [0.0, 2 / 3])
 
 
 # --- evaluate against brute force ----------------------------------------------------------------

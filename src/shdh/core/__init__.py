@@ -1,11 +1,8 @@
-"""The method's mathematics, as the paper writes it: the label tree (hierarchy, built from the
-fields of tree_fields), the level weights and code segments (level_weights, Eq. 2), the
-hierarchical similarity (similarity, Eq. 1-3) and the S artifact (smatrix), the losses (losses:
-SHDH's J, Eq. 5-8, and DPSH's likelihood) with their settings (loss_settings) and the objects a
-trainer takes (objectives), the retrieval metrics (metrics: ACG, DCG, NDCG, weighted recall;
-peer_metrics: the peers' mAP@R and mAHP@R), the
-codes-file contract (codes_file) and the images' input geometry (image_input). Torch, numpy and
-numba only: a notebook, or a bare GPU machine, uses it alone.
+"""The method's mathematics, as the paper writes it: the label tree, the level weights and code
+segments (Eq. 2), the hierarchical similarity (Eq. 1-3) and the S artifact, the pairs of a
+training batch, the retrieval metrics (the paper's and the peers') and the one ranking pass they
+are taken from, the codes-file contract and the images' input geometry. Torch, numpy and numba
+only: a notebook, or a bare GPU machine, uses it alone.
 
 May import: ranking, runtime.
 """

@@ -1,14 +1,11 @@
 """Retrieval metrics exactly as docs/method.md "Metrics" defines them: small pure functions,
 then one `evaluate` that assembles them over chunks of queries.
 
-Relevance r(q, x) = number of shared non-root levels and gain g(q, x) = sum_k u_k s^k_qx are
-computed here from ancestor matrices (N, K), column 0 the root, -1 = no node (never matches), or
-from multi-label ancestor sets (N, K, M), -1 padded, where s^k_qx = 1 iff the level-k sets
-intersect (shdh.core.similarity does the set matching). They depend only on an item's ancestors, and
-a single-label database has few distinct rows (one per leaf class), so `evaluate` computes them
-against the distinct rows once per query and looks items up by row: per-query totals and
-relevance counts for the ideal DCG then need no pass over N items. (Multi-label rows are mostly
-distinct; the same code then simply scores every item.)
+Relevance r(q, x) and gain g(q, x) come from shdh.core.relevance, against the database's
+distinct ancestor rows. `evaluate` ranks each query's whole database once (shdh.core.metric_kernel)
+and takes every metric from that pass: the top n's relevance for ACG, DCG and NDCG through the
+functions here, the WR curve, mAHP and mAP (over the whole list) in the pass itself, to the same
+last digit as these functions and shdh.core.peer_metrics give on the stored ranking.
 """
 
 from __future__ import annotations
@@ -18,51 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shdh.core.level_weights import integer_form, layer_weights
-from shdh.core.peer_metrics import average_hierarchical_precision, average_precision, depth_name
-from shdh.core.similarity import check_pair, finest_match, iter_level_matches
-from shdh.ranking.exact import integer_weights, iter_rank
-
-# --- relevance and gain -----------------------------------------------------------------------
-
-
-def _shared_levels(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
-    """Eq. 1 for k >= 2: s^k_qx = 1 where both items have the same node at level k (-1 never
-    matches). Broadcasts over leading axes; returns bool (..., K-1)."""
-    q, x = q_anc[..., 1:], x_anc[..., 1:]
-    return (q == x) & (q >= 0)
-
-
-def _relevance(q_anc: np.ndarray, x_anc: np.ndarray) -> np.ndarray:
-    """r(q, x) = number of shared non-root levels."""
-    return _shared_levels(q_anc, x_anc).sum(axis=-1)
-
-
-def _gain(q_anc: np.ndarray, x_anc: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """g(q, x) = sum_k u_k s^k_qx = (s_qx + 1) / 2 (Eq. 3 shifted into [0, 1])."""
-    return _shared_levels(q_anc, x_anc) @ u[1:]
-
-
-def _relevance_and_gain(
-    q_anc: np.ndarray, x_anc: np.ndarray, u: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """r and g for every (query, item) pair, (Q, X) each, from ancestors in one layout.
-
-    Matrices broadcast the level comparison. Sets take shdh.core.similarity's level matches one
-    level at a time, so no (Q, X, K, M) array is ever held, and sum the gain exactly in integers
-    (Eq. 2's u_k K(K-1)/2 = K+1-k) before one division.
-    """
-    if q_anc.ndim == 2:
-        q, x = q_anc[:, None, :], x_anc[None, :, :]
-        return _relevance(q, x), _gain(q, x, u)
-    int_u, scale = integer_form(u)
-    rel = np.zeros((q_anc.shape[0], x_anc.shape[0]), dtype=np.int8)
-    gain_int = np.zeros(rel.shape, dtype=np.int32)
-    for k, match in iter_level_matches(q_anc, x_anc):
-        rel += match
-        gain_int += match * int_u[k]
-    return rel, gain_int / float(scale)
-
+from shdh.core.level_weights import layer_weights
+from shdh.core.peer_metrics import depth_name
+from shdh.core.relevance import distinct_rows, relevance_and_gain, relevance_counts
+from shdh.core.similarity import check_pair, finest_match
+from shdh.ranking.exact import integer_weights, iter_query_chunks
 
 # --- ranked-list metrics (rel, gains: (Q, n) in rank order; each returns per-query values) ------
 
@@ -200,8 +157,8 @@ def evaluate(
 
     radius_queries: average the WR-by-radius curve (a figure, not a table metric) over the first
     this many queries only (None: all). Queries come in a seeded random order, so they are a
-    random sample; the curve's histogram over every database item is the costliest part of
-    the evaluation, and 1,000 queries draw it to within a fraction of a percent.
+    random sample; the curve counts every database item of every query it takes, and 1,000
+    queries draw it to within a fraction of a percent.
 
     map_depths, mahp_depths: the peers' metrics to add (shdh.core.peer_metrics), "map@R" and
     "mahp@R" for each R (None: the whole database, "map@all", which ranks all of it)."""
@@ -214,13 +171,14 @@ def evaluate(
         raise ValueError(f"need at least one query and one database item, got {n_q} and {n_db}")
     int_w = integer_weights(segment_weights)
     peers = _PeerSums(n_db, map_depths, mahp_depths)
-    scores = _Sums(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries, peers)
-    ranked = iter_rank(  # checks codes and layout now; ranks lazily, chunk by chunk
+    ranking = _Pass(q_anc, x_anc, int_w, segment_sizes, n, wr_ns, curve_max, radius_queries, peers)
+    scores = _Sums(ranking)
+    ranked = iter_query_chunks(  # checks codes and layout now; ranks lazily, chunk by chunk
         query_codes_packed,
         db_codes_packed,
         segment_sizes,
         int_w,
-        top_n=max(scores.n_top, scores.gain_depth, scores.peers.depth),
+        ranking.rank,
         chunk=chunk,
         workers=workers,
     )
@@ -239,114 +197,163 @@ def _check_depths(**depths: Sequence[int | None]) -> None:
                 raise ValueError(f"{name} must hold positive ints, got {value!r}")
 
 
-class _Sums:
-    """The metrics summed over the queries of each ranked chunk, then averaged (`means`)."""
+@dataclass(frozen=True)
+class _Ranked:
+    """One chunk of queries ranked (_Pass.rank): per distinct database row, each query's
+    relevance (Qc, U) and per query its items by relevance (Qc, K); the rows of its first n items
+    (Qc, n); the chunk's WR@1..curve_max summed over its queries; each query's WR@m, AHP@R and
+    AP@R; and, for the queries the radius curve samples, their gains and totals and either
+    their items counted by (distance, row) or (with many distinct rows) their distances."""
+
+    rel_u: np.ndarray
+    rel_counts: np.ndarray
+    top_rows: np.ndarray
+    curve: np.ndarray
+    wr: np.ndarray
+    ahp: np.ndarray
+    ap: np.ndarray
+    radius: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Pass:
+    """The ranking pass over a chunk of queries (shdh.core.metric_kernel), in the pool's threads,
+    and what it is asked for: the lists' depths, the database's distinct rows, the radius
+    curve's sample."""
 
     def __init__(self, q_anc, x_anc, int_w, sizes, n, wr_ns, curve_max, radius_queries, peers):
         n_q, n_db = q_anc.shape[0], x_anc.shape[0]
-        self.q_anc, self.n_q, self.n = q_anc, n_q, n
+        self.q_anc, self.n_q, self.n, self.peers = q_anc, n_q, n, peers
         self.u = layer_weights(q_anc.shape[1])
         self.n_top = min(n, n_db)
         self.wr_depths = {m: min(m, n_db) for m in wr_ns}
         self.curve_len = min(curve_max, n_db)
         self.max_radius = int((int_w * np.asarray(sizes, dtype=np.int64)).sum())
-        self.rows_u, self.row_of, self.row_count = _distinct_rows(x_anc)
+        self.rows_u, row_of, self.row_count = distinct_rows(x_anc)
+        if len(self.rows_u) >= 1 << 30:  # the ranking pass keeps a row in 30 bits
+            raise ValueError(f"db_anc has {len(self.rows_u)} distinct rows; at most 2**30 - 1")
+        self.row_of, self.rows32 = row_of, row_of.astype(np.int32)
         self.n_rel = q_anc.shape[1]  # relevance takes values 0..K-1
-        self.sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
-        self.wr_sums = dict.fromkeys(wr_ns, 0.0)
-        self.curve_sum = np.zeros(self.curve_len)
-        self.radius_sum = np.zeros(self.max_radius + 1)
         self.n_radius = n_q if radius_queries is None else min(n_q, int(radius_queries))
         if self.n_radius < 1:
             raise ValueError(f"radius_queries must be >= 1 or None, got {radius_queries!r}")
-        self.gain_depth = max([self.curve_len, *self.wr_depths.values()])
-        self.peers = peers
+        self.depths = (np.array(list(self.wr_depths.values()), dtype=np.int64), *peers.depths)
+        # The radius curve counts items by (distance, row) unless that outgrows the database.
+        self.count_radius = (self.max_radius + 1) * len(self.rows_u) <= max(n_db, 1 << 12)
 
-    def add(self, part) -> None:
-        """One chunk of ranked queries: part.indices (Qc, depth), part.all_distances."""
-        qa = self.q_anc[part.start : part.start + part.indices.shape[0]]
-        rel_u, gain_u = _relevance_and_gain(qa, self.rows_u, self.u)  # (Qc, U) each
-        rel_counts = _relevance_counts(rel_u, self.row_count, self.n_rel)
+    def rank(self, start: int, q_words: np.ndarray, db_t: np.ndarray, layout) -> _Ranked:
+        """Rank the database for the queries start.. (their uint64 words q_words), one pass each."""
+        from shdh.core import metric_kernel  # numba: compiled on first use, not on import
+
+        qa = self.q_anc[start : start + q_words.shape[0]]
+        n_q, n_db, n_rows = qa.shape[0], db_t.shape[1], len(self.rows_u)
+        rel_u, gain_u = relevance_and_gain(qa, self.rows_u, self.u)  # (Qc, U) each
         total = gain_u @ self.row_count
+        rel_counts = relevance_counts(rel_u, self.row_count, self.n_rel)
+        tables = (self.peers.relevant_rows(qa, self.rows_u), rel_u.astype(np.int64), gain_u)
+        sampled = max(0, min(n_q, self.n_radius - start))  # the radius curve's queries here
+        width = self.max_radius + 1
+        radius = np.zeros((sampled if self.count_radius else 0, width * n_rows), dtype=np.int64)
+        distances = np.empty((0 if self.count_radius else sampled, n_db), dtype=layout.dtype)
+        out = (
+            np.empty((n_q, self.n_top), dtype=np.int64),
+            np.zeros(self.curve_len),
+            *(np.empty((n_q, len(depths))) for depths in self.depths),
+            radius,
+            distances,
+        )
+        metric_kernel.rank_and_score(
+            q_words,
+            db_t,
+            (layout.plane_masks, layout.plane_shifts, width),
+            self.rows32,
+            (*tables, total, rel_counts),
+            self.depths,
+            out,
+        )
+        top_rows, curve, wr, ahp, ap = out[:5]
+        sample = (gain_u[:sampled], total[:sampled], radius, distances)
+        return _Ranked(rel_u, rel_counts, top_rows, curve, wr, ahp, ap, sample)
 
-        picked = np.arange(qa.shape[0])[:, None], self.row_of[part.indices]
-        rel = rel_u[picked[0], picked[1][:, : self.n_top]]
-        gains = gain_u[picked[0], picked[1][:, : self.gain_depth]]
+
+class _Sums:
+    """The metrics of each ranked chunk summed over its queries, in query order, then averaged
+    (`means`): those of the top n (ACG, DCG, NDCG) with the functions above, the rest as the
+    ranking pass made them."""
+
+    def __init__(self, ranking: _Pass) -> None:
+        self.ranking = ranking
+        self.sums = {"acg": 0.0, "dcg": 0.0, "ndcg": 0.0, "ndcg_list": 0.0}
+        self.wr_sums = dict.fromkeys(ranking.wr_depths, 0.0)
+        self.curve_sum = np.zeros(ranking.curve_len)
+        self.radius_sum = np.zeros(ranking.max_radius + 1)
+
+    def add(self, part: _Ranked) -> None:
+        """One ranked chunk's metrics, summed over its queries in order."""
+        ranking = self.ranking
+        queries = np.arange(part.top_rows.shape[0])[:, None]
+        rel = part.rel_u[queries, part.top_rows]
         self.sums["acg"] += acg(rel).sum()
         self.sums["dcg"] += dcg(rel).sum()
-        self.sums["ndcg"] += ndcg(rel, database_ideal(rel_counts, self.n_top)).sum()
+        self.sums["ndcg"] += ndcg(rel, database_ideal(part.rel_counts, ranking.n_top)).sum()
         self.sums["ndcg_list"] += ndcg(rel, list_ideal(rel)).sum()
-        curve = weighted_recall_curve(gains, total)
-        for m, d in self.wr_depths.items():
-            self.wr_sums[m] += curve[:, d - 1].sum()
-        self.curve_sum += curve[:, : self.curve_len].sum(axis=0)
-        rows = max(0, min(len(qa), self.n_radius - part.start))  # this chunk's sampled queries
-        if rows:
+        for t, m in enumerate(self.wr_sums):
+            self.wr_sums[m] += _column(part.wr, t).sum()
+        self.curve_sum += part.curve
+        gain_u, total, counts, distances = part.radius
+        if counts.shape[0]:
+            self.radius_sum += _radius_shares(counts, gain_u, total, ranking.max_radius + 1)
+        elif distances.shape[0]:
             self.radius_sum += _recall_by_radius(
-                part.all_distances[:rows],
-                self.row_of,
-                gain_u[:rows],
-                total[:rows],
-                self.max_radius,
+                distances, ranking.row_of, gain_u, total, ranking.max_radius
             )
-        self.peers.add(qa, self.rows_u, picked, rel_u, rel_counts)
+        ranking.peers.add(part)
 
     def means(self, real_per_unit: float) -> tuple[dict[str, float], Curves]:
-        n, n_q = self.n, self.n_q
+        ranking = self.ranking
+        n, n_q = ranking.n, ranking.n_q
         result = {f"{name}@{n}": float(value / n_q) for name, value in self.sums.items()}
         result.update({f"wr@{m}": float(value / n_q) for m, value in self.wr_sums.items()})
-        result.update({name: float(value / n_q) for name, value in self.peers.sums.items()})
-        radius = np.arange(self.max_radius + 1)
+        result.update({name: float(value / n_q) for name, value in ranking.peers.sums.items()})
+        radius = np.arange(ranking.max_radius + 1)
         curves = Curves(
             wr_at_n=self.curve_sum / n_q,
             radius=radius,
             radius_real=radius * real_per_unit,
-            wr_at_radius=self.radius_sum / self.n_radius,
+            wr_at_radius=self.radius_sum / ranking.n_radius,
         )
         return result, curves
 
 
 class _PeerSums:
     """mAP@R (relevant: the query's finest label) and mAHP@R summed over queries
-    (shdh.core.peer_metrics), beside _Sums' metrics and from the same ranking."""
+    (shdh.core.peer_metrics), beside _Sums' metrics and from the same ranking pass."""
 
     def __init__(self, n_db, map_depths, mahp_depths) -> None:
         self.map_depths = {f"map@{depth_name(d)}": min(d or n_db, n_db) for d in map_depths}
         self.mahp_depths = {f"mahp@{d}": min(d, n_db) for d in mahp_depths}
         self.sums = dict.fromkeys([*self.map_depths, *self.mahp_depths], 0.0)
-        self.depth = max([0, *self.map_depths.values(), *self.mahp_depths.values()])
+        self.ap_depths = sorted(set(self.map_depths.values()))  # the kernel's, ascending
+        mahp = list(self.mahp_depths.values())
+        self.depths = (np.array(mahp, dtype=np.int64), np.array(self.ap_depths, dtype=np.int64))
 
-    def add(self, qa, rows_u, picked, rel_u, rel_counts) -> None:
-        """One chunk: picked = (query rows, each ranked item's distinct ancestor row, rows_u)."""
-        if self.map_depths:
-            relevant = finest_match(qa, rows_u)[picked]  # (Qc, depth) in rank order
-            for name, d in self.map_depths.items():
-                self.sums[name] += average_precision(relevant[:, :d]).sum()
-        for name, d in self.mahp_depths.items():
-            rel = rel_u[picked[0], picked[1][:, :d]]
-            self.sums[name] += average_hierarchical_precision(
-                rel, database_ideal(rel_counts, d)
-            ).sum()
+    def relevant_rows(self, qa: np.ndarray, rows_u: np.ndarray) -> np.ndarray:
+        """(Qc, U) bool: the distinct database rows that share each query's finest label (all
+        False when no mAP is asked for)."""
+        if not self.map_depths:
+            return np.zeros((qa.shape[0], rows_u.shape[0]), dtype=bool)
+        return finest_match(qa, rows_u)
 
-
-def _distinct_rows(x_anc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct database ancestor rows (U, K[, M]), each item's row (N,) and each row's item
-    count (U,): relevance and gain depend only on the row. Set slots that are padding in every
-    row are dropped."""
-    rows_u, row_of, row_count = np.unique(x_anc, axis=0, return_inverse=True, return_counts=True)
-    if x_anc.ndim == 3:
-        rows_u = rows_u[:, :, (rows_u >= 0).any(axis=(0, 1))]
-    return rows_u, row_of.reshape(-1), row_count
+    def add(self, part: _Ranked) -> None:
+        for name, d in self.map_depths.items():
+            self.sums[name] += _column(part.ap, self.ap_depths.index(d)).sum()
+        for t, name in enumerate(self.mahp_depths):
+            self.sums[name] += _column(part.ahp, t).sum()
 
 
-def _relevance_counts(rel_u: np.ndarray, row_count: np.ndarray, n_rel: int) -> np.ndarray:
-    """(Qc, n_rel) int64: per query, how many database items have relevance 0..n_rel-1, from
-    the relevance of each distinct row (Qc, U) and the rows' item counts (U,)."""
-    n_q = rel_u.shape[0]
-    bins = rel_u.astype(np.intp) + (np.arange(n_q, dtype=np.intp) * n_rel)[:, None]
-    weights = np.broadcast_to(row_count, rel_u.shape)
-    counts = np.bincount(bins.ravel(), weights=weights.ravel(), minlength=n_q * n_rel)
-    return np.rint(counts).astype(np.int64).reshape(n_q, n_rel)
+def _column(values: np.ndarray, t: int) -> np.ndarray:
+    """Column t of per-query values (Qc, m), contiguous: summed as the per-query arrays of the
+    metric functions are."""
+    return np.ascontiguousarray(values[:, t])
 
 
 def _recall_by_radius(
@@ -381,7 +388,15 @@ def _recall_by_radius(
         counts[start : start + step] = np.bincount(
             block.ravel(), minlength=block.shape[0] * cells
         ).reshape(-1, cells)
-    mass = counts.reshape(n_q, width, n_rows) @ gain_u[:, :, None]  # (Qc, width, 1)
+    return _radius_shares(counts, gain_u, total, width)
+
+
+def _radius_shares(
+    counts: np.ndarray, gain_u: np.ndarray, total: np.ndarray, width: int
+) -> np.ndarray:
+    """Sum over queries of the share of each one's total gain within each radius, (width,), from
+    its items counted by (distance, distinct row), counts (Q, width * U)."""
+    mass = counts.reshape(counts.shape[0], width, -1) @ gain_u[:, :, None]  # (Q, width, 1)
     cum = np.cumsum(mass[:, :, 0], axis=1)
     share = np.divide(cum, total[:, None], out=np.zeros_like(cum), where=total[:, None] > 0)
     return share.sum(axis=0)

@@ -12,18 +12,17 @@ is neutral).
 Speed: the database is viewed as uint64 words and the weights are split into bit planes,
 D = sum_p 2^p * popcount((q xor x) & M_p), where M_p covers the segments whose integer weight has
 bit p set. Weights (3, 2, 1) need two masked popcounts, not three; plain Hamming needs one. The
-popcount loops are compiled (retrieval_kernel.py, numba), because numpy would make one pass over
+popcount loops are compiled (exact_kernel.py, numba), because numpy would make one pass over
 memory per word and plane and its popcount is not vectorised.
 
 Three ways to the top n, all exact and giving the same order:
 - `rank` / `rank_with_distances` with n well below N: the fused kernel, which never stores the
   distance matrix (faster than faiss's IndexBinaryFlat, docs/benchmarks.md);
-- n near N (evaluation's WR@n curves): every distance of a query chunk, then a counting sort cut
-  at n (distances are small integers);
-- otherwise on a stored chunk (evaluation's top-n over databases above 64 n): the fused
-  kernel's heap scan, reading the stored distances.
-`iter_rank` always stores the chunk's distances, because evaluation needs every one of them (the
-radius curves).
+- n near N: every distance of a query chunk, then a counting sort cut at n (distances are small
+  integers);
+- otherwise on a stored chunk: the fused kernel's heap scan, reading the stored distances.
+The evaluation ranks every item for every query and takes its metrics from that pass
+(shdh.core.metric_kernel), through `iter_query_chunks`: the checked words, chunk by chunk.
 """
 
 from __future__ import annotations
@@ -139,40 +138,31 @@ def hamming(q_packed: np.ndarray, db_packed: np.ndarray) -> np.ndarray:
     return weighted_hamming(q_packed, db_packed, [8 * width], [1])
 
 
-@dataclass(frozen=True)
-class RankedChunk:
-    """The ranking of queries start .. start + len(indices) - 1.
-
-    indices, distances: (Qc, n) int64, ascending (distance, database index).
-    all_distances: (Qc, N) small unsigned ints, every database item (for radius curves)."""
-
-    start: int
-    indices: np.ndarray
-    distances: np.ndarray
-    all_distances: np.ndarray
-
-
-def iter_rank(
+def iter_query_chunks(
     q_packed: np.ndarray,
     db_packed: np.ndarray,
     segment_sizes: Sequence[int],
     int_weights: Sequence[int],
+    work: Callable[[int, np.ndarray, np.ndarray, DistanceLayout], _T],
     *,
-    top_n: int | None = None,
     chunk: int | None = None,
     workers: int = 1,
-) -> Iterator[RankedChunk]:
-    """Rank the database for chunks of queries, in query order.
+) -> Iterator[_T]:
+    """work(start, q_words, db_t, layout) for chunks of queries, yielded in query order: the
+    checked codes as uint64 words (the chunk's queries (Qc, W), the database word-major (W, N))
+    and the distance layout, for a caller with its own compiled pass over them (the evaluation's
+    one pass per query, shdh.core.metric_kernel). chunk is the number of queries per chunk
+    (default: about 16 Mi distance cells); workers > 1 runs chunks in threads (work must release
+    the GIL to gain), at most 2 * workers chunks ahead. The inputs are checked at the call, the
+    chunks computed lazily."""
+    q, db, layout = _prepare(q_packed, db_packed, segment_sizes, int_weights)
+    _top_count(None, workers, db.shape[1])  # checks workers
+    step = _chunk_size(chunk, db.shape[1])
 
-    top_n=None (or >= N) ranks the whole database. chunk is the number of queries per chunk
-    (default: about 16 Mi distance cells); workers > 1 computes chunks in threads (numpy releases
-    the GIL in its loops), keeping at most 2 * workers chunks in memory. The result does not depend
-    on chunk or workers."""
-    q, db, layout, n = _prepare_ranking(
-        q_packed, db_packed, segment_sizes, int_weights, top_n, workers
-    )
-    # Validation above runs at the call; the chunks are computed lazily.
-    return _iter_chunks(q, db, layout, n, _chunk_size(chunk, db.shape[1]), workers)
+    def run(start: int) -> _T:
+        return work(start, q[start : start + step], db, layout)
+
+    return _in_order(run, range(0, q.shape[0], step), workers)
 
 
 def rank_with_distances(
@@ -188,7 +178,7 @@ def rank_with_distances(
     """(indices, distances), both (Q, n) int64, ascending distance then database index.
 
     A top_n well below N goes through the fused kernel, which stores no distance matrix; larger
-    ones through stored distances (as iter_rank). Both give the same result."""
+    ones through stored distances. Both give the same result."""
     q, db, layout, n = _prepare_ranking(
         q_packed, db_packed, segment_sizes, int_weights, top_n, workers
     )
@@ -198,9 +188,8 @@ def rank_with_distances(
     parts = list(_iter_chunks(q, db, layout, n, _chunk_size(chunk, n_db), workers))
     if not parts:  # no queries
         return np.empty((0, n), np.int64), np.empty((0, n), np.int64)
-    indices = np.concatenate([p.indices for p in parts])
-    distances = np.concatenate([p.distances for p in parts])
-    return indices, distances
+    indices, distances = zip(*parts, strict=True)
+    return np.concatenate(indices), np.concatenate(distances)
 
 
 # --- the checks and the distance layout, shared with the search index (shdh.ranking.search_index*)
@@ -367,13 +356,11 @@ def _kernels():
 
 def _iter_chunks(
     q: np.ndarray, db_t: np.ndarray, layout: DistanceLayout, n: int, step: int, workers: int
-) -> Iterator[RankedChunk]:
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The stored-distance ranking, chunk by chunk: every distance, then the exact top n."""
 
-    def work(start: int) -> RankedChunk:
-        dist = _distances(q[start : start + step], db_t, layout)
-        idx, d = _select_top(dist, n)
-        return RankedChunk(start, idx, d, dist)
+    def work(start: int) -> tuple[np.ndarray, np.ndarray]:
+        return _select_top(_distances(q[start : start + step], db_t, layout), n)
 
     return _in_order(work, range(0, q.shape[0], step), workers)
 

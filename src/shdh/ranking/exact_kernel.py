@@ -9,7 +9,9 @@ it) and each distance is written once:
   IndexBinaryFlat on the same cores, docs/benchmarks.md);
 - all_distances: the whole (queries x items) matrix, for evaluation's radius curves;
 - top_n_of_rows: the same heap scan over stored rows, when n is well below N;
-- top_n_by_counting: the top n of each stored row when n is near N, by a counting sort.
+- top_n_by_counting: the top n of each stored row when n is near N, by a counting sort;
+- row_distances: one query's distances, the loop all of them share (and the evaluation's one
+  pass, shdh.core.metric_kernel).
 
 Exactness and ties: every distance is an exact integer. top_n_keys and top_n_of_rows keep a
 max-heap of keys D * N + index per query and visit items in ascending index, so an item enters
@@ -59,7 +61,7 @@ def top_n_keys(q, db_t, plane_masks, plane_shifts, tile, keys):
     for start in range(0, n_db, tile):
         width = min(n_db, start + tile) - start
         for i in range(n_q):
-            _row_distances(q[i], db_t, start, width, plane_masks, plane_shifts, dist)
+            row_distances(q[i], db_t, start, width, plane_masks, plane_shifts, dist)
             bound[i] = _offer(keys[i], dist, 0, width, start, bound[i], n_db)
     for i in range(n_q):
         keys[i].sort()
@@ -84,14 +86,15 @@ def all_distances(q, db_t, plane_masks, plane_shifts, out):
     """Fill out (Qc, N), an unsigned integer array wide enough for the largest distance, with
     Eq. 4 for every (query, item) pair; the same words and planes as top_n_keys."""
     for i in range(q.shape[0]):
-        _row_distances(q[i], db_t, 0, db_t.shape[1], plane_masks, plane_shifts, out[i])
+        row_distances(q[i], db_t, 0, db_t.shape[1], plane_masks, plane_shifts, out[i])
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _row_distances(q_row, db_t, start, width, plane_masks, plane_shifts, out):
+def row_distances(q_row, db_t, start, width, plane_masks, plane_shifts, out):
     """out[j] = Eq. 4 between one query's words and item start + j, for j < width.
 
-    Inlined into each caller, so LLVM vectorises the inner loop for the caller's output type."""
+    Inlined into each caller (shdh.core.metric_kernel's too), so LLVM vectorises the inner loop
+    for the caller's output type."""
     out[:width] = 0
     for w in range(q_row.shape[0]):
         qw = q_row[w]
