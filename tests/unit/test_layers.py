@@ -34,14 +34,16 @@ ALLOWED: dict[str, set[str]] = {
     "plan": METHODS,
     "tracking": METHODS | {"data", "plan"},
     "reporting": METHODS | {"tracking"},
-    "steps": METHODS | {"data", "features", "plan", "tracking", "reporting"},
+    # the codes in a vector database (Milvus): written by the index step, read by the service
+    "vectordb": CORE,
+    "steps": METHODS | {"data", "features", "plan", "tracking", "reporting", "vectordb"},
     "settings": METHODS | {"data"},
     # the front doors
-    "serving": METHODS | {"data", "tracking"},
+    "serving": METHODS | {"data", "tracking", "vectordb"},
     "kubeflow": LIBRARY,
     "bundle": LIBRARY,
     "trainjob": LIBRARY | {"kubeflow"},
-    "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines"},
+    "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines", "vectordb"},
     "cli": {"shdh", "commands"},
     "components": {
         "shdh",
@@ -52,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "serving",
         "steps",
         "tracking",
+        "vectordb",
     },
     "pipelines": LIBRARY | {"kubeflow", "components"},
 }

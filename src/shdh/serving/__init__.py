@@ -11,7 +11,7 @@ inference protocols have no place for. FastAPI gives the typed request checks an
 page (/docs, its Swagger UI files from fastapi-offline, so it needs no CDN); all are in
 requirements.lock.
 
-May import: core, data, hashers, nets, ranking, runtime, tracking, training.
+May import: core, data, hashers, nets, ranking, runtime, tracking, training, vectordb.
 """
 
 from shdh.serving.app import create_app
