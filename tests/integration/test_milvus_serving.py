@@ -12,6 +12,9 @@ whole files to its workers) starts it once.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,7 +25,9 @@ from shdh.ranking.exact import pack_codes
 from shdh.serving import HasherFolder, create_app
 from shdh.serving.collection_source import CollectionSource
 from shdh.steps.prepare import load_prepared
+from shdh.vectordb.collection_index import CollectionIndex
 from shdh.vectordb.connection import TOKEN_ENV, VectorStoreError, connect
+from shdh.vectordb.writer import write_collection
 from tests.milvus_server import TOKEN
 from tests.serving.server import AUTH, b64, png, serving
 from tests.serving.server import TOKEN as SERVICE_TOKEN
@@ -168,3 +173,56 @@ def test_writes_are_seen_at_once_and_survive_restarts_of_the_service_and_of_milv
     milvus_server.start()
     with serving(collection_app(milvus_server, fit)) as url:
         assert state(url) == before
+
+
+def test_the_users_job_makes_a_user_that_indexes_serves_and_writes(milvus_server, tmp_path):
+    """The script of the Milvus overlay's Job milvus-users (k8s/components/milvus), run as its
+    pod runs it, twice (it is idempotent): root's first password is replaced, and the stack's
+    user may write, search and change a collection, but not administer users. Last in this
+    file: root's password is put back at the end for nothing after it."""
+    from tests.infra.manifests import find, render
+
+    job = find(render("overlays/milvus"), "Job", "milvus-users")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    root_password, user_token = "rootpassword0123456789", "shdh_milvus:userpassword0123"
+    env = {
+        "PATH": os.environ["PATH"],
+        "SHDH_MILVUS_URI": milvus_server.uri,
+        "MILVUS_ROOT_PASSWORD": root_password,
+        "MILVUS_TOKEN": user_token,
+    }
+    try:
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-c", container["args"][0]],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+        with pytest.raises(VectorStoreError, match="refused the token"):
+            connect(milvus_server.uri, TOKEN)  # root's first password no longer logs in
+        client = connect(milvus_server.uri, user_token)
+        codes = np.random.default_rng(0).choice(np.array([-1, 1], np.int8), (50, 16))
+        write_collection(
+            client,
+            milvus_server.uri,
+            "job_user_check",
+            codes=codes,
+            item_ids=np.arange(50),
+            ancestors=np.zeros((50, 1), np.int32),
+            label_paths=["a"] * 50,
+            segment_sizes=[16],
+            weights=[1.0],
+            record={"method": "m", "dataset": "d", "encoder": {}, "tree": None},
+        )
+        collection = CollectionIndex(client, milvus_server.uri, "job_user_check")
+        hits = collection.search_codes(pack_codes(codes[:1]), 1).hits
+        assert hits[0][0].item_id == 0 and hits[0][0].distance == 0
+        with pytest.raises(Exception, match="(?i)permission|privilege|denied"):
+            client.create_user("another", "another-password-0123")
+        client.drop_collection("job_user_check")
+    finally:
+        root = connect(milvus_server.uri, f"root:{root_password}")
+        root.update_password("root", root_password, TOKEN.partition(":")[2])
