@@ -64,5 +64,6 @@ class CollectionSource:
         recall = None
         if not index.exact and self.recall_sample > 0:
             recall = recall_at(index, sample=self.recall_sample)
-            log.info("%s: recall@100 %.4f against exact (nprobe %d)", name, recall, index.nprobe)
+            nprobe = index.rounds.nprobe
+            log.info("%s: recall@100 %.4f against exact (nprobe %d)", name, recall, nprobe)
         return index, recall

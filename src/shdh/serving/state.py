@@ -27,6 +27,7 @@ from shdh.serving.encoders import EncoderSource, ImageEncoder
 from shdh.serving.index_source import IndexSource, index_source
 from shdh.serving.labels import ItemLabels
 from shdh.serving.thumbnails import DatasetImages
+from shdh.vectordb.collection_index import CollectionIndex
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ class Loaded:
 
     @property
     def engine(self) -> str:
-        return "memory" if isinstance(self.index, SearchIndex) else "milvus"
+        """milvus for a collection; memory for the in-process index (or a stand-in with its
+        methods, as the benchmarks put in)."""
+        return "milvus" if isinstance(self.index, CollectionIndex) else "memory"
 
     @property
     def n_items(self) -> int:

@@ -25,7 +25,9 @@ from shdh.vectordb import schema
 from shdh.vectordb.connection import describe
 from shdh.vectordb.search_rounds import CALL_TIMEOUT_S, SearchRounds
 
-COUNT_TTL_S = 5.0  # how long the item count (count(*) with Strong consistency) is reused
+# How long the item count is reused: count(*) costs a query, and every answer's version names it.
+# Session consistency: it sees this process's writes (a Strong read waits out a time tick).
+COUNT_TTL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class Answer:
 
 class CollectionIndex:
     """Collection `name` of `client`, read and checked; `nprobe`: the lists a BIN_IVF_FLAT
-    search visits (default: a sixteenth of them, at least 1)."""
+    search visits (default: a sixteenth of them, at least 1). load_collection comes first:
+    Milvus describes the index of a loaded collection."""
 
     def __init__(self, client: Any, uri: str, name: str, *, nprobe: int | None = None) -> None:
         self.client, self.name = client, schema.check_name(name)
@@ -48,13 +51,11 @@ class CollectionIndex:
         self.n_bits = int(self.record["bits"])
         weights = self.record["weights"]
         self._scale = distance_scale(weights, integer_weights(weights))
-        nlist = int(self.record["nlist"])
-        nprobe = max(1, nlist // 16) if nprobe is None else int(nprobe)
-        self.rounds = SearchRounds(client, self.name, self.record, nprobe, self.where)
+        client.load_collection(name, timeout=CALL_TIMEOUT_S * 10)
+        self.rounds = SearchRounds(client, self.name, nprobe, self.where)
         tree = self.record.get("tree")
         self.tree = None if tree is None else LabelTree.from_dict(tree, f"{self.where}: tree")
         self._count: tuple[float, int] | None = None
-        client.load_collection(name, timeout=CALL_TIMEOUT_S * 10)
 
     @property
     def exact(self) -> bool:
@@ -66,7 +67,7 @@ class CollectionIndex:
         """Items in the collection now (counted at most every COUNT_TTL_S, and after writes)."""
         if self._count is None or time.monotonic() - self._count[0] > COUNT_TTL_S:
             found = self.client.query(
-                self.name, filter="", output_fields=["count(*)"], consistency_level="Strong"
+                self.name, filter="", output_fields=["count(*)"], consistency_level="Session"
             )
             self._count = (time.monotonic(), int(found[0]["count(*)"]))
         return self._count[1]

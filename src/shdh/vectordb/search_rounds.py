@@ -32,13 +32,22 @@ Ranked = list[tuple[CandidatePool, dict[int, dict]]]
 
 
 class SearchRounds:
-    """The searches of collection `name` (its record read), BIN_IVF_FLAT visiting `nprobe`
-    lists."""
+    """The searches of collection `name`, by the index its code field has now (Milvus's own
+    description of it: a collection may be indexed anew after the index step wrote it), a
+    BIN_IVF_FLAT search visiting `nprobe` lists (None: a sixteenth of them, at least 1)."""
 
-    def __init__(self, client: Any, name: str, record: dict, nprobe: int, where: str) -> None:
+    def __init__(self, client: Any, name: str, nprobe: int | None, where: str) -> None:
         self.client, self.name, self.where = client, name, where
-        self.flat = record["index_type"] == "BIN_FLAT"
-        self.nlist, self.nprobe = int(record["nlist"]), int(nprobe)
+        index = client.describe_index(name, schema.CODE)
+        if not index or index.get("index_type") not in schema.INDEX_TYPES:
+            found = (index or {}).get("index_type")
+            raise VectorStoreError(
+                f"{where}: the code field's index is {found!r}, not one of {schema.INDEX_TYPES}"
+            )
+        self.index_type = index["index_type"]
+        self.flat = self.index_type == "BIN_FLAT"
+        self.nlist = 1 if self.flat else int(index["nlist"])
+        self.nprobe = max(1, self.nlist // 16) if nprobe is None else int(nprobe)
 
     def exhaustive(self, nprobe: int | None = None) -> bool:
         """Whether a search visits every item: BIN_FLAT, or every list of BIN_IVF_FLAT."""
