@@ -208,3 +208,24 @@ def test_writes_need_the_token_and_the_milvus_engine(url, tmp_path):
         assert refused.status_code == 409 and "--engine milvus" in refused.text
         gone = requests.delete(f"{memory}/items/1000", headers=AUTH, timeout=10)
         assert gone.status_code == 409
+
+
+def test_the_service_finds_the_collection_the_index_step_named_for_the_encoder():
+    """`shdh index --engine milvus` names the collection from the encoder's record, the service
+    from the encoder it loaded: a registered version, or a fit's folder (no registry)."""
+    from types import SimpleNamespace
+
+    from shdh.vectordb.schema import collection_name
+
+    source = CollectionSource("x.db")
+    registered = SimpleNamespace(name="shdh-encoder", version="3", run_id="ab12", method="shdh")
+    folder = SimpleNamespace(name=None, version=None, run_id=None, method="dpsh")
+    for encoder, expected in ((registered, "shdh_shdh_encoder_v3_ab12"), (folder, None)):
+        encoder.n_bits = 64
+        record = {"name": encoder.name, "version": encoder.version, "run_id": encoder.run_id}
+        assert source.name_for(encoder) == collection_name(record, encoder.method, 64)
+        assert expected is None or source.name_for(encoder) == expected
+    assert source.name_for(folder) == "shdh_dpsh_64_untracked"
+    assert CollectionSource("x.db", collection="mine").name_for(None) == "mine"
+    with pytest.raises(ValueError, match="without an encoder, name the collection"):
+        source.name_for(None)

@@ -163,6 +163,11 @@ def _index(args: argparse.Namespace):
         raise ValueError("--index and --cache-dir: not with --engine milvus (give --uri)")
     if not args.uri:
         raise ValueError("--engine milvus: give --uri (a Milvus Lite file or http://HOST:19530)")
+    if not (args.collection or args.model or args.model_dir):
+        raise ValueError(
+            "--engine milvus: the collection is named for the encoder; without one "
+            "(--model or --model-dir), give --collection"
+        )
     return CollectionSource(
         args.uri, collection=args.collection, nprobe=args.nprobe, recall_sample=args.recall_sample
     )

@@ -62,7 +62,7 @@ def item_writes(service: Service, limits: Limits) -> APIRouter:
         packed = np.concatenate([_code(loaded, it, i, limits) for i, it in enumerate(body.items)])
         ids, paths = [it.item_id for it in body.items], [it.label_path for it in body.items]
         try:
-            done = add_items(loaded.index, ids, packed, paths, replace=body.replace)
+            done = _written(add_items, loaded.index, ids, packed, paths, replace=body.replace)
         except ItemConflict as exc:
             raise QueryError(409, str(exc)) from None
         except ValueError as exc:
@@ -75,12 +75,27 @@ def item_writes(service: Service, limits: Limits) -> APIRouter:
 
         loaded = _writable(service)
         try:
-            remove_item(loaded.index, item_id)
+            _written(remove_item, loaded.index, item_id)
         except KeyError as exc:
             raise QueryError(404, str(exc.args[0])) from None
         return {"removed": item_id, "version": loaded.describe()}
 
     return router
+
+
+def _written(write, *args, **kwargs):
+    """A write, with a vector database that does not answer (or does not show the write in
+    time) as a 503 naming it; whether a write it did not acknowledge took place, a read tells."""
+    from pymilvus.exceptions import MilvusException
+
+    from shdh.vectordb.connection import VectorStoreError
+
+    try:
+        return write(*args, **kwargs)
+    except MilvusException as exc:
+        raise QueryError(503, f"the vector database did not answer: {exc.message}") from None
+    except VectorStoreError as exc:
+        raise QueryError(503, str(exc)) from None
 
 
 def _writable(service: Service) -> Loaded:

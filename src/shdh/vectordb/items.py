@@ -25,6 +25,7 @@ import numpy as np
 from shdh.core.tree_fields import TreeError
 from shdh.vectordb import schema
 from shdh.vectordb.collection_index import CollectionIndex
+from shdh.vectordb.connection import VectorStoreError
 
 _WRITING = threading.Lock()
 _last_row = [0]
@@ -131,5 +132,7 @@ def _until_seen(index: CollectionIndex, expected: dict[int, Any], timeout: float
         if all(rows.get(i) == row for i, row in expected.items()):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{index.where}: the write was not visible after {timeout:.0f} s")
+            raise VectorStoreError(
+                f"{index.where}: the write was not visible after {timeout:.0f} s"
+            )
         time.sleep(0.05)
