@@ -11,6 +11,10 @@ inference protocols have no place for. FastAPI gives the typed request checks an
 page (/docs, its Swagger UI files from fastapi-offline, so it needs no CDN); all are in
 requirements.lock.
 
+The index is the in-process one, or with `--engine milvus` a Milvus collection (shdh.vectordb):
+the same routes and order from a store that takes items while it serves (POST /items, DELETE
+/items/{id}) and reaches past one machine.
+
 May import: core, data, hashers, nets, ranking, runtime, tracking, training, vectordb.
 """
 
