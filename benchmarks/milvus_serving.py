@@ -137,17 +137,40 @@ def write_collection(uri: str, index: SearchIndex, index_type: str, nlist: int) 
 
 
 def reindex(uri: str, index_type: str, nlist: int) -> float:
-    """The same collection under another index (released, index dropped and built, loaded)."""
+    """The collection's codes under another index (released, the code's index dropped and
+    built anew, the row's built if missing, loaded); the seconds it took."""
     from shdh.vectordb import schema
     from shdh.vectordb.connection import connect
     from shdh.vectordb.writer import LOAD_TIMEOUT_S
 
     client, started = connect(uri, TOKEN), time.perf_counter()
     client.release_collection(COLLECTION)
-    client.drop_index(COLLECTION, schema.CODE)
-    client.create_index(COLLECTION, schema.index_params(client, index_type, nlist))
+    indexes = client.list_indexes(COLLECTION)
+    if schema.CODE in indexes:
+        client.drop_index(COLLECTION, schema.CODE)
+    params = schema.index_params(client, index_type, nlist, rows=schema.ROW not in indexes)
+    client.create_index(COLLECTION, params)
     client.load_collection(COLLECTION, timeout=LOAD_TIMEOUT_S)
     return time.perf_counter() - started
+
+
+def reused(uri: str, n_items: int) -> bool:
+    """Whether the Milvus folder of --work holds the collection of the codes already (an
+    earlier run's): its items added through the API removed, it is indexed as BIN_FLAT."""
+    from shdh.vectordb.connection import connect
+
+    client = connect(uri, TOKEN)
+    if not client.has_collection(COLLECTION):
+        return False
+    client.load_collection(COLLECTION)
+    client.delete(COLLECTION, filter="item_id >= 1000000000000")
+    found = client.query(
+        COLLECTION, filter="", output_fields=["count(*)"], consistency_level="Strong"
+    )
+    if found[0]["count(*)"] != n_items:
+        return False
+    reindex(uri, "BIN_FLAT", 1)
+    return True
 
 
 def recall_at_100(uri: str, index: SearchIndex, bodies: list[bytes], nprobe: int) -> float:
@@ -255,6 +278,9 @@ def main() -> None:
     parser.add_argument("--insert-seconds", type=float, default=20.0, help="of POST /items")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--work", type=Path, help="keep the index and Milvus's data here")
+    parser.add_argument(
+        "--reuse", action="store_true", help="with --work: the collection an earlier run wrote"
+    )
     parser.add_argument("--quick", action="store_true", help="20,000 codes, 1 s per count")
     args = parser.parse_args()
     if args.quick:
@@ -283,8 +309,11 @@ def run(work: Path, args) -> None:
     try:
         if milvus:
             server.start()
-            extra["bulk_write"] = write_collection(server.uri, index, "BIN_FLAT", args.nlist)
-            print(f"bulk write: {extra['bulk_write']}", flush=True)
+            if args.reuse and reused(server.uri, len(index.item_ids)):
+                print("the collection of an earlier run is reused", flush=True)
+            else:
+                extra["bulk_write"] = write_collection(server.uri, index, "BIN_FLAT", args.nlist)
+                print(f"bulk write: {extra['bulk_write']}", flush=True)
         for backend in args.backends:
             if backend == "milvus-ivf":
                 extra["reindex_ivf_s"] = reindex(server.uri, "BIN_IVF_FLAT", args.nlist)

@@ -92,7 +92,8 @@ def write_collection(
             row[schema.ROW], row[schema.LABEL] = place, str(label)
         client.insert(staging, rows)
     client.flush(staging)
-    client.create_index(staging, schema.index_params(client, full["index_type"], nlist))
+    indexes = schema.index_params(client, full["index_type"], nlist, rows=is_server(uri))
+    client.create_index(staging, indexes)
     client.load_collection(staging, timeout=LOAD_TIMEOUT_S)
     if staging != name:
         if client.has_collection(name):
