@@ -91,8 +91,8 @@ class MilvusServer:
         raise RuntimeError(f"milvus not healthy after {START_TIMEOUT_S:.0f} s: {self.log()}")
 
     def _serving(self) -> bool:
-        """Whether the proxy answers and every collection is loaded again: a restarted server
-        is healthy seconds before it has recovered its collections from the log."""
+        """Whether the proxy answers and no collection is still loading: a restarted server is
+        healthy seconds before it has loaded again the collections it had loaded."""
         from pymilvus import MilvusClient
 
         try:
@@ -100,7 +100,7 @@ class MilvusServer:
             states = [client.get_load_state(c)["state"] for c in client.list_collections()]
         except Exception:  # refused, reset, or not yet recovered
             return False
-        return all(state.name == "Loaded" for state in states)
+        return all(state.name != "Loading" for state in states)
 
     def stop(self, kill: bool = False) -> None:
         """SIGTERM to the server's process group (its PID), SIGKILL if it lingers or if `kill`
