@@ -31,6 +31,9 @@ from shdh.tracking.cluster_env import (  # noqa: F401
     SHM_VOLUME,
 )
 
+# The Milvus user's token (k8s/components/milvus): the index task's, with index.engine milvus.
+MILVUS_SECRET = "shdh-milvus-credentials"
+
 
 def use_cluster_settings(task: Any) -> Any:
     """Environment from the ConfigMap and the Secret, by reference."""

@@ -50,6 +50,7 @@ from shdh.kfp.components.trainjob import trainjob as trainjob_op
 from shdh.kfp.components.tree import tree as tree_op
 from shdh.kfp.pipelines.cluster import (
     CONFIG_MAP,
+    MILVUS_SECRET,
     apply_resources,
     apply_retries,
     apply_training,
@@ -146,6 +147,7 @@ class _Plan(NamedTuple):
     data_version: str
     settings: ClusterSettings | None
     nodes: dict[str, Any] | None  # a fit's TrainJob nodes; None: one process, the train task
+    index: dict[str, Any]  # the index task's engine and its settings (params.yaml's index)
 
     @classmethod
     def of(cls, params: dict[str, Any], settings: ClusterSettings | None) -> "_Plan":
@@ -157,7 +159,7 @@ class _Plan(NamedTuple):
         if not deep_runs and not shallow_runs:
             raise ValueError("params: train and baselines list no (method, bits) to run")
         nodes = trainjob_nodes(params["train"], settings, IMAGE, gpu_image(IMAGE))
-        return cls(deep_runs, shallow_runs, data_version, settings, nodes)
+        return cls(deep_runs, shallow_runs, data_version, settings, nodes, _index(params))
 
     def cap(self, loop: str) -> int | None:
         """How many fits of a loop's kind may run at once (None: no cap)."""
@@ -197,6 +199,7 @@ class _Upstream(NamedTuple):
     prepared: Any
     similarity: Any
     opened: Any  # the start task: its output is the MLflow parent run's id
+    labels: Any  # the tree step's folder (a Milvus collection keeps the label tree)
 
 
 def _data_steps(tasks: _Tasks) -> _Upstream:
@@ -223,7 +226,7 @@ def _data_steps(tasks: _Tasks) -> _Upstream:
             evaluate=args.evaluate,
         )
     )
-    return _Upstream(prepared, similarity, opened)
+    return _Upstream(prepared, similarity, opened, labels)
 
 
 class _Fits:
@@ -344,13 +347,21 @@ def _search_index(tasks: _Tasks, upstream: _Upstream, registered: Any) -> Any:
     Never from KFP's cache: its inputs (the data, the model's name and alias) are the same in
     every run on the same data, while the version behind the alias is not, and a cached index
     of the last champion would be refused by the service beside the new one."""
-    args = tasks.args
+    args, engine = tasks.args, tasks.plan.index
     made = index_op(
         prepared=upstream.prepared,
         similarity=upstream.similarity,
+        labels=upstream.labels,
         model_name=args.register_model,
         alias=args.register_alias,
+        **engine,
     )
+    if engine["engine"] == "milvus" and tasks.plan.settings is not None:
+        from kfp import kubernetes
+
+        # where the cluster's Milvus is, and the stack's Milvus user (k8s/components/milvus)
+        kubernetes.use_config_map_as_env(made, CONFIG_MAP, {"SHDH_MILVUS_URI": "SHDH_MILVUS_URI"})
+        kubernetes.use_secret_as_env(made, MILVUS_SECRET, {"MILVUS_TOKEN": "SHDH_MILVUS_TOKEN"})
     return tasks.add(made.after(registered).set_caching_options(False))
 
 
@@ -366,6 +377,22 @@ def _deploy(tasks: _Tasks, indexed: Any, deploy: Deploy) -> Any:
     )
     kubernetes.use_secret_as_env(made, deploy.token_secret, {"token": "SHDH_SERVE_TOKEN"})
     return tasks.add(made.set_caching_options(False))  # its work is the reload: never skipped
+
+
+def _index(params: dict[str, Any]) -> dict[str, Any]:
+    """The index task's engine arguments, from params.yaml's index section (its defaults where
+    a key is left out): fixed when the pipeline is built, as the index section is no pipeline
+    parameter."""
+    from shdh.settings.sections import IndexSettings
+
+    section = IndexSettings(**(params.get("index") or {}))
+    return {
+        "engine": section.engine,
+        "milvus_uri": section.milvus_uri,
+        "milvus_collection": section.milvus_collection or "",
+        "milvus_index": section.milvus_index,
+        "milvus_nlist": section.milvus_nlist,
+    }
 
 
 def compile_pipeline(

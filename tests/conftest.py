@@ -41,7 +41,7 @@ atexit.register(shutil.rmtree, os.environ["SHDH_CACHE_DIR"], ignore_errors=True)
 # Fixtures that start a server (a process, or an HTTP listener on a loopback port). A test that
 # uses one is an integration test wherever it lives, so `-m "not integration"` (make test-fast)
 # leaves it out without each test having to say so.
-SERVER_FIXTURES = frozenset({"s3_server", "server", "kubeflow"})
+SERVER_FIXTURES = frozenset({"s3_server", "server", "kubeflow", "milvus_server"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

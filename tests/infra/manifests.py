@@ -22,7 +22,21 @@ from tests.infra.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-TARGETS = ("base", "overlays/dev", "overlays/gpu", "overlays/kubeflow", "overlays/profile")
+TARGETS = (
+    "base",
+    "overlays/dev",
+    "overlays/gpu",
+    "overlays/kubeflow",
+    "overlays/profile",
+    "overlays/milvus",
+)
+# The targets with the Milvus component (k8s/components/milvus), and what it adds: the Milvus
+# Operator's custom resource (validated by tests/infra/test_milvus_overlay.py, not against
+# Kubernetes's own schemas), the Job that makes Milvus's users, and its two Secrets.
+MILVUS_TARGETS = frozenset({"overlays/milvus"})
+MILVUS_GROUP = "milvus.io"
+MILVUS_SECRETS = frozenset({"shdh-milvus-storage", "shdh-milvus-credentials"})
+MILVUS_S3_KEYS = {"accesskey": "milvus-access", "secretkey": "milvus-secret"}
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
 OBJECT_STORE = "shdh-seaweedfs"  # the Deployment and Service of SeaweedFS
 SEARCH = "shdh-search"  # the Deployment and Service of `shdh serve`

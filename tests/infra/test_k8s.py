@@ -23,6 +23,10 @@ from tests.infra.dockerfile import instructions, stages
 from tests.infra.manifests import (
     ADMIN_S3_KEYS,
     K8S,
+    MILVUS_GROUP,
+    MILVUS_S3_KEYS,
+    MILVUS_SECRETS,
+    MILVUS_TARGETS,
     OBJECT_STORE,
     REPO,
     SEARCH,
@@ -50,6 +54,7 @@ NAMESPACES = {
     "overlays/gpu": "shdh",
     "overlays/kubeflow": "kubeflow",
     "overlays/profile": "kubeflow-user-example-com",
+    "overlays/milvus": "shdh",
 }
 # Targets that deploy into a namespace something else owns (KFP, a Kubeflow profile).
 FOREIGN_NAMESPACE = {"overlays/kubeflow", "overlays/profile"}
@@ -173,6 +178,8 @@ def test_the_object_store_is_seaweedfs_and_no_minio_is_left(target):
 @targets
 def test_every_object_is_valid_for_kubernetes_strictly(target):
     for obj in render(target):
+        if obj["apiVersion"].split("/")[0] == MILVUS_GROUP:
+            continue  # the operator's CRD, not Kubernetes's: tests/infra/test_milvus_overlay.py
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -257,13 +264,24 @@ def test_every_secret_reference_is_a_key_of_the_example(target):
     from shdh.kfp.pipelines.cluster import SECRET, SECRET_KEYS
 
     used |= {(SECRET, key) for key in SECRET_KEYS}
+    # Milvus's Secrets are read only where the Milvus component is (its CR names one too).
+    if target in MILVUS_TARGETS:
+        used |= {("shdh-milvus-storage", key) for key in ("accesskey", "secretkey")}
+    else:
+        keys = {name: names for name, names in keys.items() if name not in MILVUS_SECRETS}
     every = {(name, key) for name, names in keys.items() for key in names}
     assert used == every, f"keys of {SECRET_EXAMPLE.name} that nothing uses: {every - used}"
 
 
 def test_secret_example_is_valid_secrets_of_placeholders_only():
     secrets = secret_examples()
-    assert set(secrets) == {SERVER_SECRET, STEP_SECRET, TOKEN_SECRET, SEARCH_SECRET}
+    assert set(secrets) == {
+        SERVER_SECRET,
+        STEP_SECRET,
+        TOKEN_SECRET,
+        SEARCH_SECRET,
+        *MILVUS_SECRETS,
+    }
     for name, secret in secrets.items():
         kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
         assert secret["metadata"] == {"name": name, "namespace": NAMESPACE}
@@ -280,7 +298,14 @@ def test_administrator_credentials_go_to_the_servers_only(target):
 
     objects = render(target)
     references = secret_references(objects)
+    milvus_readers = {
+        "shdh-milvus-storage": {f"Deployment/{OBJECT_STORE}"},  # its identity (and the CR)
+        "shdh-milvus-credentials": {f"Deployment/{SEARCH}", "Job/milvus-users"},
+    }
     for workload, name, key in references:
+        if name in MILVUS_SECRETS:
+            assert workload in milvus_readers[name], f"{workload} reads {name}/{key}"
+            continue
         assert name in (SERVER_SECRET, STEP_SECRET, SEARCH_SECRET), f"{workload}: {name}"
         if name == SERVER_SECRET:
             assert workload in SERVER_PODS, f"{workload} reads {SERVER_SECRET}/{key}"
@@ -312,14 +337,16 @@ def test_the_steps_s3_identity_is_scoped_to_the_pipelines_bucket(target):
     """SeaweedFS's identities: the steps' keys may read, write, list and tag the pipeline's
     bucket (checkpoints, DVC remote) and nothing else; MLflow's bucket and bucket administration
     are the admin's. tests/infra/test_s3_identities.py checks the same against a real server."""
-    identities, result = s3_identities(target, {**STEP_S3_KEYS, **ADMIN_S3_KEYS, **SEARCH_S3_KEYS})
+    keys = {**STEP_S3_KEYS, **ADMIN_S3_KEYS, **SEARCH_S3_KEYS, **MILVUS_S3_KEYS}
+    identities, result = s3_identities(target, keys)
     assert result.returncode == 0, result.stderr
     by_key = {
         credential["accessKey"]: identity
         for identity in identities["identities"]
         for credential in identity["credentials"]
     }
-    assert set(by_key) == {"step-access", "admin-access", "search-access"}
+    milvus = {"milvus-access"} if target in MILVUS_TARGETS else set()
+    assert set(by_key) == {"step-access", "admin-access", "search-access", *milvus}
     step, admin, search = by_key["step-access"], by_key["admin-access"], by_key["search-access"]
     assert step["credentials"] == [{"accessKey": "step-access", "secretKey": "step-secret"}]
     config = find(render(target), "ConfigMap", "shdh-config")["data"]
@@ -617,6 +644,9 @@ def test_the_search_service_reads_its_index_from_the_pipelines_bucket(target):
     objects = render(target)
     container, args = search_command_line(objects)
     config = find(objects, "ConfigMap", "shdh-config")["data"]
+    if target in MILVUS_TARGETS:  # the index is Milvus's: tests/infra/test_milvus_overlay.py
+        assert args.engine == "milvus" and args.index is None
+        return
     assert args.index == config["SHDH_SEARCH_INDEX_URL"]
     index = urlsplit(args.index)
     assert index.scheme == "s3" and index.hostname == config["S3_PIPELINE_BUCKET"]
@@ -740,7 +770,8 @@ def test_no_server_pod_gets_an_istio_sidecar_in_any_overlay(target):
     objects = render(target)
     workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Job")]
     found = {f"{o['kind']}/{o['metadata']['name']}" for o in workloads}
-    assert found == SERVER_PODS | {f"Deployment/{SEARCH}"}
+    milvus = {"Job/milvus-users"} if target in MILVUS_TARGETS else set()
+    assert found == SERVER_PODS | {f"Deployment/{SEARCH}"} | milvus
     for workload in workloads:
         labels = workload["spec"]["template"]["metadata"]["labels"]
         assert labels.get("sidecar.istio.io/inject") == "false", workload["metadata"]["name"]

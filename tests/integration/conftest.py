@@ -229,3 +229,17 @@ def s3_env(s3_server, monkeypatch) -> S3Server:
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return s3_server
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """The `milvus` wheel's standalone server (tests/milvus_server.py) on free loopback ports,
+    with authentication on; the tests that need one are in one file, so one server a run."""
+    from tests.milvus_server import MilvusServer
+
+    server = MilvusServer(tmp_path_factory.mktemp("milvus"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)  # its data is the test's: nothing to flush

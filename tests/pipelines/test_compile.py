@@ -156,13 +156,19 @@ def test_the_index_encodes_the_database_with_the_version_just_registered(smoke):
     tasks = root_tasks(spec)
     index = tasks["index"]
     assert index["componentRef"]["name"] == "comp-index"
-    assert set(index["dependentTasks"]) == {"prepare", "smatrix", "register"}
-    parameters = {k: v["componentInputParameter"] for k, v in index["inputs"]["parameters"].items()}
+    assert set(index["dependentTasks"]) == {"prepare", "tree", "smatrix", "register"}
+    given = index["inputs"]["parameters"]
+    parameters = {
+        k: v["componentInputParameter"] for k, v in given.items() if "runtimeValue" not in v
+    }
     assert parameters == {"model_name": "register_model", "alias": "register_alias"}
+    # the engine is params.yaml's index.engine, fixed at compile time: the in-process index
+    assert given["engine"]["runtimeValue"]["constant"] == "memory"
     artifacts = index["inputs"]["artifacts"]
     assert {k: v["taskOutputArtifact"]["producerTask"] for k, v in artifacts.items()} == {
         "prepared": "prepare",
         "similarity": "smatrix",
+        "labels": "tree",
     }
     outputs = spec["components"]["comp-index"]["outputDefinitions"]["artifacts"]
     assert set(outputs) == {"search_index"}
@@ -871,3 +877,39 @@ def test_the_compiled_ir_needs_no_backend_newer_than_the_minimum(request, compil
         artifacts = component.get("inputDefinitions", {}).get("artifacts", {})
         assert not any(a.get("isOptional") for a in artifacts.values()), name
     assert "{{$.pipeline_job_uuid}}" in text
+
+
+def test_the_index_task_writes_a_milvus_collection_when_the_params_say_so(
+    tmp_path, monkeypatch, smoke_on_gpus
+):
+    """index.engine milvus (params.yaml) on the milvus overlay: the index task gets the engine
+    and its settings as constants, the tree step's folder (the label tree the collection keeps),
+    Milvus's address from the ConfigMap and the token from the Milvus Secret, by reference, as
+    k8s/components/milvus names them; without it, no Milvus variable at all."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["index"] |= {"engine": "milvus", "milvus_index": "BIN_IVF_FLAT", "milvus_nlist": 64}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    spec, platform, text = compile_with(
+        tmp_path, monkeypatch, "--params", str(path), "--profile", "smoke", "--overlay", "milvus"
+    )
+    index = root_tasks(spec)["index"]
+    constants = {
+        name: value["runtimeValue"]["constant"]
+        for name, value in index["inputs"]["parameters"].items()
+        if "runtimeValue" in value
+    }
+    assert constants["engine"] == "milvus" and constants["milvus_index"] == "BIN_IVF_FLAT"
+    assert constants["milvus_nlist"] == 64 and constants["milvus_collection"] == ""
+    labels = index["inputs"]["artifacts"]["labels"]["taskOutputArtifact"]
+    assert labels == {"outputArtifactKey": "labels", "producerTask": "tree"}
+    env = env_sources(platform["executors"]["exec-index"])
+    assert env["SHDH_MILVUS_URI"] == ("shdh-config", "SHDH_MILVUS_URI")
+    assert env["SHDH_MILVUS_TOKEN"] == ("shdh-milvus-credentials", "MILVUS_TOKEN")
+    objects = [o for o in yaml.safe_load_all(render_overlay("overlays/milvus")) if o]
+    (config,) = [o for o in objects if o["metadata"]["name"] == "shdh-config"]
+    assert config["data"]["SHDH_MILVUS_URI"].startswith("http://")
+    memory = compile_with(
+        tmp_path / "memory", monkeypatch, "--profile", "smoke", "--overlay", "dev"
+    )
+    assert "SHDH_MILVUS_TOKEN" not in env_sources(memory[1]["executors"]["exec-index"])

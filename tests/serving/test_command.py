@@ -76,3 +76,16 @@ def test_the_command_serves_and_reloads_on_sighup(tmp_path):
         process.terminate()
         # uvicorn shuts down gracefully, then re-raises the signal so a supervisor sees it.
         assert process.wait(10) == -signal.SIGTERM
+
+
+def test_the_milvus_engine_needs_a_uri_and_a_collection_or_an_encoder(tmp_path, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, "0123456789abcdef0123")
+    for argv, problem in (
+        (["--engine", "milvus"], "--engine milvus: give --uri"),
+        (["--engine", "milvus", "--uri", "x.db"], "without one .* give --collection"),
+        (["--engine", "milvus", "--uri", "x.db", "--index", "i"], "--index and --cache-dir: not"),
+        (["--index", "i", "--uri", "x.db"], "--uri, --collection and --nprobe: only with"),
+        ([], "--index: required"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            run_serve(*argv)

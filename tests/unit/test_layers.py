@@ -34,14 +34,16 @@ ALLOWED: dict[str, set[str]] = {
     "plan": METHODS,
     "tracking": METHODS | {"data", "plan"},
     "reporting": METHODS | {"tracking"},
-    "steps": METHODS | {"data", "features", "plan", "tracking", "reporting"},
+    # the codes in a vector database (Milvus): written by the index step, read by the service
+    "vectordb": CORE,
+    "steps": METHODS | {"data", "features", "plan", "tracking", "reporting", "vectordb"},
     "settings": METHODS | {"data"},
     # the front doors
-    "serving": METHODS | {"data", "tracking"},
+    "serving": METHODS | {"data", "tracking", "vectordb"},
     "kubeflow": LIBRARY,
     "bundle": LIBRARY,
     "trainjob": LIBRARY | {"kubeflow"},
-    "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines", "kfp"},
+    "commands": LIBRARY | {"bundle", "kubeflow", "serving", "pipelines", "kfp", "vectordb"},
     "kfp": set(),  # the package of the DAG and components: where the cluster's manifests are
     "cli": {"shdh", "commands"},
     "components": {
@@ -54,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
         "serving",
         "steps",
         "tracking",
+        "vectordb",
     },
     "pipelines": LIBRARY | {"kubeflow", "components"},
 }

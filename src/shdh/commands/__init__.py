@@ -7,7 +7,7 @@ Importing this package pins the CPU maths (shdh.runtime.instruction_set): every 
 numpy or torch, and Python imports this package before any of them, whichever way a step is started.
 
 May import: bundle, core, data, features, hashers, kfp, kubeflow, nets, pipelines, plan,
-ranking, reporting, runtime, serving, settings, steps, tracking, training.
+ranking, reporting, runtime, serving, settings, steps, tracking, training, vectordb.
 """
 
 from shdh.runtime.instruction_set import pin_cpu

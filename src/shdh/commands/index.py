@@ -3,9 +3,12 @@
     shdh index                               # models:/NAME@ALIAS of params.yaml's index section
     shdh index --name my-encoder --alias staging
     shdh index --model-dir artifacts/models/shdh/shdh-64   # a fitted model, without MLflow
+    shdh index --engine milvus --uri http://milvus:19530   # into a Milvus collection
 
 The index (index.out_dir: index.npz and index.json) is what `shdh serve` answers from; its
-index.json records the encoder's name, version, alias and run.
+index.json records the encoder's name, version, alias and run. With `--engine milvus` (or
+index.engine: milvus) the codes go into a Milvus collection named for the encoder, and out_dir
+holds its record (collection.json); the server's token comes from $SHDH_MILVUS_TOKEN.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 
 from shdh.commands.common import add_params_argument, load_settings, script_main
 from shdh.steps.index import build_index, folder_encoder, registered_encoder
+from shdh.vectordb.writer import CollectionTarget
 
 HELP = "encode the database with the registered encoder and write the search index"
 
@@ -31,6 +35,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "instead of the registry's",
     )
     parser.add_argument("--out", metavar="DIR", help="the index folder (default: index.out_dir)")
+    parser.add_argument(
+        "--engine", choices=("memory", "milvus"), help="where the codes go (default: index.engine)"
+    )
+    parser.add_argument(
+        "--uri", help="with milvus: a Milvus Lite file or http(s)://HOST:PORT (index.milvus_uri)"
+    )
+    parser.add_argument(
+        "--collection", help="with milvus: the collection (default: named for the encoder)"
+    )
+    parser.add_argument(
+        "--index-type",
+        choices=("BIN_FLAT", "BIN_IVF_FLAT"),
+        help="with milvus: the collection's index (default: index.milvus_index)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         name, alias = args.name or section.model_name, args.alias or section.alias
         hasher, encoder = registered_encoder(name, alias)
         source = f"models:/{name}@{alias} (version {encoder['version']})"
+    milvus = _collection_target(args, section)
     out = build_index(
         hasher,
         prepared_dir=params["data"]["prepared_dir"],
@@ -52,9 +71,26 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out or section.out_dir,
         encoder=encoder,
         features_path=params["features"]["out"],
+        milvus=milvus,
+        tree_dir=params["tree"]["out_dir"],
     )
-    print(f"indexed the database with {hasher.name}-{hasher.n_bits} from {source}: {out}/")
+    where = f"{out}/" if milvus is None else f"{milvus.uri} (its record in {out}/)"
+    print(f"indexed the database with {hasher.name}-{hasher.n_bits} from {source}: {where}")
     return 0
+
+
+def _collection_target(args: argparse.Namespace, section) -> CollectionTarget | None:
+    """The Milvus collection to write, when the engine is milvus (flags over params.yaml)."""
+    if (args.engine or section.engine) != "milvus":
+        if args.uri or args.collection or args.index_type:
+            raise ValueError("shdh index: --uri, --collection, --index-type need --engine milvus")
+        return None
+    return CollectionTarget(
+        uri=args.uri or section.milvus_uri,
+        collection=args.collection or section.milvus_collection,
+        index_type=args.index_type or section.milvus_index,
+        nlist=section.milvus_nlist,
+    )
 
 
 def main(argv=None) -> int:

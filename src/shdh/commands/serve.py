@@ -4,9 +4,13 @@
     shdh serve --index data/index --model-dir artifacts/models/shdh/shdh-64   # a fit's folder
     shdh serve --index data/index --model shdh-encoder --alias champion   # the registered one
     shdh serve --index s3://shdh/serving/index --cache-dir /cache        # copied from S3
+    shdh serve --engine milvus --uri http://milvus:19530 --model shdh-encoder   # a collection
     kill -HUP <pid>              # or POST /admin/reload: load the index and encoder anew
 
-Without an encoder the service answers code and item queries only. See docs/serving.md.
+Without an encoder the service answers code and item queries only. With `--engine milvus` it
+answers from the Milvus collection `shdh index --engine milvus` wrote for the same encoder (or
+--collection), and takes items (POST /items, DELETE /items/{id}); the server's token comes from
+$SHDH_MILVUS_TOKEN. See docs/serving.md.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ SERVER_OPTIONS = {"workers": 1, "http": "httptools", "loop": "uvloop"}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--index",
-        required=True,
         help="the index folder (shdh index), or s3://BUCKET/PREFIX holding one (fetched anew "
         "on every load and reload; endpoint and keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID...)",
     )
     parser.add_argument(
         "--cache-dir", help="with an s3:// --index: where its copy is kept (default: a temp folder)"
     )
+    _add_milvus_arguments(parser)
     encoder = parser.add_mutually_exclusive_group()
     encoder.add_argument(
         "--model-dir", help="a deep method's fit folder (or its hasher/), for image queries"
@@ -73,6 +77,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_limit_arguments(parser)
 
 
+def _add_milvus_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=("memory", "milvus"),
+        default="memory",
+        help="memory: the index folder in this process (default); milvus: a Milvus collection",
+    )
+    parser.add_argument(
+        "--uri", help="with milvus: a Milvus Lite file or a server's http(s)://HOST:PORT"
+    )
+    parser.add_argument(
+        "--collection",
+        help="with milvus: the collection (default: the one `shdh index` named for the encoder)",
+    )
+    parser.add_argument(
+        "--nprobe",
+        type=whole_number(1),
+        help="with milvus and BIN_IVF_FLAT: lists a search visits (default: a sixteenth)",
+    )
+    parser.add_argument(
+        "--recall-sample",
+        type=whole_number(0),
+        default=100,
+        help="with BIN_IVF_FLAT: items whose queries measure the recall at each load (0: none)",
+    )
+
+
 def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     from shdh.serving import Limits
 
@@ -96,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
 
     from shdh.serving import HasherFolder, Limits, RegisteredModel, create_app
     from shdh.serving.auth import TOKEN_ENV, read_token
-    from shdh.serving.index_source import index_source
     from shdh.serving.thumbnails import DatasetImages
 
     token = None if args.no_token else read_token(args.token_file)
@@ -111,11 +141,36 @@ def run(args: argparse.Namespace) -> int:
         encoder = RegisteredModel(args.model, args.alias)
     limits = Limits(**{field: getattr(args, field) for field in Limits.__dataclass_fields__})
     images = DatasetImages(args.images) if args.images else None
-    source = index_source(args.index, args.cache_dir)
+    source = _index(args)
     app = create_app(source, encoder=encoder, token=token, limits=limits, images=images)
     _reload_on_sighup(app.state.service)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", **SERVER_OPTIONS)
     return 0
+
+
+def _index(args: argparse.Namespace):
+    """The in-process index's folder (or S3 prefix), or the Milvus collection."""
+    from shdh.serving.collection_source import CollectionSource
+    from shdh.serving.index_source import index_source
+
+    if args.engine == "memory":
+        if args.uri or args.collection or args.nprobe:
+            raise ValueError("--uri, --collection and --nprobe: only with --engine milvus")
+        if not args.index:
+            raise ValueError("--index: required (or --engine milvus with --uri)")
+        return index_source(args.index, args.cache_dir)
+    if args.index or args.cache_dir:
+        raise ValueError("--index and --cache-dir: not with --engine milvus (give --uri)")
+    if not args.uri:
+        raise ValueError("--engine milvus: give --uri (a Milvus Lite file or http://HOST:19530)")
+    if not (args.collection or args.model or args.model_dir):
+        raise ValueError(
+            "--engine milvus: the collection is named for the encoder; without one "
+            "(--model or --model-dir), give --collection"
+        )
+    return CollectionSource(
+        args.uri, collection=args.collection, nprobe=args.nprobe, recall_sample=args.recall_sample
+    )
 
 
 def _reload_on_sighup(service) -> None:

@@ -11,7 +11,11 @@ inference protocols have no place for. FastAPI gives the typed request checks an
 page (/docs, its Swagger UI files from fastapi-offline, so it needs no CDN); all are in
 requirements.lock.
 
-May import: core, data, hashers, nets, ranking, runtime, tracking, training.
+The index is the in-process one, or with `--engine milvus` a Milvus collection (shdh.vectordb):
+the same routes and order from a store that takes items while it serves (POST /items, DELETE
+/items/{id}) and reaches past one machine.
+
+May import: core, data, hashers, nets, ranking, runtime, tracking, training, vectordb.
 """
 
 from shdh.serving.app import create_app

@@ -22,11 +22,13 @@ from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Mount, Route
 
-from shdh.serving import queries
+from shdh.serving import queries, searching
 from shdh.serving.api_docs import add_docs
 from shdh.serving.auth import BearerAuth, carries_token
 from shdh.serving.batching import CodeBatcher
+from shdh.serving.collection_source import CollectionSource
 from shdh.serving.encoders import EncoderSource
+from shdh.serving.item_writes import item_writes
 from shdh.serving.limits import BodyLimit, Limits
 from shdh.serving.page import PAGE
 from shdh.serving.prometheus import (
@@ -37,7 +39,7 @@ from shdh.serving.prometheus import (
     service_lines,
 )
 from shdh.serving.queries import CodeQuery, IdQuery, ImageBatch, QueryError, SearchOut
-from shdh.serving.state import Loaded, Service
+from shdh.serving.state import Service
 from shdh.serving.thumbnails import DatasetImages
 from shdh.serving.uploads import CONTENT_TYPES, UploadError, decode_upload
 
@@ -52,13 +54,14 @@ _IMAGE_BODY = {
 
 
 def create_app(
-    index_dir: str | Path,
+    index_dir: str | Path | CollectionSource,
     encoder: EncoderSource | None = None,
     token: str | None = None,
     limits: Limits | None = None,
     images: DatasetImages | None = None,
 ) -> FastAPI:
-    """The service over the index in `index_dir`, with image queries when `encoder` is given;
+    """The service over the index in `index_dir` (or the Milvus collection of a
+    CollectionSource), with image queries when `encoder` is given;
     every route but the probes, the docs and the page needs `token` when one is given; `images`
     (the prepared dataset) serves the database's images for the page's thumbnails and gives
     the answers their label paths. The index and encoder load in the background once the
@@ -89,6 +92,7 @@ def create_app(
         _metrics_route(service, metrics),
         _search_routes(service, limits, by_codes),
         _item_routes(service),
+        item_writes(service, limits),
     ]
     for router in routers:
         app.include_router(router)
@@ -167,9 +171,12 @@ def _codes_endpoint(service: Service, limits: Limits):
 
     async def by_codes(request: Request) -> Response:
         body = queries.parse(CodeQuery, await request.body())
-        loaded = _ready(service)
+        loaded = searching.served(service)
         queries.check_request(len(body.codes), body.k, limits)
         packed = queries.code_rows(body.codes, loaded.index.n_bits)
+        if loaded.engine != "memory":  # the collection's own batches, in the thread pool
+            found = await run_in_threadpool(searching.by_codes, loaded, packed, body.k)
+            return queries.json_response(searching.answer(loaded, found))
         rows, distances = await batcher.rank(loaded.index, packed, body.k)
         return queries.code_answer(loaded.describe(), loaded.index, rows, distances, loaded.labels)
 
@@ -187,13 +194,9 @@ def _search_routes(service: Service, limits: Limits, by_codes) -> APIRouter:
 
     @router.post("/search/ids", response_model=SearchOut, summary="top k of database items")
     def by_ids(body: IdQuery) -> dict[str, Any]:
-        loaded = _ready(service)
+        loaded = searching.served(service)
         queries.check_request(len(body.ids), body.k, limits)
-        try:
-            hits = loaded.index.search_ids(body.ids, body.k)
-        except KeyError as exc:
-            raise QueryError(404, str(exc.args[0])) from None
-        return _answer(loaded, hits, body.ids)
+        return searching.answer(loaded, searching.by_ids(loaded, body.ids, body.k), body.ids)
 
     @router.post(
         "/search/image",
@@ -249,7 +252,7 @@ def _item_routes(service: Service) -> APIRouter:
         summary="a database item's image (PNG), when the service was given the dataset",
     )
     def item_image(item_id: int) -> Response:
-        images = _ready(service).images
+        images = searching.served(service).images
         if images is None:
             raise QueryError(404, "no database images: start the service with --images")
         try:
@@ -266,7 +269,7 @@ def _image_answer(
     datas: dict[str, bytes],
     k: int,
 ) -> dict[str, Any]:
-    loaded = _ready(service)
+    loaded = searching.served(service)
     if loaded.encoder is None:
         raise QueryError(
             409,
@@ -276,21 +279,7 @@ def _image_answer(
     shape = loaded.encoder.image_shape
     images = np.stack([decode_upload(data, name, shape, limits) for name, data in datas.items()])
     packed = loaded.encoder.encode(images)
-    return _answer(loaded, loaded.index.search_codes(packed, k))
-
-
-def _ready(service: Service) -> Loaded:
-    loaded = service.current
-    if loaded is None:
-        raise QueryError(503, f"not ready: {service.not_ready_reason()}")
-    return loaded
-
-
-def _answer(loaded: Loaded, hits: list, query_ids: list[int] | None = None) -> dict[str, Any]:
-    return {
-        "version": loaded.describe(),
-        "results": queries.results(hits, query_ids, loaded.labels),
-    }
+    return searching.answer(loaded, searching.by_codes(loaded, packed, k))
 
 
 async def _refused(request: Request, exc: Exception) -> JSONResponse:

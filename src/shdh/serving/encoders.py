@@ -25,6 +25,8 @@ class ImageEncoder(Protocol):
     n_bits: int
     method: str | None  # the method whose encoder it is, when known
     run_id: str | None  # the MLflow run that trained it, when known
+    name: str | None  # the registered model and its version (a Milvus collection's name)
+    version: str | None
 
     def encode(self, images: np.ndarray) -> np.ndarray: ...
 
@@ -56,6 +58,7 @@ class HasherEncoder:
         self.n_bits = int(hasher.n_bits)
         self.method = hasher.name
         self.run_id = run_id
+        self.name = self.version = None  # no registry
 
     def encode(self, images: np.ndarray) -> np.ndarray:
         from shdh.ranking.exact import pack_codes
@@ -65,7 +68,7 @@ class HasherEncoder:
 
 
 class PyfuncEncoder:
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, name: str | None = None, version: str | None = None) -> None:
         self._lock = threading.Lock()
         from shdh.tracking.model_registry import check_loaded
 
@@ -76,6 +79,7 @@ class PyfuncEncoder:
         self.n_bits = int(meta.metadata["n_bits"])
         self.method = meta.metadata.get("method")
         self.run_id = meta.run_id
+        self.name, self.version = name, version
 
     def encode(self, images: np.ndarray) -> np.ndarray:
         with self._lock:
@@ -110,9 +114,20 @@ class RegisteredModel:
     alias: str
 
     def load(self) -> ImageEncoder:
+        """The model the alias points to, with its version (which names its Milvus
+        collection); the alias is read again after the load, and a move in between refused."""
+        import mlflow
+
         from shdh.tracking.model_registry import load_by_alias
 
-        return PyfuncEncoder(load_by_alias(self.name, self.alias))
+        model = load_by_alias(self.name, self.alias)
+        version = mlflow.MlflowClient().get_model_version_by_alias(self.name, self.alias)
+        if version.run_id != model.metadata.run_id:
+            raise ValueError(
+                f"{self.describe()} moved to version {version.version} while it was loading; "
+                "reload again"
+            )
+        return PyfuncEncoder(model, self.name, str(version.version))
 
     def describe(self) -> str:
         return f"models:/{self.name}@{self.alias}"

@@ -42,11 +42,13 @@ class QueryError(Exception):
         self.status = status
 
 
-class _Strict(BaseModel):
+class StrictBody(BaseModel):
+    """A request body: no field beyond those declared."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class CodeQuery(_Strict):
+class CodeQuery(StrictBody):
     codes: list[list[StrictInt] | StrictStr] = Field(
         description="one entry per query: a list of n_bits bits (-1/+1 or 0/1), or the hex of "
         "the packed code (ceil(n_bits/8) bytes, bit 1 = +1, most significant bit first)",
@@ -69,9 +71,11 @@ def _int64_id(value: int) -> int:
 
 
 ItemId = Annotated[StrictInt, AfterValidator(_int64_id)]
+# An id in a path (/items/{item_id}): text, so not strict, but an int64 all the same.
+PathItemId = Annotated[int, AfterValidator(_int64_id)]
 
 
-class IdQuery(_Strict):
+class IdQuery(StrictBody):
     ids: list[ItemId] = Field(
         description=f"database item ids (int64: {ID_RANGE[0]} to {ID_RANGE[1]}); each item's "
         "code is a query"
@@ -79,7 +83,7 @@ class IdQuery(_Strict):
     k: StrictInt = DEFAULT_K
 
 
-class ImageBatch(_Strict):
+class ImageBatch(StrictBody):
     images: list[StrictStr] = Field(description="base64 of PNG or JPEG files, one per query")
     k: StrictInt = DEFAULT_K
 
@@ -217,6 +221,11 @@ def parse(model: type[_Model], raw: bytes) -> _Model:
         raise RequestValidationError(errors) from None
 
 
+def json_response(answer: dict) -> Response:
+    """An answer as JSON, written by orjson (10 us for 100 hits where json takes 300 us)."""
+    return Response(orjson.dumps(answer), media_type="application/json")
+
+
 def code_answer(
     version: dict,
     index: SearchIndex,
@@ -232,7 +241,4 @@ def code_answer(
         for i, (r, d) in enumerate(zip(rows, distances, strict=True))
     ]
     label_results(answers, labels)
-    # orjson (a dependency of the lock already): 10 us for 100 hits where json takes 300 us
-    return Response(
-        orjson.dumps({"version": version, "results": answers}), media_type="application/json"
-    )
+    return json_response({"version": version, "results": answers})

@@ -1,6 +1,10 @@
 """What a service answers with (an index, its encoder and the database's images and labels,
 loaded together) and the switch to a new one.
 
+The index is the in-process one (shdh.ranking.search_index, read from a folder or S3) or, with
+the Milvus engine, a collection (shdh.vectordb.collection_index, named for the encoder unless
+the service names it), whose record the encoder is checked against in the same way.
+
 Every request reads `Service.current` once and answers wholly from that `Loaded`. A reload
 builds the next `Loaded` completely (the index read and checked, the encoder loaded and checked
 against it) while requests go on being answered by the old one, then replaces the one reference:
@@ -18,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from shdh.ranking.search_index import SearchIndex
+from shdh.serving.collection_source import CollectionSource
 from shdh.serving.encoders import EncoderSource, ImageEncoder
 from shdh.serving.index_source import IndexSource, index_source
 from shdh.serving.labels import ItemLabels
 from shdh.serving.thumbnails import DatasetImages
+from shdh.vectordb.collection_index import CollectionIndex
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +36,22 @@ log = logging.getLogger(__name__)
 class Loaded:
     """One version of what the service answers with; `generation` counts the loads."""
 
-    index: SearchIndex
+    index: Any  # SearchIndex, or a vectordb CollectionIndex (the Milvus engine)
     encoder: ImageEncoder | None
     generation: int
     images: DatasetImages | None = None
+    recall: float | None = None  # the Milvus engine's recall@100 against exact, at the load
+
+    @property
+    def engine(self) -> str:
+        """milvus for a collection; memory for the in-process index (or a stand-in with its
+        methods, as the benchmarks put in)."""
+        return "milvus" if isinstance(self.index, CollectionIndex) else "memory"
+
+    @property
+    def n_items(self) -> int:
+        """Items served now (a collection's count changes as items are added and removed)."""
+        return len(self.index.item_ids) if self.engine == "memory" else self.index.n_items
 
     @property
     def labels(self) -> ItemLabels | None:
@@ -47,9 +65,10 @@ class Loaded:
             "method": record.get("method"),
             "dataset": record.get("dataset"),
             "bits": self.index.n_bits,
-            "n_items": len(self.index.item_ids),
+            "n_items": self.n_items,
             "encoder": record.get("encoder"),
             "image_shape": None if self.encoder is None else list(self.encoder.image_shape),
+            "engine": self.engine,
         }
 
 
@@ -91,13 +110,30 @@ def check_dataset(index: SearchIndex, images: DatasetImages, where: str) -> None
         )
 
 
+def load_index(
+    source: IndexSource | CollectionSource, encoder_source: EncoderSource | None
+) -> tuple[Any, ImageEncoder | None, float | None]:
+    """The index and the encoder, checked against each other (a collection named for the
+    encoder is found by it, so the encoder loads first there), and the index's recall (None:
+    exact)."""
+    collection = isinstance(source, CollectionSource)
+    index = None if collection else SearchIndex.load(source.fetch())
+    encoder = None if encoder_source is None else encoder_source.load()
+    recall = None
+    if collection:
+        index, recall = source.load(encoder)
+    if encoder is not None:
+        check_match(index, encoder, source.describe(), encoder_source)
+    return index, encoder, recall
+
+
 class Service:
     """The current `Loaded` (None until the first load) and how to load the next one: `index`
     is an index folder, an s3:// prefix (copied anew on every load) or an `IndexSource`."""
 
     def __init__(
         self,
-        index: str | Path | IndexSource,
+        index: str | Path | IndexSource | CollectionSource,
         encoder: EncoderSource | None,
         images: DatasetImages | None = None,
     ) -> None:
@@ -112,16 +148,11 @@ class Service:
         self._generation = 0
 
     def reload(self) -> Loaded:
-        """Load the index folder and the encoder anew, then switch to them; on failure the
-        previous version keeps serving and the error is raised (and kept for /readyz)."""
+        """Load the index and the encoder anew, then switch to them; on failure the previous
+        version keeps serving and the error is raised (and kept for /readyz)."""
         with self._reloading:
             try:
-                index = SearchIndex.load(self.index_source.fetch())
-                encoder = None
-                if self.encoder_source is not None:
-                    encoder = self.encoder_source.load()
-                    where = self.index_source.describe()
-                    check_match(index, encoder, where, self.encoder_source)
+                index, encoder, recall = load_index(self.index_source, self.encoder_source)
                 images = self._images_now()
                 if images is not None:
                     check_dataset(index, images, self.index_source.describe())
@@ -131,7 +162,7 @@ class Service:
                 log.error("loading the index or the encoder failed: %s", exc)
                 raise
             self._generation += 1
-            loaded = Loaded(index, encoder, self._generation, images)
+            loaded = Loaded(index, encoder, self._generation, images, recall)
             self.current = loaded  # the switch: one reference, replaced whole
             self.last_error = None
             log.info("serving generation %d: %s", loaded.generation, loaded.describe())

@@ -283,6 +283,26 @@ class IndexSettings:
         TEXT, "the registered encoder it encodes with (the register stage's --name)", "shdh-encoder"
     )
     alias: str = setting(TEXT, "the alias naming its version (the register stage's)", "champion")
+    engine: str = setting(
+        choice("memory", "milvus"),
+        "memory: the in-process index's files in out_dir; milvus: a Milvus collection",
+        "memory",
+    )
+    milvus_uri: str = setting(
+        TEXT,
+        "with engine milvus: a Milvus Lite file, or a server's http(s)://HOST:PORT (its token "
+        "from $SHDH_MILVUS_TOKEN)",
+        "artifacts/milvus/index.db",
+    )
+    milvus_collection: str | None = setting(
+        optional(TEXT), "the collection (null: named for the encoder's model, version, run)", None
+    )
+    milvus_index: str = setting(
+        choice("BIN_FLAT", "BIN_IVF_FLAT"),
+        "BIN_FLAT: exact; BIN_IVF_FLAT: inverted lists, approximate (a server only)",
+        "BIN_FLAT",
+    )
+    milvus_nlist: int = setting(integer(1), "BIN_IVF_FLAT's number of lists", 1024)
 
 
 PROFILE = Check(

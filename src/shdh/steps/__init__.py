@@ -8,5 +8,5 @@ This package imports none of them, so that a step loads only the code it runs (a
 depends only on that code: dvc.yaml, tests/unit/test_layers.py).
 
 May import: core, data, features, hashers, nets, plan, ranking, reporting, runtime, tracking,
-training.
+training, vectordb.
 """

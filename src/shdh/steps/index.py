@@ -6,10 +6,15 @@ same inputs, the hasher's own encode), and the segment sizes and level weights (
 hasher's, the ones the score step ranks with: a query ranked by the index gets the evaluation's
 ranking, ties included. The index records which encoder made it (the registered model's name,
 version and alias, and the run that trained it), so a service can tell which version it serves.
+
+Two engines take the codes: the in-process index's two files (the default), or a Milvus
+collection (shdh.vectordb), for a database past one machine or one that takes items while it
+serves; out_dir then holds the collection's record (collection.json), DVC's output of the stage.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,9 +22,12 @@ from typing import Any
 
 from shdh.ranking.index_file import ENCODER_FIELDS, INDEX_RECORD
 from shdh.ranking.search_index import write_index
-from shdh.runtime.atomic import check_output_folder, check_writable
+from shdh.runtime.atomic import atomic_dir, check_output_folder, check_writable
 from shdh.steps import codes_cache
 from shdh.steps.split_inputs import load_split
+from shdh.vectordb.writer import CollectionTarget
+
+COLLECTION_RECORD = "collection.json"  # out_dir's file with the Milvus engine
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +40,22 @@ def build_index(
     out_dir: str | Path,
     encoder: Mapping[str, Any],
     features_path: str | Path | None = None,
+    milvus: CollectionTarget | None = None,
+    tree_dir: str | Path | None = None,
 ) -> Path:
     """Encode the database items of the prepared split with `hasher` and write the index to
-    out_dir (index.npz, index.json). encoder: {name, version, alias, run_id} of the model,
-    recorded as it is (None where unknown: a model folder used without the registry)."""
+    out_dir (index.npz, index.json), or, given `milvus`, into that collection (out_dir: its
+    record). encoder: {name, version, alias, run_id} of the model, recorded as it is (None where
+    unknown: a model folder used without the registry). tree_dir: the tree step's folder, whose
+    label tree a collection keeps to place the items added to it by their label paths."""
     missing = [f for f in ENCODER_FIELDS if f not in encoder]
     if missing:
         raise ValueError(f"index: the encoder's record lacks {', '.join(missing)}")
     check_writable(out_dir, "index.out_dir")
-    check_output_folder(out_dir, "index.out_dir", INDEX_RECORD)
+    earlier = COLLECTION_RECORD if Path(out_dir, COLLECTION_RECORD).exists() else INDEX_RECORD
+    check_output_folder(out_dir, "index.out_dir", earlier)  # either engine's output
+    if milvus is not None:
+        _check_outside(milvus.uri, out_dir)
     # GIST features only for a shallow hasher: a deep one would read a large file for nothing.
     features = features_path if hasher.input_kind == "features" else None
     split = load_split(prepared_dir, smatrix_path, features)
@@ -55,15 +70,14 @@ def build_index(
     codes, _, read = codes_cache.cached_encode(hasher, database, rows)
     if read:  # the codes evaluate encoded with the same model
         log.info("index: the database's codes were read from %s", codes_cache.cache_dir())
-    written = write_index(
-        out_dir,
-        codes=codes,
-        item_ids=items["db_ids"],
-        ancestors=items["db_ancestors"],
-        segment_sizes=hasher.segment_sizes(),
-        weights=hasher.segment_weights(),
-        record={"method": hasher.name, "dataset": split.dataset, "encoder": dict(encoder)},
-    )
+    record = {"method": hasher.name, "dataset": split.dataset, "encoder": dict(encoder)}
+    layout = {"segment_sizes": hasher.segment_sizes(), "weights": hasher.segment_weights()}
+    arrays = {"codes": codes, "item_ids": items["db_ids"], "ancestors": items["db_ancestors"]}
+    if milvus is not None:
+        paths = _label_paths(prepared_dir)
+        written = _write_collection(milvus, out_dir, arrays, layout, record, paths, tree_dir)
+    else:
+        written = write_index(out_dir, **arrays, **layout, record=record)
     log.info(
         "index: %d items of %s, %d bits, in %s",
         len(database),
@@ -72,6 +86,59 @@ def build_index(
         written,
     )
     return written
+
+
+def _check_outside(uri: str, out_dir: str | Path) -> None:
+    """A Milvus Lite file outside out_dir, which the step replaces whole."""
+    from shdh.vectordb.connection import is_server
+
+    if not is_server(uri) and Path(out_dir).resolve() in Path(uri).resolve().parents:
+        raise ValueError(
+            f"index: the Milvus Lite file {uri} is inside index.out_dir {out_dir}, which the "
+            "index step replaces whole; put it elsewhere (index.milvus_uri)"
+        )
+
+
+def _label_paths(prepared_dir: str | Path) -> list[str]:
+    """The database items' label paths, in the split's order (a collection answers with them)."""
+    from shdh.steps.prepare import load_prepared
+
+    ds, split = load_prepared(prepared_dir)
+    return [str(label) for label in ds.labels[split.db_idx]]
+
+
+def _write_collection(target, out_dir, arrays, layout, record, label_paths, tree_dir) -> Path:
+    """The codes into the target's collection, and its record into out_dir."""
+    from shdh.core.hierarchy import LabelTree
+    from shdh.steps.tree import TREE_FILE
+    from shdh.vectordb import schema
+    from shdh.vectordb.connection import connect, describe
+    from shdh.vectordb.writer import write_collection
+
+    tree = None if tree_dir is None else LabelTree.load(Path(tree_dir) / TREE_FILE).to_dict()
+    encoder, method = record["encoder"], record["method"]
+    n_bits = int(sum(layout["segment_sizes"]))
+    name = target.collection or schema.collection_name(encoder, method, n_bits)
+    client = connect(target.uri, target.token)
+    try:
+        written = write_collection(
+            client,
+            target.uri,
+            name,
+            **arrays,
+            label_paths=label_paths,
+            **layout,
+            record={**record, "tree": tree},
+            index_type=target.index_type,
+            nlist=target.nlist,
+        )
+    finally:
+        client.close()
+    kept = {key: value for key, value in written.items() if key != "tree"}
+    kept.update(engine="milvus", uri=describe(target.uri), collection=name)
+    with atomic_dir(out_dir) as tmp:
+        (Path(tmp) / COLLECTION_RECORD).write_text(json.dumps(kept, indent=2) + "\n")
+    return Path(out_dir)
 
 
 def registered_encoder(name: str, alias: str) -> tuple[Any, dict[str, Any]]:
