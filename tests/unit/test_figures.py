@@ -219,3 +219,43 @@ def test_a_bad_alpha_sweep_is_named(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ValueError, match=f"{ALPHA_FILE}: {message}"):
         load_alpha_sweep(path)
+
+
+def test_with_every_method_the_lines_are_told_apart_and_listed_by_family(tmp_path):
+    """Twenty methods and the floor on one figure: a family shares a colour, its methods differ
+    by marker and line style, no two lines look alike, and the lines (so the legend, which
+    lists them under a heading per family) come family by family in the catalogue's order."""
+    from shdh.hashers import method_catalogue
+    from shdh.reporting.figures import _method_lines, wr_vs_bits_figure
+
+    names = [m.name for m in method_catalogue.METHODS] + ["random"]
+    curves = {(m, b): _curves(50, b, 0.1 + i / 30) for i, m in enumerate(names) for b in (16, 32)}
+    lines = _method_lines(names[::-1], lambda m: ([16, 32], [0.1, 0.2]))
+    family = {m.name: m.family for m in method_catalogue.METHODS}
+    family["random"] = method_catalogue.REFERENCE
+    titles = {m.title: m.name for m in method_catalogue.METHODS} | {"random codes": "random"}
+    drawn = [titles[line.label] for line in lines]
+    assert sorted(drawn) == sorted(names)
+    assert [line.group for line in lines] == [family[m] for m in drawn]
+    groups = list(dict.fromkeys(line.group for line in lines))
+    assert groups == list(method_catalogue.families())
+    for group in groups:
+        members = [line for line in lines if line.group == group]
+        expected = [m.name for m in method_catalogue.METHODS if m.family == group]
+        assert [titles[line.label] for line in members][: len(expected)] == expected
+        if group != method_catalogue.REFERENCE:
+            assert len({line.style["color"] for line in members}) == 1, group
+    looks = {(ln.style["color"], ln.style["marker"], str(ln.style["linestyle"])) for ln in lines}
+    assert len(looks) == len(lines)
+    assert len({line.style["color"] for line in lines}) == len(groups)
+    path, _ = wr_vs_bits_figure(curves, tmp_path / "wr_vs_bits.png")
+    assert path.read_bytes()[:8] == PNG
+
+
+def test_long_curves_carry_a_few_staggered_markers():
+    from shdh.reporting.figures import _method_lines
+
+    lines = _method_lines(["shdh", "hpdh", "random"], lambda m: (np.arange(800), np.zeros(800)))
+    every = [line.style.get("markevery") for line in lines]
+    assert every[0][1] == every[1][1] == 100 and every[0][0] != every[1][0]
+    assert lines[2].style["linestyle"] == ":" and lines[2].style["marker"] == ""

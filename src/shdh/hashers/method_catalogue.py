@@ -5,7 +5,8 @@ Everything else is derived from METHODS: the settings' choices (train.methods, b
 and each method's sub-section of params.yaml (shdh.settings.sections, from the checks of its
 settings' fields), the lookup of a name's class (shdh.hashers.hasher_class, the CLI's choices),
 the code each DVC stage depends on (tests/dvc_code_deps.py reads the modules declared here), the
-report's "best deep over best shallow" groups and the tables' and figures' row order and labels.
+report's "best deep over best shallow" groups and "+H over plain" claims, and the tables' and
+figures' row order, family groups and labels.
 
 Why plain fields, with a method's module only a name: validating params.yaml reads these
 declarations in every command, which must neither import PyTorch nor make the data stages depend
@@ -23,6 +24,30 @@ KINDS = ("shallow", "deep")  # fitted on GIST features / trained as a network on
 # The settings section each kind's methods are listed and set in.
 SECTIONS = {"shallow": "baselines", "deep": "train"}
 
+# The families the tables and the figures group the methods by, in their display order. With
+# twenty methods a table or a legend in one flat list is hard to read; what a method learns from
+# (no labels; pairs or triplets of labels; classes or class centres; the whole label tree) and
+# whether it is a network say which methods to read side by side. A family's name is its
+# heading in the tables and the legends.
+UNSUPERVISED = "unsupervised, shallow"
+PAIRWISE_SHALLOW = "pairwise, shallow"
+HIERARCHICAL_SHALLOW = "hierarchical, shallow"
+PAIRWISE_DEEP = "pairwise and triplet, deep"
+CENTRES_DEEP = "classes and centres, deep"
+HIERARCHICAL_DEEP = "hierarchical, deep"
+OTHER = "other"  # a method declared without a family (a user's own, a test's toy)
+REFERENCE = "reference"  # bounds to compare with, not hashing methods (the report adds the floor)
+FAMILIES = (
+    UNSUPERVISED,
+    PAIRWISE_SHALLOW,
+    HIERARCHICAL_SHALLOW,
+    PAIRWISE_DEEP,
+    CENTRES_DEEP,
+    HIERARCHICAL_DEEP,
+    OTHER,
+    REFERENCE,
+)
+
 
 @dataclass(frozen=True)
 class Method:
@@ -38,11 +63,25 @@ class Method:
     title: str  # its row label in the tables and its legend in the figures
     paper_row: int | None = None  # its row in the paper's Table 1 (None: not in the paper)
     reference: bool = False  # a bound to compare with, not a hashing method: in no claim
+    # Its group in the tables and the figures (one of FAMILIES): methods that learn from the
+    # same supervision, with or without a network, are read side by side.
+    family: str = OTHER
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(
                 f"method {self.name!r}: kind must be one of {KINDS}, not {self.kind!r}"
+            )
+        if self.family not in FAMILIES:
+            raise ValueError(
+                f"method {self.name!r}: family must be one of {FAMILIES}, not {self.family!r}"
+            )
+        if self.reference and self.family == OTHER:
+            object.__setattr__(self, "family", REFERENCE)  # a bound is read with the bounds
+        if self.family == REFERENCE and not self.reference:
+            raise ValueError(
+                f"method {self.name!r}: family {REFERENCE!r} is for bounds (reference=True): "
+                "a hashing method there would be left out of every claim"
             )
 
     @property
@@ -61,13 +100,51 @@ class Method:
 
 # The order is the CLI's and the settings' (their help and their errors list the names so).
 METHODS: tuple[Method, ...] = (
-    Method("itq", "shallow", "shdh.hashers.itq", "ITQ", ms.ITQSettings, "ITQ", 2),
-    Method("kmh", "shallow", "shdh.hashers.kmh", "KMH", ms.KMHSettings, "KMH", 1),
-    Method("ksh", "shallow", "shdh.hashers.ksh", "KSH", ms.KSHSettings, "KSH", 8),
-    Method("ksh+h", "shallow", "shdh.hashers.ksh", "KSHH", ms.KSHSettings, "KSH+H", 4),
-    Method("lfh", "shallow", "shdh.hashers.lfh", "LFH", ms.LFHSettings, "LFH", 7),
     Method(
-        "cosdish", "shallow", "shdh.hashers.cosdish", "COSDISH", ms.COSDISHSettings, "COSDISH", 6
+        "itq", "shallow", "shdh.hashers.itq", "ITQ", ms.ITQSettings, "ITQ", 2, family=UNSUPERVISED
+    ),
+    Method(
+        "kmh", "shallow", "shdh.hashers.kmh", "KMH", ms.KMHSettings, "KMH", 1, family=UNSUPERVISED
+    ),
+    Method(
+        "ksh",
+        "shallow",
+        "shdh.hashers.ksh",
+        "KSH",
+        ms.KSHSettings,
+        "KSH",
+        8,
+        family=PAIRWISE_SHALLOW,
+    ),
+    Method(
+        "ksh+h",
+        "shallow",
+        "shdh.hashers.ksh",
+        "KSHH",
+        ms.KSHSettings,
+        "KSH+H",
+        4,
+        family=HIERARCHICAL_SHALLOW,
+    ),
+    Method(
+        "lfh",
+        "shallow",
+        "shdh.hashers.lfh",
+        "LFH",
+        ms.LFHSettings,
+        "LFH",
+        7,
+        family=PAIRWISE_SHALLOW,
+    ),
+    Method(
+        "cosdish",
+        "shallow",
+        "shdh.hashers.cosdish",
+        "COSDISH",
+        ms.COSDISHSettings,
+        "COSDISH",
+        6,
+        family=PAIRWISE_SHALLOW,
     ),
     Method(
         "cosdish+h",
@@ -77,16 +154,59 @@ METHODS: tuple[Method, ...] = (
         ms.COSDISHSettings,
         "COSDISH+H",
         3,
+        family=HIERARCHICAL_SHALLOW,
     ),
-    Method("shdh", "deep", "shdh.hashers.shdh", "SHDH", ms.SHDHSettings, "SHDH", 9),
-    Method("dpsh", "deep", "shdh.hashers.dpsh", "DPSH", ms.DPSHSettings, "DPSH", 5),
-    Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH"),
-    Method("hashnet", "deep", "shdh.hashers.hashnet", "HashNet", ms.HashNetSettings, "HashNet"),
-    Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH"),
-    Method("dtsh", "deep", "shdh.hashers.dtsh", "DTSH", ms.DTSHSettings, "DTSH"),
-    Method("dpsh+h", "deep", "shdh.hashers.dpsh", "DPSHH", ms.DPSHSettings, "DPSH+H"),
     Method(
-        "hashnet+h", "deep", "shdh.hashers.hashnet", "HashNetH", ms.HashNetSettings, "HashNet+H"
+        "shdh",
+        "deep",
+        "shdh.hashers.shdh",
+        "SHDH",
+        ms.SHDHSettings,
+        "SHDH",
+        9,
+        family=HIERARCHICAL_DEEP,
+    ),
+    Method(
+        "dpsh",
+        "deep",
+        "shdh.hashers.dpsh",
+        "DPSH",
+        ms.DPSHSettings,
+        "DPSH",
+        5,
+        family=PAIRWISE_DEEP,
+    ),
+    Method("dsh", "deep", "shdh.hashers.dsh", "DSH", ms.DSHSettings, "DSH", family=PAIRWISE_DEEP),
+    Method(
+        "hashnet",
+        "deep",
+        "shdh.hashers.hashnet",
+        "HashNet",
+        ms.HashNetSettings,
+        "HashNet",
+        family=PAIRWISE_DEEP,
+    ),
+    Method("dch", "deep", "shdh.hashers.dch", "DCH", ms.DCHSettings, "DCH", family=PAIRWISE_DEEP),
+    Method(
+        "dtsh", "deep", "shdh.hashers.dtsh", "DTSH", ms.DTSHSettings, "DTSH", family=PAIRWISE_DEEP
+    ),
+    Method(
+        "dpsh+h",
+        "deep",
+        "shdh.hashers.dpsh",
+        "DPSHH",
+        ms.DPSHSettings,
+        "DPSH+H",
+        family=HIERARCHICAL_DEEP,
+    ),
+    Method(
+        "hashnet+h",
+        "deep",
+        "shdh.hashers.hashnet",
+        "HashNetH",
+        ms.HashNetSettings,
+        "HashNet+H",
+        family=HIERARCHICAL_DEEP,
     ),
     Method(
         "oracle",
@@ -96,6 +216,7 @@ METHODS: tuple[Method, ...] = (
         ms.OracleSettings,
         "classifier oracle (bound)",
         reference=True,
+        family=REFERENCE,
     ),
     Method(
         "greedyhash",
@@ -104,8 +225,9 @@ METHODS: tuple[Method, ...] = (
         "GreedyHash",
         ms.GreedyHashSettings,
         "GreedyHash",
+        family=CENTRES_DEEP,
     ),
-    Method("csq", "deep", "shdh.hashers.csq", "CSQ", ms.CSQSettings, "CSQ"),
+    Method("csq", "deep", "shdh.hashers.csq", "CSQ", ms.CSQSettings, "CSQ", family=CENTRES_DEEP),
     Method(
         "orthohash",
         "deep",
@@ -113,8 +235,17 @@ METHODS: tuple[Method, ...] = (
         "OrthoHash",
         ms.OrthoHashSettings,
         "OrthoHash",
+        family=CENTRES_DEEP,
     ),
-    Method("hpdh", "deep", "shdh.hashers.hpdh", "HPDH", ms.HPDHSettings, "HPDH"),
+    Method(
+        "hpdh",
+        "deep",
+        "shdh.hashers.hpdh",
+        "HPDH",
+        ms.HPDHSettings,
+        "HPDH",
+        family=HIERARCHICAL_DEEP,
+    ),
 )
 # The method the paper proposes: what `shdh train` trains by default, and whose alpha sweep the
 # figures draw.
@@ -140,6 +271,12 @@ def method(name: str, methods: tuple[Method, ...] | None = None) -> Method:
 def names(kind: str, methods: tuple[Method, ...] | None = None) -> tuple[str, ...]:
     """The methods of one kind, in declaration order."""
     return tuple(m.name for m in _all(methods) if m.kind == kind)
+
+
+def families(methods: tuple[Method, ...] | None = None) -> tuple[str, ...]:
+    """The families that hold a declared method, in display order (FAMILIES')."""
+    used = {m.family for m in _all(methods)}
+    return tuple(f for f in FAMILIES if f in used)
 
 
 def declared(module: str, class_name: str) -> Method | None:

@@ -85,27 +85,98 @@ def load_curves(path: str | Path) -> tuple[dict[tuple[str, int], Curves], str, i
 # ---- the figures ----------------------------------------------------------------------------
 
 
-# The row order and the labels of the tables and the figures alike, read from the methods'
-# declarations (shdh.hashers.method_catalogue) when a table is written, so that a method declared
-# after import (a test's toy) is placed and named as a built-in one.
+# The row order, the family groups and the labels of the tables and the figures alike, read
+# from the methods' declarations (shdh.hashers.method_catalogue) when a table is written, so that
+# a method declared after import (a test's toy) is placed and named as a built-in one.
+RANDOM = "random"  # evaluate's random codes: the floor, shown with the reference rows
+
+
+def grouped_methods(methods: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """The methods present, as (family, methods) in the catalogue's family order, each family's
+    methods in declaration order; families with none of them are left out. A name with no
+    declaration (a method since removed) is shown under "other", the random floor last of all,
+    with the reference rows (the classifier bound)."""
+    declared = method_catalogue.by_name()
+    present = set(methods)
+    groups = {family: [] for family in method_catalogue.FAMILIES}
+    for m in method_catalogue.METHODS:
+        if m.name in present:
+            groups[m.family].append(m.name)
+    groups[method_catalogue.OTHER] += sorted(present - set(declared) - {RANDOM})
+    if RANDOM in present:
+        groups[method_catalogue.REFERENCE].append(RANDOM)
+    return [(family, names) for family, names in groups.items() if names]
 
 
 def ordered_methods(methods: Iterable[str]) -> list[str]:
-    """The paper's row order (Table 1), then anything else we ran, then the random floor."""
-    ranked = sorted((m for m in method_catalogue.METHODS if m.paper_row), key=lambda m: m.paper_row)
-    rank = {m.name: i for i, m in enumerate(ranked)}
-    return sorted(methods, key=lambda m: (m == "random", rank.get(m, len(rank)), m))
+    """The methods present in the tables' row order: family by family (grouped_methods)."""
+    return [m for _, names in grouped_methods(methods) for m in names]
 
 
 def display_name(method: str) -> str:
     """A method's title in the tables (its name when it has no declaration)."""
-    if method == "random":
+    if method == RANDOM:
         return "random codes (floor)"
     return next((m.title for m in method_catalogue.METHODS if m.name == method), method)
 
 
 def _label(method: str) -> str:
-    return "random codes" if method == "random" else display_name(method)
+    return "random codes" if method == RANDOM else display_name(method)
+
+
+# A method's line: its family's colour, and a marker and a line style by its place in the family,
+# so that up to twenty lines stay told apart and a family reads as one colour (the random floor:
+# black dots). The legend lists the lines family by family under the family's name.
+_FAMILY_COLOURS = {
+    method_catalogue.UNSUPERVISED: "tab:brown",
+    method_catalogue.PAIRWISE_SHALLOW: "tab:blue",
+    method_catalogue.HIERARCHICAL_SHALLOW: "tab:purple",
+    method_catalogue.PAIRWISE_DEEP: "tab:orange",
+    method_catalogue.CENTRES_DEEP: "tab:green",
+    method_catalogue.HIERARCHICAL_DEEP: "tab:red",
+    method_catalogue.OTHER: "tab:olive",
+    method_catalogue.REFERENCE: "black",
+}
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINESTYLES = ("-", "--", "-.", (0, (1, 1)))
+_MARKS_PER_LINE = 8  # markers along a long curve, staggered from one line to the next
+
+
+@dataclass(frozen=True)
+class _Line:
+    label: str
+    x: Any
+    y: Any
+    style: dict[str, Any]  # matplotlib's keyword arguments: color, marker, linestyle, ...
+    group: str | None = None  # the legend heading it is listed under
+    yerr: Any = None
+
+
+def _method_lines(methods: Iterable[str], xy) -> list[_Line]:
+    """One line per method, family by family: xy(method) gives its (x, y)."""
+    lines = []
+    for family, names in grouped_methods(methods):
+        for place, m in enumerate(names):
+            x, y = xy(m)
+            style = _method_style(m, family, place, len(lines), len(x))
+            lines.append(_Line(_label(m), x, y, style, family))
+    return lines
+
+
+def _method_style(method: str, family: str, place: int, line: int, points: int) -> dict[str, Any]:
+    """The family's colour; the marker and the line style of the method's place in it. On a
+    long curve a few markers only, at points staggered from one line to the next."""
+    style: dict[str, Any] = {
+        "color": _FAMILY_COLOURS.get(family, "tab:gray"),
+        "marker": _MARKERS[place % len(_MARKERS)],
+        "linestyle": _LINESTYLES[place % len(_LINESTYLES)],
+    }
+    if points > 2 * _MARKS_PER_LINE:
+        step = points // _MARKS_PER_LINE
+        style["markevery"] = ((line * step // 5) % step, step)
+    if method == RANDOM:
+        style.update(color="black", linestyle=":", marker="" if "markevery" in style else "o")
+    return style
 
 
 def _draw(
@@ -113,26 +184,42 @@ def _draw(
     title: str,
     xlabel: str,
     ylabel: str,
-    lines,
+    lines: list[_Line],
     *,
     xticks=None,
     xlog: bool = False,
     full_range: bool = True,
 ) -> Path:
-    """One line plot with labelled axes and a legend, written atomically. A line is
-    (label, x, y, style) or (label, x, y, style, y error). full_range: y from 0 to 1 (recall
-    curves); otherwise fitted to the data (values that differ by little)."""
+    """One line plot with labelled axes and a legend, written atomically. Lines with a group
+    are listed in the legend under their group's heading, beside the plot; a line with yerr is
+    drawn with error bars. full_range: y from 0 to 1 (recall curves); otherwise fitted to the
+    data (values that differ by little)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on pipeline workers
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for label, x, y, style, *err in lines:
-        if err:
-            ax.errorbar(x, y, yerr=err[0], fmt=style, label=label, markersize=4, capsize=3)
+    grouped = any(line.group for line in lines)
+    entries = len(lines) + len({line.group for line in lines if line.group})
+    height = max(4.0, 0.18 * entries + 0.8) if grouped else 4.0
+    fig, ax = plt.subplots(figsize=(8.0 if grouped else 5.5, height))
+    handles, labels, headings = [], [], []
+    group = None
+    for line in lines:
+        if line.yerr is not None:
+            drawn = ax.errorbar(
+                line.x, line.y, yerr=line.yerr, markersize=4, capsize=3, **line.style
+            )
         else:
-            ax.plot(x, y, style, label=label, markersize=4)
+            (drawn,) = ax.plot(line.x, line.y, markersize=4, **line.style)
+        if line.group and line.group != group:
+            group = line.group
+            headings.append(len(labels))
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append(group)
+        handles.append(drawn)
+        labels.append(line.label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -144,7 +231,20 @@ def _draw(
     if xticks is not None:
         ax.set_xticks(list(xticks), [f"{t:g}" for t in xticks])
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if grouped:
+        legend = ax.legend(
+            handles,
+            labels,
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            frameon=False,
+            handlelength=3.0,
+        )
+        for i in headings:
+            legend.get_texts()[i].set_fontweight("bold")
+    else:
+        ax.legend(handles, labels, fontsize=8)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=110)
@@ -152,22 +252,18 @@ def _draw(
     return path
 
 
-def _style(method: str) -> str:
-    return "k:" if method == "random" else "-"
-
-
 def wr_at_n_figure(by_method: dict[str, Curves], path: str | Path, *, title: str) -> Path:
     """Fig. 3 g-l: WR@n against n, one line per method."""
-    lines = [
-        (_label(m), np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n, _style(m))
-        for m in ordered_methods(by_method)
-    ]
+
+    def xy(m: str):
+        return np.arange(1, len(by_method[m].wr_at_n) + 1), by_method[m].wr_at_n
+
     return _draw(
         Path(path),
         f"Weighted recall WR@n, {title}",
         "number of retrieved items n",
         "weighted recall WR@n",
-        lines,
+        _method_lines(by_method, xy),
     )
 
 
@@ -177,34 +273,35 @@ def radius_figure(by_method: dict[str, Curves], path: str | Path, *, title: str)
     Radii are in the units of the segment weights (plain Hamming: bits), so that methods with
     and without weights share the axis; the radius is normalised by the code length.
     """
-    lines = []
-    for m in ordered_methods(by_method):
+
+    def xy(m: str):
         c = by_method[m]
         span = float(c.radius_real[-1]) or 1.0
-        lines.append((_label(m), c.radius_real / span, c.wr_at_radius, _style(m)))
+        return c.radius_real / span, c.wr_at_radius
+
     return _draw(
         Path(path),
         f"Weighted recall by radius, {title}",
         "weighted Hamming radius / its maximum",
         "weighted recall within the radius",
-        lines,
+        _method_lines(by_method, xy),
     )
 
 
 def wr_vs_bits_figure(curves: dict[tuple[str, int], Curves], path: str | Path) -> tuple[Path, int]:
     """Fig. 4: WR@N against the code length, N = min(10,000, the shortest saved curve)."""
     depth = min([FIG4_N, *(len(c.wr_at_n) for c in curves.values())])
-    lines = []
-    for m in ordered_methods({m for m, _ in curves}):
+
+    def xy(m: str):
         bits = sorted(b for mm, b in curves if mm == m)
-        wr = [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
-        lines.append((_label(m), bits, wr, "k:o" if m == "random" else "-o"))
+        return bits, [curves[(m, b)].wr_at_n[depth - 1] for b in bits]
+
     _draw(
         Path(path),
         f"WR@{depth} against code length",
         "code length (bits)",
         f"weighted recall WR@{depth}",
-        lines,
+        _method_lines({m for m, _ in curves}, xy),
         xticks=sorted({b for _, b in curves}),
         full_range=False,
     )
@@ -247,12 +344,12 @@ def alpha_figure(sweep: list[dict[str, Any]], path: str | Path) -> Path:
     ):
         values = [[r[key] for r in sweep if r["alpha"] == a] for a in alphas]
         lines.append(
-            (
+            _Line(
                 label,
                 alphas,
                 [float(np.mean(v)) for v in values],
-                "-o",
-                [float(np.std(v)) for v in values],
+                {"fmt": "-o"},
+                yerr=[float(np.std(v)) for v in values],
             )
         )
     seeds = len({r.get("seed") for r in sweep})
