@@ -44,6 +44,23 @@ def test_the_shipped_params_and_every_profile_are_valid(tmp_path):
         assert settings.load(params).typed.profile == profile
 
 
+def test_the_train_help_and_params_yaml_name_every_deep_method():
+    """Where a user picks the deep methods, every declared one is named: `shdh train`'s help
+    (written from the catalogue) and params.yaml's comment on train.methods (kept by hand)."""
+    import re
+
+    from shdh.commands import train
+    from shdh.hashers import method_catalogue
+
+    deep = [m for m in method_catalogue.METHODS if m.deep]
+    assert all(m.title in train.HELP for m in deep)
+    lines = (REPO / "params.yaml").read_text().splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("train:")))
+    comment = next(line for line in lines[start:] if line.startswith("  methods:"))
+    named = set(re.split(r"[\s,;:()]+", comment.partition("#")[2]))
+    assert {m.name for m in deep} <= named, {m.name for m in deep} - named
+
+
 # The errors a user met ("Why" item 4 and 3 of the issue that asked for this schema), and a few
 # more of each kind: (key, value, the one-line message after "params.yaml: ").
 ERRORS = [

@@ -1,5 +1,5 @@
-"""shdh train: train deep methods (SHDH, DPSH, the oracle) at their code lengths; checkpoints
-every epoch.
+"""shdh train: train deep methods (every deep method of shdh.hashers.method_catalogue, the
+classifier oracle among them) at their code lengths; checkpoints every epoch.
 
 One process fits every code length of its methods in turn: DVC runs one stage per deep method
 (`train@shdh`, minutes each). Each (method, bits), and each seed of train.seeds when set, is its
@@ -19,14 +19,21 @@ from shdh.commands.common import (
     script_main,
 )
 from shdh.commands.fitting import fit_method
-from shdh.hashers.method_catalogue import PAPER_METHOD, names
+from shdh.hashers.method_catalogue import METHODS, PAPER_METHOD, names
 from shdh.plan.all_methods import method_bits, models_root
 from shdh.plan.processes import refuse_several_processes
 from shdh.runtime.errors import whole_number
 from shdh.steps.fit_deep import fit
 from shdh.training.checkpoint import RESUME_MODES
 
-HELP = "train deep methods at their code lengths (SHDH, DPSH, the oracle)"
+# Named from the catalogue, so that a method declared there is listed here too.
+HELP = (
+    "train deep methods at their code lengths ("
+    + ", ".join(m.title for m in METHODS if m.deep and not m.reference)
+    + "; "
+    + ", ".join(f"the {m.title}" for m in METHODS if m.deep and m.reference)
+    + ")"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
