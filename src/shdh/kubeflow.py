@@ -21,7 +21,15 @@ from shdh.plan.overrides import apply_overrides
 from shdh.runtime.atomic import atomic_dir
 from shdh.runtime.json_files import read_json_object
 from shdh.settings import sections
-from shdh.settings.profiles import PROFILES_DIR, ConfigError, deep_merge, load_params, profile_path
+from shdh.settings.profiles import (
+    PROFILES_DIR,
+    ConfigError,
+    deep_merge,
+    load_params,
+    merge_layers,
+    profile_layers,
+    setter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +51,9 @@ def resolve_params(
     """
     params = load_params(params_file)
     if profile:
-        path = profile_path(profile, profiles_dir)
-        extra = load_params(path)
-        _check_known(params, extra, str(path))
+        layers = profile_layers(profile, profiles_dir)
+        extra = merge_layers(layers)
+        _check_known(params, extra, layers)
         params = deep_merge(params, {**extra, "profile": profile})
     given = [f"profile {profile}"] if profile else []
     params = apply_overrides(params, overrides)
@@ -55,12 +63,17 @@ def resolve_params(
     return settings.validate(params, source).params
 
 
-def _check_known(base: dict[str, Any], extra: dict[str, Any], where: str, prefix: str = "") -> None:
+def _check_known(
+    base: dict[str, Any], extra: dict[str, Any], layers: list[tuple[Path, Any]], prefix: str = ""
+) -> None:
+    """Every key a profile sets is params.yaml's; a stray one is named with the profile file
+    (of the chain it extends) that sets it."""
     for key, value in extra.items():
         if key not in base:
+            where = setter(layers, f"{prefix}{key}")
             raise ConfigError(f"{where}: sets unknown key '{prefix}{key}' (not in params.yaml)")
         if isinstance(value, dict) and isinstance(base[key], dict):
-            _check_known(base[key], value, where, f"{prefix}{key}.")
+            _check_known(base[key], value, layers, f"{prefix}{key}.")
 
 
 def pipeline_arguments(params: dict[str, Any]) -> dict[str, Any]:

@@ -379,7 +379,7 @@ def test_default_profile_matches_params_yaml():
     assert deep_merge(params, default) == params
 
 
-@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "gpu"])
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "gpu", "methods"])
 def test_every_profile_applies_and_plans_its_runs(profile):
     from shdh.kubeflow import resolve_params
     from shdh.plan.all_methods import planned_runs
@@ -392,6 +392,15 @@ def test_every_profile_applies_and_plans_its_runs(profile):
         assert {seed for _, _, seed in runs} == {0, 1, 2}
         assert len(runs) == 3 * (3 * 3 + 7 * 3)  # SHDH, DPSH, the oracle; 7 shallow; 3 lengths
         assert params["evaluate"]["results_dir"] != "results"  # beside the default's results
+    if profile == "methods":  # the default's budget, every deep method of the catalogue
+        from shdh.hashers.method_catalogue import names
+
+        default = resolve_params(REPO / "params.yaml", "default", profiles_dir=REPO / "profiles")
+        deep = {m for m, _, _ in runs if m in names("deep")}
+        assert deep == set(names("deep")) and len(deep) == 13
+        assert {run for run in runs if run[0] not in deep} == {
+            run for run in planned_runs(default) if run[0] not in deep
+        }
     if profile == "gpu":  # the paper's protocol at the paper's network, on a GPU
         paper = resolve_params(REPO / "params.yaml", "paper", profiles_dir=REPO / "profiles")
         assert runs == planned_runs(paper)

@@ -92,3 +92,85 @@ def test_profiles_are_listed_by_name(capsys):
     names = capsys.readouterr().out.split()
     assert names == sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
     assert names.index("photos") < names.index("photos-smoke")
+
+
+def _profiles(tmp_path, **files: str):
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / f"{name}.yaml").write_text(text)
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    return folder, params
+
+
+def test_a_profile_extends_another_its_own_keys_applied_last(tmp_path):
+    """`extends: NAME`: the named profile's overrides first (and those of the one it extends),
+    then this file's, merged key by key; `shdh profile apply` and the Kubeflow front door's
+    resolve_params see the same values."""
+    from shdh.kubeflow import resolve_params
+
+    folder, params = _profiles(
+        tmp_path,
+        root="train:\n  epochs: 2\n  lr: 0.01\n",
+        base="extends: root\ntrain:\n  epochs: 5\n  bits: [16]\n",
+        child="extends: base\ntrain:\n  bits: [16, 32]\nfeatures:\n  batch_size: 64\n",
+    )
+    overrides = apply_profile("child", params, folder)
+    applied = load_params(params)
+    assert "extends" not in overrides and "extends" not in applied
+    assert applied["profile"] == "child"
+    assert (applied["train"]["epochs"], applied["train"]["lr"]) == (5, 0.01)
+    assert applied["train"]["bits"] == [16, 32] and applied["features"]["batch_size"] == 64
+    shipped = load_params(REPO / "params.yaml")
+    assert applied["train"]["batch_size"] == shipped["train"]["batch_size"]  # not set: kept
+    resolved = resolve_params(REPO / "params.yaml", "child", (), folder)
+    assert {k: resolved["train"][k] for k in ("epochs", "lr", "bits")} == {
+        k: applied["train"][k] for k in ("epochs", "lr", "bits")
+    }
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"child": "extends: nope\n"}, r"child.yaml: extends unknown profile 'nope': no .*nope"),
+        ({"child": "extends: child\n"}, r"child.yaml: extends 'child', which leads back to it"),
+        (
+            {"child": "extends: base\n", "base": "extends: child\n"},
+            r"base.yaml: extends 'child', which leads back to it \(child -> base -> child\)",
+        ),
+        ({"child": "extends: [base]\n"}, r"child.yaml: extends: expected a profile's name"),
+        (
+            {"child": "extends: base\ntrain:\n  epochs: 2\n", "base": "train:\n  epochz: 3\n"},
+            r"base.yaml: sets train.epochz, a setting .*params.yaml does not have",
+        ),
+    ],
+)
+def test_a_bad_extends_is_refused_with_the_file_that_names_it(tmp_path, files, message):
+    from shdh.kubeflow import resolve_params
+
+    folder, params = _profiles(tmp_path, **files)
+    with pytest.raises(ConfigError, match=message):
+        apply_profile("child", params, folder)
+    assert params.read_text() == (REPO / "params.yaml").read_text()
+    kubeflow = message.replace(r"sets train.epochz, a setting .*params.yaml does not have", "")
+    with pytest.raises(ConfigError, match=kubeflow):
+        resolve_params(params, "child", (), folder)
+
+
+def test_the_methods_profile_is_the_default_with_every_deep_method(tmp_path):
+    from shdh.hashers import method_catalogue
+
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    apply_profile("methods", params, REPO / "profiles")
+    applied, shipped = load_params(params), load_params(REPO / "params.yaml")
+    assert applied["train"]["methods"] == list(method_catalogue.names("deep"))
+    assert len(applied["train"]["methods"]) == 13 and "oracle" in applied["train"]["methods"]
+    assert applied["train"]["bits"] == [32, 48, 64] and applied["train"]["seeds"] is None
+    for section in ("data", "baselines"):
+        assert applied[section] == shipped[section]
+    assert applied["evaluate"]["results_dir"] == "results/fashion-mnist-h/methods"
+    # one line a setting: the long list is not folded onto a second line
+    line = next(x for x in params.read_text().splitlines() if x.startswith("  methods: [shdh,"))
+    assert line.split("#")[0].rstrip().endswith("orthohash, hpdh]")

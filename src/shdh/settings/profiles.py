@@ -5,6 +5,13 @@ Every setting lives in one params.yaml so that DVC can track each key on its own
 `train.epochs` reruns only training). A profile is a small YAML file of overrides under
 profiles/; applying one rewrites params.yaml in place with ruamel's round-trip mode, which keeps
 the comments that explain each setting.
+
+A profile may build on another: `extends: NAME` at its top applies profiles/NAME.yaml's
+overrides first, then its own, merged key by key (a nested mapping merges, any other value
+replaces the base's). The base may extend another in turn; a name with no file, or a chain that
+comes back to a profile already in it, is refused with the file that names it. `shdh profile
+apply`, the Kubeflow front door (`--profile`) and everything else that reads a profile see the
+same merged overrides (profile_overrides).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from shdh.runtime.errors import ConfigError
 from shdh.settings import load_params
 
 PROFILES_DIR = Path("profiles")
+EXTENDS = "extends"  # a profile's key naming the profile it builds on
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -43,18 +51,79 @@ def profile_path(name: str, profiles_dir: str | Path = PROFILES_DIR) -> Path:
     return path
 
 
+def profile_layers(
+    name: str, profiles_dir: str | Path = PROFILES_DIR
+) -> list[tuple[Path, dict[str, Any]]]:
+    """profiles/NAME.yaml and the profiles it extends, as (file, its own overrides without
+    `extends`), the furthest base first: the order they apply in."""
+    layers: list[tuple[Path, dict[str, Any]]] = []
+    chain: list[str] = []
+    current: str | None = name
+    referrer: Path | None = None  # the file whose `extends` names `current`
+    while current is not None:
+        if current in chain:
+            raise ConfigError(
+                f"{referrer}: extends '{current}', which leads back to it "
+                f"({' -> '.join([*chain, current])}): a profile cannot extend itself"
+            )
+        try:
+            path = profile_path(current, profiles_dir)
+        except ConfigError as err:
+            if referrer is None:
+                raise
+            raise ConfigError(f"{referrer}: extends {err}") from err
+        overrides = load_params(path)
+        base = overrides.pop(EXTENDS, None)
+        if base is not None and (not isinstance(base, str) or not base.strip()):
+            raise ConfigError(f"{path}: {EXTENDS}: expected a profile's name, got {base!r}")
+        chain.append(current)
+        layers.append((path, overrides))
+        referrer, current = path, base
+    return layers[::-1]
+
+
+def profile_overrides(name: str, profiles_dir: str | Path = PROFILES_DIR) -> dict[str, Any]:
+    """The overrides profiles/NAME.yaml stands for: those of the profiles it extends, then its
+    own, deep-merged."""
+    return merge_layers(profile_layers(name, profiles_dir))
+
+
+def merge_layers(layers: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """profile_layers' overrides merged in their order: the base's first, each later one's on
+    top."""
+    merged: dict[str, Any] = {}
+    for _, overrides in layers:
+        merged = deep_merge(merged, overrides)
+    return merged
+
+
+def setter(layers: list[tuple[Path, dict[str, Any]]], dotted: str) -> Path:
+    """The file of a profile's chain that sets the key `dotted` (the last one, whose value is
+    applied), for an error about that key."""
+    for path, overrides in reversed(layers):
+        node: Any = overrides
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return path
+    return layers[-1][0]
+
+
 def apply_profile(
     name: str, params_file: str | Path = "params.yaml", profiles_dir: str | Path = PROFILES_DIR
 ) -> dict[str, Any]:
-    """Rewrite params_file with the overrides of profiles/NAME.yaml; returns the overrides.
+    """Rewrite params_file with the overrides of profiles/NAME.yaml (with those of the profiles
+    it extends); returns the overrides.
 
     Keys a profile sets must already exist in params.yaml: a misspelt key in a profile would
     otherwise add a setting that nothing reads.
     """
     from ruamel.yaml import YAML  # DVC depends on ruamel; imported lazily to keep import cheap
 
-    source = profile_path(name, profiles_dir)
-    overrides = load_params(source)
+    layers = profile_layers(name, profiles_dir)
+    overrides = merge_layers(layers)
     overrides["profile"] = name
     params_file = Path(params_file)
     load_params(params_file)  # not YAML, or not a mapping: named with its line, as elsewhere
@@ -62,6 +131,7 @@ def apply_profile(
 
     rt = YAML()
     rt.preserve_quotes = True
+    rt.width = 4096  # one line a setting, as params.yaml has it: a long [flow, list] not folded
     # Keep params.yaml's own style: `null` rather than an empty value, lists as [a, b].
     rt.representer.add_representer(
         type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
@@ -71,6 +141,7 @@ def apply_profile(
     def assign(node: Any, values: dict[str, Any], where: str) -> None:
         for key, value in values.items():
             if key not in node:
+                source = setter(layers, f"{where}{key}")
                 raise ConfigError(_missing_key(source, params_file, f"{where}{key}", node))
             if isinstance(value, dict):
                 assign(node[key], value, f"{where}{key}.")
@@ -82,9 +153,9 @@ def apply_profile(
             elif isinstance(value, list):
                 seq = CommentedSeq(value)
                 seq.fa.set_flow_style()
-                node[key] = seq
+                _replace(rt, node, key, seq, 2 * where.count("."))
             else:
-                node[key] = value
+                _replace(rt, node, key, value, 2 * where.count("."))
 
     assign(doc, overrides, "")
     where = f"{params_file} (with profile '{name}')"
@@ -96,6 +167,41 @@ def apply_profile(
     check_results_location(settings.validate(written, where).params, where)
     atomic_write_text(params_file, text)
     return overrides
+
+
+def _replace(rt: Any, node: Any, key: str, value: Any, indent: int) -> None:
+    """Set node[key] to value. A value longer than the column of its line's comment pushes the
+    comment right, to one space after it, and the file keeps it there: its column is lost. So a
+    comment found so pushed returns, once a value that fits is back (`shdh profile apply
+    default` after a profile with a long list), to the column most of its siblings' comments
+    share: the shipped file comes back byte for byte."""
+    from collections import Counter
+
+    items = getattr(getattr(node, "ca", None), "items", {})
+    token = items.get(key, [None, None, None])[2]
+    pushed = token is not None and token.column == indent + _line_length(rt, key, node[key]) + 1
+    node[key] = value
+    columns = [
+        entry[2].column
+        for other, entry in items.items()
+        if other != key and len(entry) > 2 and entry[2] is not None
+    ]
+    if not pushed or not columns:
+        return
+    home = Counter(columns).most_common(1)[0][0]
+    if token.column > home and indent + _line_length(rt, key, value) < home:
+        token.column = home
+
+
+def _line_length(rt: Any, key: str, value: Any) -> int:
+    """The length of `key: value` as the round trip writes it, before any comment (a loaded
+    list holds its line's comment: it is copied without)."""
+    from ruamel.yaml.comments import CommentedSeq
+
+    if isinstance(value, list):
+        value = CommentedSeq(list(value))
+        value.fa.set_flow_style()
+    return len(_dumped(rt, {key: value}).splitlines()[0])
 
 
 def _in_block_style(value: Any) -> bool:
