@@ -61,7 +61,8 @@ class Method:
     class_name: str
     settings: type
     title: str  # its row label in the tables and its legend in the figures
-    paper_row: int | None = None  # its row in the paper's Table 1 (None: not in the paper)
+    # its row in the paper's Table 1 (None: not in the paper); a record: the tables go by family
+    paper_row: int | None = None
     reference: bool = False  # a bound to compare with, not a hashing method: in no claim
     # Its group in the tables and the figures (one of FAMILIES): methods that learn from the
     # same supervision, with or without a network, are read side by side.

@@ -277,8 +277,8 @@ def _claims_section(ours, bits: list[int], paper_rows, paper_bits: list[int], n:
         "### The paper's claims on this run (relative gain of the better side)\n",
         "A claim holds where the better side wins at every code length (partly: at some). A "
         "group takes its best method at each code length. The paper's figures are its own "
-        "tables' ratios (-: a method the paper did not run, such as the +H variants of the "
-        "deep methods, its +H comparison made for them).\n",
+        "tables' ratios (-: a side the paper did not run; the +H variants of the deep methods "
+        "are this project's, making its +H comparison for deep methods).\n",
         "\n".join(lines) + "\n",
     ]
 
