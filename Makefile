@@ -8,9 +8,12 @@ export PATH := $(abspath $(BIN)):$(PATH)
 .PHONY: run test setup data browser emulator lint clean-results
 
 ## run: set everything up, then run the DVC pipeline on the default profile and print the table
+## (with the bytecode cached as for `make test`: each stage is a process of its own, and where
+## PYTHONDONTWRITEBYTECODE is set, each would compile torch's and mlflow's sources again, the
+## first optimiser alone importing torch._dynamo for 20 to 30 s of CPU)
 run: data
-	dvc repro
-	shdh results
+	$(BYTECODE_CACHE) dvc repro
+	$(BYTECODE_CACHE) shdh results
 
 ## test: set everything up, then run the whole test suite, its files spread over TEST_WORKERS
 ## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once), the
