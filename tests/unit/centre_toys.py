@@ -113,3 +113,10 @@ def scores_and_chance(fit: ToyFit) -> tuple[tuple[float, float], tuple[float, fl
     random_q = np.where(rng.random(q_codes.shape) < 0.5, 1, -1).astype(np.int8)
     random_db = np.where(rng.random(db_codes.shape) < 0.5, 1, -1).astype(np.int8)
     return acg_ndcg(fit, q_codes, db_codes), acg_ndcg(fit, random_q, random_db)
+
+
+def assert_ranks_above_chance(fit: ToyFit, acg_gain: float, ndcg_gain: float = 0.2) -> None:
+    """The fit's ACG@50 and NDCG@50 above seeded random codes' by at least the gains."""
+    (acg, ndcg), (acg_random, ndcg_random) = scores_and_chance(fit)
+    assert acg > acg_random + acg_gain, (acg, acg_random)
+    assert ndcg > ndcg_random + ndcg_gain, (ndcg, ndcg_random)

@@ -170,7 +170,8 @@ def test_the_methods_profile_is_the_default_with_every_deep_method(tmp_path):
     assert applied["train"]["bits"] == [32, 48, 64] and applied["train"]["seeds"] is None
     for section in ("data", "baselines"):
         assert applied[section] == shipped[section]
-    assert applied["evaluate"]["results_dir"] == "results/fashion-mnist-h/methods"
+    assert applied["evaluate"]["results_dir"] == "results/methods"
+    assert applied["evaluate"]["report"] == "docs/results-methods.md"
     # one line a setting: the long list is not folded onto a second line
     line = next(x for x in params.read_text().splitlines() if x.startswith("  methods: [shdh,"))
     assert line.split("#")[0].rstrip().endswith("orthohash, hpdh]")

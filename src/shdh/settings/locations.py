@@ -1,8 +1,9 @@
 """Where a run's results and report go: a folder per dataset and profile, never another's.
 
 The project publishes its own Fashion-MNIST-H results, written by the profiles that own them
-(PROJECT_RESULTS: `results/` and docs/results.md for `default`, `results/paper/` and
-docs/results-paper.md for `paper`, `results/gpu/` and docs/results-gpu.md for `gpu`). Every
+(PROJECT_RESULTS: `results/` and docs/results.md for `default`, `results/methods/` and
+docs/results-methods.md for `methods`, `results/paper/` and docs/results-paper.md for `paper`,
+`results/gpu/` and docs/results-gpu.md for `gpu`). Every
 other run writes to results/DATASET/PROFILE/, its report beside its metrics (report.md).
 Writing into a location that belongs to another dataset or profile is refused before any work,
 so evaluating your own data never rewrites the project's tables, nor the results of your other
@@ -23,6 +24,7 @@ REPORT_NAME = "report.md"
 # (dataset, profile) -> (evaluate.results_dir, evaluate.report) the project publishes.
 PROJECT_RESULTS = {
     ("fashion-mnist-h", "default"): ("results", "docs/results.md"),
+    ("fashion-mnist-h", "methods"): ("results/methods", "docs/results-methods.md"),
     ("fashion-mnist-h", "paper"): ("results/paper", "docs/results-paper.md"),
     ("fashion-mnist-h", "gpu"): ("results/gpu", "docs/results-gpu.md"),
 }
