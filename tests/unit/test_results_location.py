@@ -33,9 +33,13 @@ def test_each_location_belongs_to_one_dataset_and_profile(in_tmp):
     assert owner("results/metrics.json") == ("fashion-mnist-h", "default")
     assert owner("results/paper/plots") == ("fashion-mnist-h", "paper")
     assert owner("docs/results-paper.md") == ("fashion-mnist-h", "paper")
-    assert owner("results/methods") == owner("docs/results-methods.md") == (
-        "fashion-mnist-h",
-        "methods",
+    assert (
+        owner("results/methods")
+        == owner("docs/results-methods.md")
+        == (
+            "fashion-mnist-h",
+            "methods",
+        )
     )
     assert owner("results/gpu/fits") == owner("docs/results-gpu.md") == ("fashion-mnist-h", "gpu")
     assert owner("results/shapes/smoke/report.md") == ("shapes", "smoke")
