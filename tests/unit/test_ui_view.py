@@ -56,7 +56,7 @@ def test_the_view_draws_each_method_as_a_line_through_its_code_lengths():
         assert card["selectedMetricKeys"] == [card["metricKey"]]
         assert card["useGlobalXaxisKey"] is False  # the page's x axis setting does not apply
     first = state["compareRunCharts"][0]
-    assert first["displayName"] == "ndcg_at_100 by bits (step)"
+    assert first["displayName"] == "ndcg_at_100_by_bits"
     assert first["displayPoints"] is True  # a point at each code length
     # Every score a column of the runs table; the others' charts are MLflow's, folded.
     assert [f"metrics.`{s}`" for s in SCORES] == state["selectedColumns"][3:]
