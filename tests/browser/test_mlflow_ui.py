@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from shdh.settings.profiles import deep_merge
+from shdh.tracking.mlflow_runs import metric_key
 from shdh.tracking.model_registry import DEFAULT_ALIAS, DEFAULT_METRIC, DEFAULT_MODEL_NAME
 from tests.browser import ui
 from tests.browser.ui import start_browser, wait_for
@@ -189,40 +190,161 @@ def test_comparing_two_pipeline_runs_shows_each_method_beside_itself(
             assert close_to(text, run.data.metrics["ndcg_at_100"]), (method, text)
 
 
+HEADLINE = ("ndcg_at_100", "map_at_1000", "mahp_at_2500")
+
+
+def headline_charts(browser: Any, methods: set[str]) -> list[dict[str, Any]]:
+    """The view's first charts once every method is in each one's legend: NDCG@100, mAP@1000
+    and mAHP@2500 against the code length, in that order. A chart out of the window is drawn
+    only when scrolled to: the last one drawn is brought into view until all three are."""
+    seen: list[Any] = []
+
+    def drawn() -> list[dict[str, Any]]:
+        charts = ui.line_charts(browser)[:3]
+        seen[:] = [(c["legend"][:3], len(c["traces"])) for c in charts]
+        browser.execute_script(
+            "const p = [...document.querySelectorAll('.js-plotly-plot')];"
+            "if (p.length) p[p.length - 1].scrollIntoView({block: 'center'});"
+        )
+        ready = len(charts) == 3 and all(
+            all(e.endswith(f" ({score}_by_bits)") for e in chart["legend"])
+            and {legend_method(e, score) for e in chart["legend"]} == methods
+            for score, chart in zip(HEADLINE, charts, strict=True)
+        )
+        return charts if ready else []
+
+    try:
+        charts = wait_for(drawn, "a line per method in each headline chart", browser, 90)
+    except pytest.fail.Exception as failed:
+        raise AssertionError(f"the line charts drawn: {seen}") from failed
+    browser.execute_script("window.scrollTo(0, 0);")
+    return charts
+
+
+def legend_method(entry: str, score: str) -> str:
+    """A legend entry's group, the method: MLflow names a line 'GROUP (METRIC)'."""
+    suffix = f" ({score}_by_bits)"
+    return entry[: -len(suffix)] if entry.endswith(suffix) else entry
+
+
+def lines_of(chart: dict[str, Any]) -> list[tuple[list[float], list[float]]]:
+    """A chart's lines as (x, y): Plotly's traces of a group's line carry no name (the legend
+    is MLflow's), and a line may be drawn twice (its points and its hover)."""
+    return sorted({(tuple(t["x"]), tuple(t["y"])) for t in chart["traces"]})
+
+
 def test_the_link_in_a_pipeline_runs_description_opens_its_methods_charted(
     server, tracked, screenshots
 ):
     """A new user (a fresh browser profile) follows the link: with no toggle, no 'Show all
     runs' and no group-by to set, the saved view shows every method of that pipeline run, and
-    only its runs, as a bar per method and code length in each score's chart."""
+    only its runs, as a line per method against the code length in each headline chart."""
     second = tracked["parents"][-1]
     note = second.data.tags["mlflow.note.content"]
     (link,) = re.findall(r"\]\((#/experiments/[^)]+)\)", note)
     assert "viewStateShareKey=" in link and "compareRunsMode=CHART" in link
     children = tracked["children"][second.info.run_id]
-    expected = {
-        f"tag.method.{r.data.tags['method']},tag.bits.{r.data.tags['bits']}": r
-        for r in children.values()
-    }
+    by_method = {r.data.tags["method"]: r for r in children.values()}
     browser = start_browser()
     try:
         ui.open_view(browser, server, link)
-        charts = wait_for(
-            lambda: [c for c in ui.bar_charts(browser) if set(c) == set(expected)],
-            "a bar chart of every method of the pipeline run",
-            browser,
+        ndcg, *_ = headline_charts(browser, set(by_method))
+        # A point at the code length (step = bits): each method's score (one seed: the group's
+        # mean); the second pipeline run's deep scores, not a mean with the first's.
+        expected = sorted(
+            ((int(r.data.tags["bits"]),), (round(r.data.metrics[DEFAULT_METRIC], 3),))
+            for r in by_method.values()
         )
-        assert {"tag.method.shdh,tag.bits.16", "tag.method.dpsh,tag.bits.16"} <= set(charts[0])
-        # The first chart is NDCG@100, a bar its method's score (one seed: the group's mean);
-        # the second pipeline run's deep scores, not a mean with the first's.
-        for label, value in charts[0].items():
-            assert close_to(str(value), expected[label].data.metrics[DEFAULT_METRIC]), label
+        drawn = sorted((x, tuple(round(v, 3) for v in y)) for x, y in lines_of(ndcg))
+        assert drawn == expected
         assert f"Methods of {second.info.run_name}" in ui.page_text(browser)  # the view's name
         ui.close_assistant(browser)
         shot = ui.screenshot(browser, screenshots / "mlflow-view.png")
         assert shot.stat().st_size > 10_000
     finally:
         browser.quit()
+
+
+MANY_BITS = (16, 32, 64)
+
+
+@pytest.fixture(scope="module")
+def many_methods(server) -> dict[str, Any]:
+    """Every method of the catalogue and the random floor at three code lengths, one pipeline
+    run's method runs logged straight through the client (no fit: made-up scores, each method's
+    rising with the code length), and its saved view, in an experiment of their own."""
+    import mlflow
+    from mlflow.entities import Metric, RunTag
+
+    from shdh.hashers.method_catalogue import METHODS as CATALOGUE
+    from shdh.reporting import ui_view
+    from shdh.tracking import mlflow_runs
+
+    client = mlflow.MlflowClient(tracking_uri=server)
+    experiment_id = client.create_experiment("shdh-many-methods")
+    pipeline = "many-methods"
+    parent = client.create_run(
+        experiment_id,
+        run_name="pipeline-many",
+        tags={mlflow_runs.PIPELINE_TAG: pipeline, mlflow_runs.ROLE_TAG: "pipeline"},
+    )
+    methods = [m.name for m in CATALOGUE] + ["random"]
+    names = ui_view.by_bits_scores(100)
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    for i, method in enumerate(methods):
+        for j, bits in enumerate(MANY_BITS):
+            run = client.create_run(
+                experiment_id,
+                run_name=f"{method}-{bits}",
+                tags={
+                    **mlflow_runs.method_tags(method, bits, 0),
+                    mlflow_runs.PIPELINE_TAG: pipeline,
+                    mlflow_runs.PARENT_TAG: parent.info.run_id,
+                },
+            )
+            row = {
+                name: round(0.2 + 0.03 * i + 0.01 * j + 0.001 * k, 4)
+                for k, name in enumerate(names)
+            }
+            scores.setdefault(method, {})[str(bits)] = row
+            stepped = mlflow_runs.by_bits(row, names)
+            client.log_batch(
+                run.info.run_id,
+                metrics=[Metric(mlflow_runs.metric_key(k), v, 0, 0) for k, v in row.items()]
+                + [Metric(k, v, 0, bits) for k, v in stepped.items()],
+                tags=[RunTag("mlflow.runName", f"{method}-{bits}")],
+            )
+            client.set_terminated(run.info.run_id)
+    client.set_terminated(parent.info.run_id)
+    key = ui_view.view_key(pipeline)
+    state = ui_view.view_state(pipeline, ui_view.charted_scores(scores))
+    ui_view.save_view(client, experiment_id, key, "Methods of pipeline-many", state)
+    return {"link": ui_view.view_path(experiment_id, key), "methods": methods, "scores": scores}
+
+
+def test_twenty_methods_read_as_a_named_line_each_without_hovering(
+    server, many_methods, browser, screenshots
+):
+    """With the whole catalogue at three code lengths (63 runs), each headline chart draws a
+    line per method through its three code lengths, and its legend names every method."""
+    methods = set(many_methods["methods"])
+    assert len(methods) >= 13
+    ui.open_view(browser, server, many_methods["link"])
+    charts = headline_charts(browser, methods)
+    for chart, score in zip(charts, ("ndcg@100", "map@1000", "mahp@2500"), strict=True):
+        # One line a method through its three code lengths: every method shown.
+        expected = sorted(
+            (MANY_BITS, tuple(many_methods["scores"][m][str(b)][score] for b in MANY_BITS))
+            for m in methods
+        )
+        drawn = [(x, tuple(round(v, 4) for v in y)) for x, y in lines_of(chart)]
+        assert drawn == expected, score
+        # Read without hovering: the legend names each method once.
+        named = [legend_method(e, metric_key(score)) for e in chart["legend"]]
+        assert sorted(named) == sorted(methods), (score, chart["legend"])
+    ui.close_assistant(browser)
+    shot = ui.screenshot(browser, screenshots / "mlflow-view-many-methods.png")
+    assert shot.stat().st_size > 10_000
 
 
 def test_the_parents_report_shows_its_figures_in_the_artifact_viewer(

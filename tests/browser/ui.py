@@ -301,3 +301,33 @@ def framed_images(browser: Any) -> list[dict[str, Any]]:
         )
     finally:
         browser.switch_to.default_content()
+
+
+# A line chart's traces as Plotly holds them, and its legend, which MLflow draws below the plot,
+# not in it: the closest block around the plot that holds a legend. A grouped line's band (the
+# spread of its runs) is a filled trace of its own, left out.
+_LINES_SCRIPT = """
+const isLegend = (d) => getComputedStyle(d).flexWrap === 'wrap' && d.querySelector('svg path');
+return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
+  const lines = (plot.data || []).filter((t) => t.type === 'scatter' && !t.fill
+    && (t.mode || '').includes('lines'));
+  let card = plot;  // the closest block around the plot and its legend
+  while (card.parentElement && ![...card.querySelectorAll('div')].some(isLegend)) {
+    card = card.parentElement;
+  }
+  const legend = [...card.querySelectorAll('div')].find(isLegend);
+  return {
+    text: card.innerText,
+    legend: legend ? [...legend.children].map((e) => e.textContent.trim()) : [],
+    traces: lines.map((t) => ({name: String(t.name || ''), x: [...t.x], y: [...t.y],
+      color: (t.line || {}).color || (t.marker || {}).color || ''})),
+  };
+}).filter((chart) => chart.traces.length);
+"""
+
+
+def line_charts(browser: Any) -> list[dict[str, Any]]:
+    """Every line chart drawn on the page, in page order (a chart out of the window is drawn
+    once scrolled to): {text: its and its legend's text, legend: the legend's entries,
+    traces: [{name, x, y, color}]}."""
+    return browser.execute_script(_LINES_SCRIPT) or []

@@ -206,6 +206,13 @@ def test_runs_are_tracked_under_one_pipeline_parent(tmp_path, fashion_raw):
         [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
     )
     assert {c.data.tags["method"] for c in children} == {"shdh", "itq", "random"}
+    # Every method run's scores again at step = bits, which the saved view draws against the
+    # code length; the scores themselves stay at step 0.
+    for child in [run, *children]:
+        for score in ("ndcg_at_100", "map_at_1000", "mahp_at_2500", "acg_at_100"):
+            (twin,) = client.get_metric_history(child.info.run_id, f"{score}_by_bits")
+            assert (twin.step, twin.value) == (16, child.data.metrics[score]), score
+        assert [m.step for m in client.get_metric_history(child.info.run_id, "ndcg_at_100")] == [0]
     assert "shdh.pipeline_run_id" in client.get_run(parent_id).data.tags
     assert client.get_run(parent_id).info.status == "FINISHED"  # evaluate closed it
 

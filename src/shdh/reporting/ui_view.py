@@ -4,14 +4,29 @@ The experiment page of MLflow 3.17 shares a view of itself (which runs are shown
 grouped, which charts) as an experiment tag, `mlflow.sharedViewState.<key>`, and opens it from
 the address `#/experiments/<id>/runs?viewStateShareKey=<key>`. The pipeline writes one such view
 per pipeline run when it is evaluated: the method runs of that pipeline run only, all of them
-shown, grouped by method and code length (the seeds of a group drawn as their mean and spread),
-one bar chart per score and the per-epoch loss, in the chart view; the runs table of the same
-view shows the method, the code length and the scores as columns.
+shown, grouped by method, in the chart view; the runs table of the same view shows the method,
+the code length and the scores as columns.
+
+Each score is drawn against the code length: the score step logs it a second time as
+`<score>_by_bits` at step = bits (shdh.tracking.mlflow_runs.by_bits), and a line chart of that
+metric with the step as its x axis draws, for each method, one line through its code lengths
+(the seeds of a length drawn as their mean and spread), named in the chart's legend. So a
+method and a code length are read off the chart, where a bar chart of (method, bits) groups
+showed 60 unlabelled bars for 20 methods.
+The first section holds the headline scores (NDCG@n, mAP@1000, mAHP@2500), one chart a row, the
+second the per-epoch loss (the mean over the code lengths and seeds of a method); MLflow's own
+section of every other metric follows, folded, with the charts MLflow makes of them (a line for
+a `_by_bits` twin, a bar a method for a score at step 0). A chart card takes some 550 of the
+8,000 characters a tag may hold, and the tag holds the state twice (save_view): the view charts
+no more than these.
 
 Everything here is MLflow's front-end state, which is not a public API: the field names are
 those of MLflow 3.17's bundle (mlflow/server/js/build), checked by tests/browser against the
 real UI. A UI that does not know a field ignores it and shows its defaults, so an older or newer
-MLflow opens a plainer page, never an error.
+MLflow opens a plainer page, never an error. What the view cannot set: a group's colour, which
+MLflow 3.17 takes from a hash of the group's name into its 29 colours (or from the colour a user
+picks in the runs list, kept in that browser), so among twenty methods a few share a colour; the
+legend names every line and a point's tooltip its method and code length.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shdh.reporting.report import TABLE_COLUMNS
-from shdh.tracking.mlflow_runs import PIPELINE_TAG, metric_key
+from shdh.tracking.mlflow_runs import PIPELINE_TAG, by_bits_key, metric_key
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the experiment tag of a shared view
 VIEW_QUERY = "viewStateShareKey"  # the address's parameter that names the view
@@ -34,9 +49,18 @@ DEFAULT_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 TAG_VALUE_LIMIT = 8000  # MLflow's limit on a tag value
 # The metrics of a method run plotted per epoch; the scores are one value per run.
 EPOCH_METRICS = ("loss",)
-# MLflow's section of the charts whose names have no "/": the other metrics go there, folded.
+# The headline scores beside NDCG@n: the peers' mAP@1000 and HPDH's mAHP@2500.
+HEADLINE_PEERS = ("map@1000", "mahp@2500")
+# The view's sections, in order; MLflow's section of the charts whose names have no "/" is
+# OTHER_SECTION: the other metrics go there, folded.
+HEADLINE_SECTION = "Headline scores by code length"
+EPOCH_SECTION = "Training, per epoch"
 OTHER_SECTION = "Model metrics"
+# Each section's charts a row, and their height in pixels (MLflow's defaults: 3 and 360). A
+# chart's legend is one line high, so a wide chart names the most methods in it.
+HEADLINE_COLUMNS, EPOCH_COLUMNS, CARD_HEIGHT = 1, 2, 420
 _NDCG_AT = re.compile(r"ndcg@(\d+)")
+_HEADLINE = re.compile(r"ndcg_at_\d+|" + "|".join(re.escape(metric_key(m)) for m in HEADLINE_PEERS))
 
 
 def view_key(pipeline_id: str) -> str:
@@ -46,17 +70,30 @@ def view_key(pipeline_id: str) -> str:
     return metric_key(f"shdh-{pipeline_id}")
 
 
+def by_bits_scores(n: int) -> list[str]:
+    """The scores the view draws against the code length, as metrics.json names them: the
+    headline ones (NDCG@n, mAP@1000, mAHP@2500), then the results table's others at n. The
+    score step logs each as `<score>_by_bits` at step = bits (shdh.tracking.mlflow_runs)."""
+    others = [f"{c}@{n}" for c in TABLE_COLUMNS if c != "ndcg"]
+    return [f"ndcg@{n}", *HEADLINE_PEERS, *others]
+
+
 def charted_scores(scores: dict[str, Any]) -> list[str]:
-    """The MLflow names of the scores the results table shows (shdh.reporting.report.TABLE_COLUMNS
-    at its n), NDCG@n first, from metrics.json's {method: {bits: {"ndcg@100": ...}}}."""
+    """The MLflow names of the scores the view charts, headline ones first (by_bits_scores at
+    the results' n), those the results hold, from metrics.json's {method: {bits: {...}}}."""
     rows = [row for by_bits in scores.values() for row in by_bits.values()]
     found = sorted({int(m[1]) for row in rows for k in row if (m := _NDCG_AT.fullmatch(k))})
     if len(found) != 1:
         raise ValueError(
             f"metrics.json: expected the scores at one n (ndcg@n), found n = {found or 'none'}"
         )
-    columns = sorted(TABLE_COLUMNS, key=lambda c: c != "ndcg")
-    return [metric_key(f"{c}@{found[0]}") for c in columns]
+    held = {k for row in rows for k in row}
+    return [metric_key(name) for name in by_bits_scores(found[0]) if name in held]
+
+
+def is_headline(score: str) -> bool:
+    """Whether a score (its MLflow name) goes in the view's first section."""
+    return _HEADLINE.fullmatch(score) is not None
 
 
 def view_state(
@@ -66,36 +103,38 @@ def view_state(
     epoch_metrics: Sequence[str] = EPOCH_METRICS,
 ) -> dict[str, Any]:
     """The experiment page's state: pipeline run `pipeline_id`'s method runs, grouped by the
-    tags method and bits (mean over seeds), a bar chart of each of `scores` (MLflow metric
-    names, the first one sorting the table) and a line chart of each of `epoch_metrics`."""
+    tag method; a line chart against the code length of each headline one (is_headline) of
+    `scores` (MLflow metric names, the first one sorting the table, all of them columns of the
+    table), and a line chart of each of `epoch_metrics` against the epoch."""
     if not scores:
         raise ValueError("a comparison view needs at least one score to chart")
     if "'" in pipeline_id:  # it is quoted in the view's search filter
         raise ValueError(f"pipeline run id {pipeline_id!r}: a quote cannot be searched for")
-    section = _uuid()
-    cards = [_bar(name, section) for name in scores]
-    cards += [_line(name, section) for name in epoch_metrics]
+    headline, epochs = _uuid(), _uuid()
+    cards = [_by_bits(name, headline) for name in scores if is_headline(name)]
+    cards += [_line(name, epochs) for name in epoch_metrics]
+    sections = [
+        _section(headline, HEADLINE_SECTION, columns=HEADLINE_COLUMNS),
+        _section(epochs, EPOCH_SECTION, columns=EPOCH_COLUMNS),
+        # Any other metric (fit_seconds, ...) folded below them.
+        _section(_uuid(), OTHER_SECTION, display=False),
+    ]
+    used = {card["metricSectionId"] for card in cards}
     return {
         # Method runs carry the method tag; the pipeline run itself does not.
         "searchFilter": f"tags.`{PIPELINE_TAG}` = '{pipeline_id}' and tags.method != ''",
         "orderByKey": f"metrics.`{scores[0]}`",
         "orderByAsc": False,
         "runsHiddenMode": "SHOW_ALL",  # the default hides every run after the tenth
+        # One group a method: its line joins its code lengths; the legend names it alone.
         "groupBy": {
             "aggregateFunction": "average",
-            "groupByKeys": [
-                {"mode": "tag", "groupByData": "method"},
-                {"mode": "tag", "groupByData": "bits"},
-            ],
+            "groupByKeys": [{"mode": "tag", "groupByData": "method"}],
         },
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,
         "compareRunCharts": cards,
-        # The scores first and open; any other metric (fit_seconds, ...) folded below them.
-        "compareRunSections": [
-            _section(section, "Methods compared", display=True),
-            _section(_uuid(), OTHER_SECTION, display=False),
-        ],
+        "compareRunSections": [s for s in sections if s["uuid"] in used or not s["display"]],
         "isAccordionReordered": True,
         "selectedColumns": [
             "tags.`method`",
@@ -148,32 +187,34 @@ def _uuid() -> str:
     return str(uuid.uuid4())
 
 
-def _section(section_id: str, name: str, *, display: bool) -> dict[str, Any]:
-    return {"uuid": section_id, "name": name, "display": display, "isReordered": True}
+def _section(
+    section_id: str, name: str, *, display: bool = True, columns: int | None = None
+) -> dict[str, Any]:
+    section = {"uuid": section_id, "name": name, "display": display, "isReordered": True}
+    if columns is not None:
+        section.update(columns=columns, cardHeight=CARD_HEIGHT)
+    return section
 
 
-def _card(kind: str, metric: str, section: str) -> dict[str, Any]:
+def _card(kind: str, metric: str, section: str, title: str) -> dict[str, Any]:
     """What every chart card has: MLflow adds a chart of its own for a metric without one."""
     return {
         "uuid": _uuid(),
         "type": kind,
         "metricSectionId": section,
         "metricKey": metric,
-        "displayName": metric,
+        "displayName": title,
         "deleted": False,
         "isGenerated": False,
-        "runsCountToCompare": 100,
+        "runsCountToCompare": 500,  # every run drawn, however many (the view shows them all)
     }
 
 
-def _bar(metric: str, section: str) -> dict[str, Any]:
-    return {**_card("BAR", metric, section), "selectedMetricKeys": [metric]}
-
-
-def _line(metric: str, section: str) -> dict[str, Any]:
-    """A per-epoch curve against the step, which the fits log as the epoch number."""
+def _line(metric: str, section: str, title: str | None = None) -> dict[str, Any]:
+    """A curve against the step: the epoch of a fit's per-epoch metrics, the code length of a
+    score's `_by_bits` twin."""
     return {
-        **_card("LINE", metric, section),
+        **_card("LINE", metric, section, title or metric),
         "selectedMetricKeys": [metric],
         "xAxisKey": "step",
         "xAxisScaleType": "linear",
@@ -186,3 +227,9 @@ def _line(metric: str, section: str) -> dict[str, Any]:
         "yAxisExpressions": [],
         "range": {},
     }
+
+
+def _by_bits(score: str, section: str) -> dict[str, Any]:
+    """A score against the code length, a point at each length a method was scored at."""
+    line = _line(by_bits_key(score), section)  # MLflow 3.17 titles a card by its metric
+    return {**line, "displayPoints": True}

@@ -46,6 +46,7 @@ from shdh.reporting.report import (
     results_table,
     write_report,
 )
+from shdh.reporting.ui_view import by_bits_scores
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.errors import ConfigError
 from shdh.runtime.json_files import read_json_object
@@ -336,10 +337,14 @@ def _score(
     with tempfile.TemporaryDirectory() as tmp:  # for the run page only; results/ has Fig. 3
         artifacts = _run_artifacts(Path(tmp), path, result, name)
         logged = {**metrics, **(extra or {})}
+        # The scores again at step = bits: the UI's view draws each method against the length.
+        stepped = mlflow_runs.by_bits(metrics, by_bits_scores(eval_params["n"]))
         if run_id:  # the fit's run: added to, not reopened, so its duration stays the fit's
-            mlflow_runs.log_to_run(run_id, logged, artifacts)
+            mlflow_runs.log_to_run(run_id, logged, artifacts, stepped=stepped, step=bits)
         else:
-            _new_method_run(name, method, bits, seed, logged, artifacts, tags, parent_run_id)
+            _new_method_run(
+                name, method, bits, seed, logged, artifacts, tags, parent_run_id, stepped
+            )
     return result
 
 
@@ -381,8 +386,10 @@ def _new_method_run(
     artifacts: list[tuple],
     tags: dict[str, str] | None,
     parent_run_id: str | None,
+    stepped: dict[str, float],
 ) -> None:
-    """A run of its own for scores with no fit run (random codes, codes trained elsewhere)."""
+    """A run of its own for scores with no fit run (random codes, codes trained elsewhere);
+    `stepped` logged at step = bits."""
     with mlflow_runs.run(
         run_name=name,
         parent_run_id=parent_run_id,
@@ -390,6 +397,7 @@ def _new_method_run(
         tags={**mlflow_runs.method_tags(method, bits, seed), **(tags or {})},
     ):
         mlflow_runs.log_metrics(metrics)
+        mlflow_runs.log_metrics(stepped, step=bits)
         for artifact, artifact_path in artifacts:
             mlflow_runs.log_artifact(artifact, artifact_path)
 

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,23 @@ def metric_key(name: str) -> str:
     """A metric, param or tag key MLflow accepts: '@' becomes '_at_' (acg@100 -> acg_at_100)
     and any other refused character '_' (ksh+h -> ksh_h)."""
     return _NOT_A_KEY_CHAR.sub("_", name.replace("@", "_at_"))
+
+
+# A score logged again with the code length as its step, which a line chart takes as its x
+# axis: the MLflow UI's view draws each method as a line through its code lengths
+# (shdh.reporting.ui_view).
+BY_BITS_SUFFIX = "_by_bits"
+
+
+def by_bits_key(name: str) -> str:
+    """The MLflow name of a score's twin against the code length: ndcg@100 and ndcg_at_100 ->
+    ndcg_at_100_by_bits."""
+    return metric_key(name) + BY_BITS_SUFFIX
+
+
+def by_bits(metrics: dict[str, float], names: Iterable[str]) -> dict[str, float]:
+    """The twins of those of `names` that `metrics` holds, to be logged at step = bits."""
+    return {by_bits_key(name): metrics[name] for name in names if name in metrics}
 
 
 GIT_COMMIT_ENV = "SHDH_GIT_COMMIT"
@@ -155,9 +172,15 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
 
 
 def log_to_run(
-    run_id: str, metrics: dict[str, float], artifacts: list[tuple[Path, str | None]] = ()
+    run_id: str,
+    metrics: dict[str, float],
+    artifacts: list[tuple[Path, str | None]] = (),
+    *,
+    stepped: dict[str, float] | None = None,
+    step: int = 0,
 ) -> None:
-    """Add metrics and artifacts to a finished run without reopening it.
+    """Add metrics (at step 0; `stepped` at `step`) and artifacts to a finished run without
+    reopening it.
 
     Reopening a run (start_run(run_id=...)) moves its end time to now: a fit scored minutes
     later would show the whole wait as its duration. Through the client the run keeps the
@@ -170,6 +193,9 @@ def log_to_run(
     client = configure().MlflowClient()
     now = int(time.time() * 1000)
     batch = [Metric(metric_key(k), float(v), now, 0) for k, v in sorted(metrics.items())]
+    batch += [
+        Metric(metric_key(k), float(v), now, step) for k, v in sorted((stepped or {}).items())
+    ]
     client.log_batch(run_id, metrics=batch)
     for path, artifact_path in artifacts:
         client.log_artifact(run_id, str(path), artifact_path)
