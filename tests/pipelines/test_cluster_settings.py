@@ -38,11 +38,11 @@ def base_data() -> dict[str, str]:
     return dict(cm["data"])
 
 
-def test_the_overlays_are_the_four_documented_ones():
-    assert overlay_names(REPO / "k8s") == ["dev", "gpu", "kubeflow", "profile"]
+def test_the_overlays_are_the_five_documented_ones():
+    assert overlay_names(REPO / "k8s") == ["dev", "gpu", "kubeflow", "milvus", "profile"]
 
 
-@pytest.mark.parametrize("name", ["dev", "gpu", "kubeflow", "profile"])
+@pytest.mark.parametrize("name", ["dev", "gpu", "kubeflow", "milvus", "profile"])
 def test_every_overlay_gives_complete_valid_settings(name):
     settings = settings_from_overlay(name, REPO / "k8s")
     assert settings.source == f"overlay {name}"
