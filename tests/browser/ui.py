@@ -311,8 +311,11 @@ const isLegend = (d) => getComputedStyle(d).flexWrap === 'wrap' && d.querySelect
 return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
   const lines = (plot.data || []).filter((t) => t.type === 'scatter' && !t.fill
     && (t.mode || '').includes('lines'));
-  let card = plot;  // the closest block around the plot and its legend
-  while (card.parentElement && ![...card.querySelectorAll('div')].some(isLegend)) {
+  // The closest block around the plot and its legend, never one holding another plot: a
+  // chart whose legend is not drawn yet must not take its neighbour's.
+  let card = plot;
+  while (card.parentElement && ![...card.querySelectorAll('div')].some(isLegend)
+         && card.parentElement.querySelectorAll('.js-plotly-plot').length === 1) {
     card = card.parentElement;
   }
   const legend = [...card.querySelectorAll('div')].find(isLegend);
