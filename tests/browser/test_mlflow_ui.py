@@ -194,39 +194,35 @@ HEADLINE = ("ndcg_at_100", "map_at_1000", "mahp_at_2500")
 
 
 def headline_charts(browser: Any, methods: set[str]) -> list[dict[str, Any]]:
-    """The view's first charts once every method is in each one's legend: NDCG@100, mAP@1000
-    and mAHP@2500 against the code length, in page order. A chart out of the window is drawn
-    only while scrolled to, so each poll brings the next plot into view and keeps every
-    complete headline chart it has seen, until all three are."""
+    """The view's charts of NDCG@100, mAP@1000 and mAHP@2500 against the code length, in that
+    order, once each draws a line per method and its legend names every method. A chart out of
+    the window is drawn only while scrolled to, and one scrolled into view is redrawn (its
+    legend may be new while its lines are still another chart's), so a chart counts only once
+    every line it draws is of its legend's score, and each poll brings the next plot into view."""
     found: dict[str, dict[str, Any]] = {}
-    last: dict[str, Any] = {}
     polls = [0]
 
     def complete(chart: dict[str, Any], score: str) -> bool:
-        legend = chart["legend"]
+        legend, key = chart["legend"], f"{score}_by_bits"
         return (
-            all(e.endswith(f" ({score}_by_bits)") for e in legend)
+            all(e.endswith(f" ({key})") for e in legend)
             and {legend_method(e, score) for e in legend} == methods
+            and all(t["metric"] == key for t in chart["traces"])
+            and {line_method(t) for t in chart["traces"]} == methods
         )
 
     def drawn() -> list[dict[str, Any]]:
         for chart in ui.line_charts(browser):
             for score in HEADLINE:
-                if score in found or not complete(chart, score):
-                    continue
-                # A chart scrolled into view is redrawn: its legend may be the new one while
-                # its lines are still another chart's. Taken once seen the same twice running.
-                seen = (chart["legend"], lines_of(chart))
-                if last.get(score) == seen:
+                if score not in found and complete(chart, score):
                     found[score] = chart
-                last[score] = seen
         polls[0] += 1
         browser.execute_script(
             "const p = [...document.querySelectorAll('.js-plotly-plot')];"
             "if (p.length) p[arguments[0] % p.length].scrollIntoView({block: 'center'});",
-            polls[0] // 2,  # each place held for two polls: a chart is seen twice in one
+            polls[0] // 2,  # each place held for two polls: time for a redraw to finish
         )
-        return sorted(found.values(), key=lambda c: c["top"]) if len(found) == 3 else []
+        return [found[s] for s in HEADLINE] if len(found) == len(HEADLINE) else []
 
     try:
         # generous: 63 runs are charted by a browser that shares two busy cores with the tests
@@ -243,10 +239,19 @@ def legend_method(entry: str, score: str) -> str:
     return entry[: -len(suffix)] if entry.endswith(suffix) else entry
 
 
-def lines_of(chart: dict[str, Any]) -> list[tuple[list[float], list[float]]]:
-    """A chart's lines as (x, y): Plotly's traces of a group's line carry no name (the legend
-    is MLflow's), and a line may be drawn twice (its points and its hover)."""
-    return sorted({(tuple(t["x"]), tuple(t["y"])) for t in chart["traces"]})
+def line_method(trace: dict[str, Any]) -> str:
+    """A line's method: MLflow's group of runs by the method tag is 'tag.method.NAME'."""
+    return trace["group"].removeprefix("tag.method.")
+
+
+def lines_of(chart: dict[str, Any]) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """A chart's lines by method as (x, y): a line may be drawn twice (its points and its
+    hover), both the same."""
+    lines: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    for trace in chart["traces"]:
+        line = (tuple(trace["x"]), tuple(trace["y"]))
+        assert lines.setdefault(line_method(trace), line) == line, (trace["group"], lines)
+    return lines
 
 
 def test_the_link_in_a_pipeline_runs_description_opens_its_methods_charted(
@@ -267,11 +272,11 @@ def test_the_link_in_a_pipeline_runs_description_opens_its_methods_charted(
         ndcg, *_ = headline_charts(browser, set(by_method))
         # A point at the code length (step = bits): each method's score (one seed: the group's
         # mean); the second pipeline run's deep scores, not a mean with the first's.
-        expected = sorted(
-            ((int(r.data.tags["bits"]),), (round(r.data.metrics[DEFAULT_METRIC], 3),))
-            for r in by_method.values()
-        )
-        drawn = sorted((x, tuple(round(v, 3) for v in y)) for x, y in lines_of(ndcg))
+        expected = {
+            method: ((int(r.data.tags["bits"]),), (round(r.data.metrics[DEFAULT_METRIC], 3),))
+            for method, r in by_method.items()
+        }
+        drawn = {m: (x, tuple(round(v, 3) for v in y)) for m, (x, y) in lines_of(ndcg).items()}
         assert drawn == expected
         assert f"Methods of {second.info.run_name}" in ui.page_text(browser)  # the view's name
         ui.close_assistant(browser)
@@ -349,11 +354,11 @@ def test_twenty_methods_read_as_a_named_line_each_without_hovering(
     charts = headline_charts(browser, methods)
     for chart, score in zip(charts, ("ndcg@100", "map@1000", "mahp@2500"), strict=True):
         # One line a method through its three code lengths: every method shown.
-        expected = sorted(
-            (MANY_BITS, tuple(many_methods["scores"][m][str(b)][score] for b in MANY_BITS))
+        expected = {
+            m: (MANY_BITS, tuple(many_methods["scores"][m][str(b)][score] for b in MANY_BITS))
             for m in methods
-        )
-        drawn = [(x, tuple(round(v, 4) for v in y)) for x, y in lines_of(chart)]
+        }
+        drawn = {m: (x, tuple(round(v, 4) for v in y)) for m, (x, y) in lines_of(chart).items()}
         assert drawn == expected, score
         # Read without hovering: the legend names each method once.
         named = [legend_method(e, metric_key(score)) for e in chart["legend"]]

@@ -324,6 +324,7 @@ return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
     text: card.innerText,
     legend: legend ? [...legend.children].map((e) => e.textContent.trim()) : [],
     traces: lines.map((t) => ({name: String(t.name || ''), x: [...t.x], y: [...t.y],
+      metric: String(t.metricKey || ''), group: String(t.uuid || ''),
       color: (t.line || {}).color || (t.marker || {}).color || ''})),
   };
 }).filter((chart) => chart.traces.length);
@@ -333,5 +334,7 @@ return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
 def line_charts(browser: Any) -> list[dict[str, Any]]:
     """Every line chart drawn on the page, in page order (a chart out of the window is drawn
     once scrolled to): {top: its card's offset in the page, text: its and its legend's text,
-    legend: the legend's entries, traces: [{name, x, y, color}]}."""
+    legend: the legend's entries, traces: [{name, x, y, metric, group, color}]}: MLflow keeps
+    on each trace the metric it draws and its group ('tag.method.dsh'), the only names a redrawn
+    chart's lines carry."""
     return browser.execute_script(_LINES_SCRIPT) or []
