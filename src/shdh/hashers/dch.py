@@ -22,14 +22,12 @@ finest label (multi-label items: finest node sets intersect, the paper's "share 
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from shdh.core.batch_pairs import (
     balanced_pair_mean,
     batch_ancestors,
-    check_labelled,
     finest_nodes,
     partner_mask,
     same_finest,
@@ -65,9 +63,6 @@ class DCH(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = DCHObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)
 
 
 def dch_loss(

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from shdh.core.batch_pairs import check_labelled
 from shdh.core.metrics import evaluate
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep_record import RUN_FILE, check_images, record_problem, run_record
@@ -157,6 +158,8 @@ class DeepHasher(Hasher):
         self.layer_weights_ = np.asarray(u, dtype=np.float64)
         self.image_shape_ = np.asarray(images.shape[1:], dtype=np.int64)
         try:
+            if self.supervision == "label":  # "same finest label" needs each item's finest label
+                check_labelled(torch.as_tensor(anc), "ancestors", self.name)
             self._prepare(anc)
             task = Task(tuple(sizes), tuple(levels), tuple(u), anc, self.seed)
             objective = self.objective(self.settings, task)

@@ -19,12 +19,10 @@ trains at the shared defaults.
 from collections.abc import Sequence
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from shdh.core.batch_pairs import (
     bank_partners,
-    check_labelled,
     finest_nodes,
     level_weighted_gain,
     partner_mask,
@@ -70,9 +68,6 @@ class DPSH(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = DPSHObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors")
 
 
 class DPSHH(DeepHasher):

@@ -17,12 +17,10 @@ and alpha = 0.01, the paper's. The regulariser is the paper's, one term per memb
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from shdh.core.batch_pairs import (
     batch_ancestors,
-    check_labelled,
     finest_nodes,
     partner_mask,
     same_finest,
@@ -57,9 +55,6 @@ class DSH(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = DSHObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)
 
 
 def dsh_loss(

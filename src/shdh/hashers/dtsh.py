@@ -23,12 +23,10 @@ without a true positive contribute). Gradients reach all three members. s = same
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from shdh.core.batch_pairs import (
     batch_ancestors,
-    check_labelled,
     finest_nodes,
     partner_mask,
     same_finest,
@@ -63,9 +61,6 @@ class DTSH(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = DTSHObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)
 
 
 def dtsh_loss(

@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shdh.core.batch_pairs import check_labelled
 from shdh.hashers.class_table import class_lookup, class_rows, finest_classes, refuse_multi_label
 from shdh.hashers.deep import DeepHasher
 from shdh.hashers.method_settings import REDUCTIONS, GreedyHashSettings
@@ -103,4 +102,3 @@ class GreedyHash(DeepHasher):
 
     def _prepare(self, anc: np.ndarray) -> None:
         refuse_multi_label(self.name, anc, "GreedyHash's paper classifies one label per item")
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)

@@ -31,13 +31,11 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from shdh.core.batch_pairs import (
     balanced_pair_mean,
     batch_ancestors,
-    check_labelled,
     finest_nodes,
     level_weighted_gain,
     partner_mask,
@@ -89,9 +87,6 @@ class HashNet(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = HashNetObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)
 
 
 class HashNetH(DeepHasher):

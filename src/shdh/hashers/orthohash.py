@@ -25,11 +25,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shdh.core.batch_pairs import check_labelled
 from shdh.hashers.class_table import class_lookup, class_rows, class_sets, finest_classes
 from shdh.hashers.deep import DeepHasher
 from shdh.hashers.method_settings import REDUCTIONS, OrthoHashSettings
@@ -104,6 +102,3 @@ class OrthoHash(DeepHasher):
 
     supervision: ClassVar[str | None] = "label"
     objective = OrthoHashObjective
-
-    def _prepare(self, anc: np.ndarray) -> None:
-        check_labelled(torch.as_tensor(anc), "ancestors", self.name)

@@ -21,6 +21,9 @@ HASHER_DIR = "hasher"  # the fitted hasher: params.json + state.npz
 FIT_RECORD = "fit.json"  # what was fitted, on what, in how long
 RUN_REF = "mlflow_run.json"  # the fit's MLflow run, reopened to add its scores
 WORK_DIR = "work"  # a deep fit's checkpoint and the record of what it was trained with
+HISTORY = "history.json"  # a deep fit's epochs: losses, learning rate, timings
+# All but hasher/ differ from run to run for the same model: .dvcignore keeps them out of its
+# DVC hash, so that an identical fit leaves dvc.lock as it was.
 
 
 def fit_name(method: str, bits: int, own_seed: int | None = None) -> str:

@@ -21,7 +21,7 @@ from shdh.hashers import hasher_class
 from shdh.hashers.base import Hasher
 from shdh.hashers.deep_record import flat_params
 from shdh.hashers.supervision import PairSimilarity
-from shdh.plan.fits import Fit
+from shdh.plan.fits import HISTORY, Fit
 from shdh.runtime.atomic import atomic_write_text
 from shdh.runtime.devices import resolve_device
 from shdh.runtime.errors import ConfigError
@@ -124,4 +124,4 @@ def _log_training(fitted: Fitted, X: np.ndarray) -> None:
     mlflow_runs.log_artifact(fit.work_dir / "checkpoint.pt", "checkpoint")
     log_encoder(fit.hasher_dir, X[:ENCODER_EXAMPLE_ITEMS])
     history = json.dumps(fitted.hasher.history_, indent=2) + "\n"
-    atomic_write_text(fit.out_dir / "history.json", history)
+    atomic_write_text(fit.out_dir / HISTORY, history)
