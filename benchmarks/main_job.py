@@ -123,9 +123,8 @@ def main() -> None:
         phases["dvc repro + table"] = time.perf_counter() - started
         # The profile may write its results elsewhere (the paper profile: results/paper).
         params = yaml.safe_load((clone / "params.yaml").read_text())
-        metrics = json.loads(
-            (clone / params["evaluate"]["results_dir"] / "metrics.json").read_text()
-        )
+        results = clone / params["evaluate"]["results_dir"]
+        metrics = json.loads((results / "metrics.json").read_text())
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; commit {commit}; "
         f"profile {args.profile or 'default'}"
@@ -135,8 +134,8 @@ def main() -> None:
     # test-fast is a second command, not part of a fresh clone's `make test`
     total = sum(seconds for name, seconds in phases.items() if name != "make test-fast")
     print(f"{'total' + (' of make test' if args.test else ''):40s} {total:7.1f} s")
-    if metrics:
-        print_stages(stages, json.loads((clone / "results" / "timings.json").read_text()))
+    if stages:
+        print_stages(stages, json.loads((results / "timings.json").read_text()))
     for method, by_bits in metrics.items():
         for bits, row in by_bits.items():
             spread = f" ± {row['ndcg@100_sd']:.4f}" if "ndcg@100_sd" in row else ""

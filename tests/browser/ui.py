@@ -320,7 +320,6 @@ return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
   }
   const legend = [...card.querySelectorAll('div')].find(isLegend);
   return {
-    top: card.getBoundingClientRect().top + window.scrollY,
     text: card.innerText,
     legend: legend ? [...legend.children].map((e) => e.textContent.trim()) : [],
     traces: lines.map((t) => ({name: String(t.name || ''), x: [...t.x], y: [...t.y],
@@ -333,8 +332,7 @@ return [...document.querySelectorAll('.js-plotly-plot')].map((plot) => {
 
 def line_charts(browser: Any) -> list[dict[str, Any]]:
     """Every line chart drawn on the page, in page order (a chart out of the window is drawn
-    once scrolled to): {top: its card's offset in the page, text: its and its legend's text,
-    legend: the legend's entries, traces: [{name, x, y, metric, group, color}]}: MLflow keeps
-    on each trace the metric it draws and its group ('tag.method.dsh'), the only names a redrawn
-    chart's lines carry."""
+    once scrolled to): {text: its and its legend's text, legend: the legend's entries,
+    traces: [{name, x, y, metric, group, color}]}: MLflow keeps on each trace the metric it
+    draws and its group ('tag.method.dsh'), the only names a redrawn chart's lines carry."""
     return browser.execute_script(_LINES_SCRIPT) or []
