@@ -136,6 +136,10 @@ def test_register_best_picks_the_highest_metric_then_the_name_and_loads_by_alias
     assert f"pipeline run pipeline-x ({parent_id}) by ndcg_at_100." in champion.description
     model = model_registry.load_by_alias("shdh-encoder", "champion")
     assert model_registry.check_loaded(model) == (2, 2)  # 16 bits pack into 2 bytes
+    # as the pipeline's own steps load it, without MLflow's requirements check: the same model
+    unchecked = model_registry.load_by_alias("shdh-encoder", "champion", check_environment=False)
+    assert unchecked.metadata.run_id == model.metadata.run_id == children["dpsh-16"]
+    assert model_registry.check_loaded(unchecked) == (2, 2)
     # Another metric picks another run; the alias follows the newest registration.
     again = model_registry.register_best(
         parent_id, "shdh-encoder", metric="wr@100", alias="champion"

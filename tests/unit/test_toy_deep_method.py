@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,9 +93,10 @@ def test_it_is_a_dvc_stage_whose_code_is_its_file(registered, tmp_path):
     hashes into its record, holds the toy's module, found through the catalogue."""
     shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(_with_toy(), sort_keys=False))
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    dvc = str(Path(sys.executable).with_name("dvc"))  # this venv's, whatever PATH holds
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
     listed = subprocess.run(
-        ["dvc", "stage", "list", "--name-only"],
+        [dvc, "stage", "list", "--name-only"],
         cwd=tmp_path,
         check=True,
         capture_output=True,

@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         f"registered {done.run_name} ({done.metric} = {done.value:.4f}) as {done.name} "
         f"version {done.version}, alias @{done.alias}"
     )
-    n, width = model_registry.check_loaded(model_registry.load_by_alias(done.name, done.alias))
+    # the model the run just logged, in the environment that logged it: no requirements check
+    loaded = model_registry.load_by_alias(done.name, done.alias, check_environment=False)
+    n, width = model_registry.check_loaded(loaded)
     print(f"loaded {done.uri}: {n} example images -> {width}-byte codes")
     if args.record:
         atomic_write_text(args.record, json.dumps(dataclasses.asdict(done), indent=2) + "\n")

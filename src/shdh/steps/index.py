@@ -152,7 +152,7 @@ def registered_encoder(name: str, alias: str) -> tuple[Any, dict[str, Any]]:
     from shdh.tracking.model_registry import load_by_alias
 
     try:
-        model = load_by_alias(name, alias)
+        model = load_by_alias(name, alias, check_environment=False)  # the pipeline's own
         version = mlflow.MlflowClient().get_model_version_by_alias(name, alias)
     except MlflowException as err:
         raise RuntimeError(

@@ -140,12 +140,21 @@ def version_description(best: Any, parent: Any, metric: str, value: float) -> st
     )
 
 
-def load_by_alias(name: str = DEFAULT_MODEL_NAME, alias: str = DEFAULT_ALIAS) -> Any:
-    """The encoder that `alias` of model `name` points to, as an MLflow pyfunc model."""
+def load_by_alias(
+    name: str = DEFAULT_MODEL_NAME, alias: str = DEFAULT_ALIAS, *, check_environment: bool = True
+) -> Any:
+    """The encoder that `alias` of model `name` points to, as an MLflow pyfunc model.
+
+    check_environment=False leaves out MLflow's comparison of the model's pinned requirements
+    with this environment (a warning, at most): the pipeline's own steps load what the same
+    environment logged, and the comparison reads every installed distribution's file list,
+    more than a second per process here. A service, which may run elsewhere, keeps it."""
     import mlflow
 
     configure()
-    return mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
+    return mlflow.pyfunc.load_model(
+        f"models:/{name}@{alias}", suppress_warnings=not check_environment
+    )
 
 
 def check_loaded(model: Any) -> tuple[int, int]:
