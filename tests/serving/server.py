@@ -33,7 +33,7 @@ IMAGE_SHAPE = (8, 8, 3)
 LIMITS = Limits(max_body_bytes=1 << 20, max_batch=8, max_k=50, max_image_side=256)
 
 
-def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str = "run-a") -> Path:
+def make_index(folder: Path, seed: int = 0, n: int = 300, run_id: str | None = "run-a") -> Path:
     """n items with random 16-bit codes (so many exact distance ties) and a 3-level tree."""
     rng = np.random.default_rng(seed)
     codes = rng.choice(np.array([-1, 1], np.int8), size=(n, N_BITS))
@@ -85,6 +85,7 @@ class PixelEncoder:
     n_bits = N_BITS
     method = None  # no method's: the index's method is not checked against it
     run_id = None
+    name = version = None  # no registry's: nor the index's version
 
     def encode(self, images: np.ndarray) -> np.ndarray:
         flat = images.reshape(len(images), -1)[:, :N_BITS].astype(np.int16)

@@ -411,3 +411,23 @@ def test_a_reload_reads_the_images_anew_and_refuses_another_datasets(index_dir, 
         assert "the images are of dataset shapes but the index" in failed.json()["detail"]
         assert "holds dataset toy" in failed.json()["detail"]
         assert np.array_equal(thumbnail(base), after.images[1])
+
+
+def test_an_index_of_another_registered_version_is_refused_naming_both(tmp_path):
+    """An index built from the registry names its encoder by name and version alone (no run id:
+    shdh.steps.index), so the version is what tells a moved alias from the indexed one."""
+    from types import SimpleNamespace
+
+    from shdh.serving.state import check_match
+
+    folder = make_index(tmp_path / "index", run_id=None)  # toy version 1
+    index = SearchIndex.load(folder)
+    source = SimpleNamespace(
+        describe=lambda: "models:/toy@champion",
+        index_arguments=lambda: "--name toy --alias champion",
+    )
+    moved = SimpleNamespace(n_bits=N_BITS, method="shdh", run_id="r2", name="toy", version="2")
+    refusal = "version 2 of toy but the index in .* by version 1 of toy"
+    with pytest.raises(ValueError, match=refusal):
+        check_match(index, moved, folder, source)
+    check_match(index, SimpleNamespace(**{**vars(moved), "version": "1"}), folder, source)

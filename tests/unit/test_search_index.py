@@ -56,6 +56,28 @@ def index_dir(tmp_path):
     return tmp_path / "index"
 
 
+def test_the_same_codes_give_the_same_bytes_and_no_time_of_writing(index_dir, tmp_path):
+    """The index step's folder is a DVC output: a time in it would change dvc.lock on every run
+    of the same pipeline."""
+    again = tmp_path / "again"
+    write_index(
+        again,
+        codes=tied_codes(60),
+        item_ids=1000 + np.arange(60)[::-1],
+        ancestors=leaves(60),
+        segment_sizes=SIZES,
+        weights=WEIGHTS,
+        record=RECORD,
+    )
+    for name in (INDEX_ARRAYS, INDEX_RECORD):
+        assert (again / name).read_bytes() == (index_dir / name).read_bytes(), name
+    record = json.loads((again / INDEX_RECORD).read_text())
+    assert set(record) == {
+        "format", "method", "bits", "dataset", "encoder", "n_items", "segment_sizes", "weights",
+        "arrays_sha256",
+    }  # fmt: skip
+
+
 def offline(q_codes: np.ndarray, db_codes: np.ndarray, k: int):
     return rank_with_distances(
         pack_codes(q_codes), pack_codes(db_codes), SIZES, integer_weights(WEIGHTS), top_n=k

@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--record",
         metavar="PATH",
-        help="also write what was registered (name, version, alias, run, metric) as JSON: the "
-        "output by which DVC runs the index step after this one",
+        help="also write what was registered (name, version, alias, run name, metric) as JSON: "
+        "the output by which DVC runs the index step after this one",
     )
 
 
@@ -66,8 +66,16 @@ def run(args: argparse.Namespace) -> int:
     n, width = model_registry.check_loaded(loaded)
     print(f"loaded {done.uri}: {n} example images -> {width}-byte codes")
     if args.record:
-        atomic_write_text(args.record, json.dumps(dataclasses.asdict(done), indent=2) + "\n")
+        atomic_write_text(args.record, json.dumps(record_of(done), indent=2) + "\n")
     return 0
+
+
+def record_of(done: model_registry.Registered) -> dict[str, object]:
+    """What --record writes: the registration without its run id. The file is a DVC output, so
+    the same result must give the same bytes, and the run id is new on every run of the same
+    pipeline (a fresh clone's `make run` would leave dvc.lock modified); the registry's name and
+    version name the run."""
+    return {k: v for k, v in dataclasses.asdict(done).items() if k != "run_id"}
 
 
 def main(argv=None) -> int:

@@ -35,10 +35,12 @@ READABLE_FORMATS = ("shdh-search-index/1", FORMAT)
 ENCODER_FIELDS = ("name", "version", "alias", "run_id")
 
 
-# index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights,
-# arrays_sha256 and (unless given) created, so a caller's record holds method, dataset and
-# encoder. arrays_sha256 ties the record to its arrays: the two files are replaced one after the
-# other where they are copied (an object store has no folder rename), and a reader that comes
+# index.json's fields; write_index fills format, bits, n_items, segment_sizes, weights and
+# arrays_sha256, so a caller's record holds method, dataset and encoder. No time of writing:
+# the index step's folder is a DVC output, and the same codes must give the same bytes (an
+# index written before this may hold one, `created`, which is read and shown as it is).
+# arrays_sha256 ties the record to its arrays: the two files are replaced one after the other
+# where they are copied (an object store has no folder rename), and a reader that comes
 # between must refuse the pair rather than serve new codes under the old encoder's name.
 RECORD_FIELDS = (
     "format",
@@ -46,7 +48,6 @@ RECORD_FIELDS = (
     "bits",
     "dataset",
     "encoder",
-    "created",
     "n_items",
     "segment_sizes",
     "weights",

@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +224,6 @@ def write_index(
         "segment_sizes": [int(s) for s in segment_sizes],
         "weights": [float(w) for w in weights],
     }
-    full.setdefault("created", datetime.now(UTC).isoformat(timespec="seconds"))
     index = SearchIndex(
         as_packed(codes, n_bits, "codes"),
         integers(item_ids, np.int64),

@@ -61,7 +61,7 @@ class Loaded:
         record = self.index.record
         return {
             "generation": self.generation,
-            "created": record.get("created"),
+            "created": record.get("created"),  # a collection's; an index file holds none
             "method": record.get("method"),
             "dataset": record.get("dataset"),
             "bits": self.index.n_bits,
@@ -75,9 +75,11 @@ class Loaded:
 def check_match(
     index: SearchIndex, encoder: ImageEncoder, index_dir: str | Path, source: EncoderSource
 ) -> None:
-    """An encoder whose codes the index can rank: the same code length, and the same training
-    run when both name one (an alias moved on without a rebuilt index would give codes from
-    another model, ranked as if they were comparable)."""
+    """An encoder whose codes the index can rank: the same code length, the same registered
+    version when both name one, and the same training run when both name one (an alias moved
+    on without a rebuilt index would give codes from another model, ranked as if they were
+    comparable). An index built from the registry names its version alone (shdh.steps.index):
+    served by a fit's folder, which has no version, only its method and length are checked."""
     where = source.describe()
     rebuild = f"rebuild the index with it first (`shdh index {source.index_arguments()}`)"
     if encoder.n_bits != index.n_bits:
@@ -91,7 +93,16 @@ def check_match(
             f"{where}: the encoder is {encoder.method}'s but the index in {index_dir} holds "
             f"{indexed_method}'s codes; give the encoder the index was built with, or {rebuild}"
         )
-    indexed_run = (index.record.get("encoder") or {}).get("run_id")
+    indexed = index.record.get("encoder") or {}
+    served = (encoder.name, encoder.version)
+    indexed_version = (indexed.get("name"), indexed.get("version"))
+    if all(served) and all(indexed_version) and served != tuple(map(str, indexed_version)):
+        raise ValueError(
+            f"{where}: the encoder is version {served[1]} of {served[0]} but the index in "
+            f"{index_dir} was encoded by version {indexed_version[1]} of {indexed_version[0]}; "
+            f"{rebuild}"
+        )
+    indexed_run = indexed.get("run_id")
     if encoder.run_id and indexed_run and encoder.run_id != indexed_run:
         raise ValueError(
             f"{where}: the encoder comes from run {encoder.run_id} but the index in {index_dir} "

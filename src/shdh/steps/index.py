@@ -5,11 +5,15 @@ The database is encoded as the score step encodes it (the same items in the same
 same inputs, the hasher's own encode), and the segment sizes and level weights (Eq. 2) are the
 hasher's, the ones the score step ranks with: a query ranked by the index gets the evaluation's
 ranking, ties included. The index records which encoder made it (the registered model's name,
-version and alias, and the run that trained it), so a service can tell which version it serves.
+version and alias; a fit's folder by the run that trained it), so a service can tell which
+version it serves.
 
 Two engines take the codes: the in-process index's two files (the default), or a Milvus
 collection (shdh.vectordb), for a database past one machine or one that takes items while it
 serves; out_dir then holds the collection's record (collection.json), DVC's output of the stage.
+A collection's name carries the training run's id as well, so that two MLflow stores sharing
+one Milvus server do not replace each other's: that record changes on every run, as the
+collection, state outside DVC, does.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ def build_index(
     """Encode the database items of the prepared split with `hasher` and write the index to
     out_dir (index.npz, index.json), or, given `milvus`, into that collection (out_dir: its
     record). encoder: {name, version, alias, run_id} of the model, recorded as it is (None where
-    unknown: a model folder used without the registry). tree_dir: the tree step's folder, whose
+    unknown: a model folder used without the registry), but for a registry version's run id,
+    which index.json leaves out (_without_registered_run). tree_dir: the tree step's folder, whose
     label tree a collection keeps to place the items added to it by their label paths."""
     missing = [f for f in ENCODER_FIELDS if f not in encoder]
     if missing:
@@ -77,6 +82,7 @@ def build_index(
         paths = _label_paths(prepared_dir)
         written = _write_collection(milvus, out_dir, arrays, layout, record, paths, tree_dir)
     else:
+        record["encoder"] = _without_registered_run(encoder)
         written = write_index(out_dir, **arrays, **layout, record=record)
     log.info(
         "index: %d items of %s, %d bits, in %s",
@@ -86,6 +92,18 @@ def build_index(
         written,
     )
     return written
+
+
+def _without_registered_run(encoder: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder as index.json names it: a registry version by its name and version alone.
+    The folder is the index stage's DVC output, whose bytes must be the same for the same
+    codes, and a run id is new on every run of the same pipeline (a fresh clone's `make run`
+    would leave dvc.lock modified); the version names the run in the registry, and the service
+    compares versions (shdh.serving.state.check_match). A fit's folder keeps its run id, its
+    only name."""
+    if encoder.get("name") and encoder.get("version"):
+        return {**encoder, "run_id": None}
+    return dict(encoder)
 
 
 def _check_outside(uri: str, out_dir: str | Path) -> None:
