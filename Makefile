@@ -4,6 +4,9 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
+# apt-get that waits for the package database's lock rather than failing at once: CI builds the
+# image (which installs Docker) while `make test` installs chromium and qemu-user beside it.
+APT    := apt-get -o DPkg::Lock::Timeout=600
 
 .PHONY: run test setup data browser emulator lint clean-results
 
@@ -69,8 +72,8 @@ test-fast: setup
 browser:
 	@if ! { command -v chromium && command -v chromedriver; } >/dev/null \
 	    && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  apt-get install -y -q chromium chromium-driver >/dev/null \
-	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
+	  $(APT) install -y -q chromium chromium-driver >/dev/null \
+	  || ($(APT) update -q >/dev/null && $(APT) install -y -q chromium chromium-driver >/dev/null) \
 	  || echo "apt could not install chromium chromium-driver; the MLflow UI test will fail"; \
 	fi
 
@@ -79,8 +82,8 @@ browser:
 emulator:
 	@if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
 	    && [ "$$(id -u)" = 0 ]; then \
-	  apt-get install -y -q qemu-user >/dev/null \
-	  || (apt-get update -q >/dev/null && apt-get install -y -q qemu-user >/dev/null) \
+	  $(APT) install -y -q qemu-user >/dev/null \
+	  || ($(APT) update -q >/dev/null && $(APT) install -y -q qemu-user >/dev/null) \
 	  || echo "apt could not install qemu-user; the emulated-CPU tests will fail"; \
 	fi
 
@@ -102,8 +105,8 @@ $(VENV)/.installed: requirements.lock pyproject.toml tools/pip_sources.py
 data: setup
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null \
 	    && [ "$$(id -u)" = 0 ]; then \
-	  apt-get install -y -q dataset-fashion-mnist >/dev/null \
-	  || (apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null) \
+	  $(APT) install -y -q dataset-fashion-mnist >/dev/null \
+	  || ($(APT) update -q >/dev/null && $(APT) install -y -q dataset-fashion-mnist >/dev/null) \
 	  || echo "apt could not install dataset-fashion-mnist; shdh fetch will try the official URLs"; \
 	fi
 	shdh fetch

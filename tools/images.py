@@ -117,10 +117,11 @@ def _apt_install(*packages: str) -> None:
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]  # `make test` may be installing beside
+    install = [*apt, "install", "-y", "-q", "--no-install-recommends", *packages]
     if subprocess.run(install, env=env, capture_output=True).returncode == 0:
         return
-    subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+    subprocess.run([*apt, "update", "-q"], env=env, capture_output=True)
     subprocess.run(install, env=env, capture_output=True)
 
 
