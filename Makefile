@@ -7,6 +7,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # apt-get that waits for the package database's lock rather than failing at once: CI builds the
 # image (which installs Docker) while `make test` installs chromium and qemu-user beside it.
 APT    := apt-get -o DPkg::Lock::Timeout=600
+# $(call apt_install,PACKAGES,WHAT GOES WITHOUT THEM) where apt works and runs as root: install,
+# then once more after an update (a fresh machine's package lists may be stale); a warning, not a
+# failure, when apt cannot, since the fallback or the failing tests say what is missing.
+apt_install = if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  $(APT) install -y -q $(1) >/dev/null \
+	  || ($(APT) update -q >/dev/null && $(APT) install -y -q $(1) >/dev/null) \
+	  || echo "apt could not install $(1); $(2)"; \
+	fi
 
 .PHONY: run test setup data browser emulator lint clean-results
 
@@ -70,22 +78,14 @@ test-fast: setup
 
 ## browser: Debian's chromium and chromium-driver for the MLflow UI test (tests/browser), via apt
 browser:
-	@if ! { command -v chromium && command -v chromedriver; } >/dev/null \
-	    && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  $(APT) install -y -q chromium chromium-driver >/dev/null \
-	  || ($(APT) update -q >/dev/null && $(APT) install -y -q chromium chromium-driver >/dev/null) \
-	  || echo "apt could not install chromium chromium-driver; the MLflow UI test will fail"; \
-	fi
+	@{ command -v chromium && command -v chromedriver; } >/dev/null \
+	  || { $(call apt_install,chromium chromium-driver,the MLflow UI test will fail) }
 
 ## emulator: Debian's qemu-user, which runs the CPU-vendor test's probe as an emulated Intel and
 ## AMD CPU (tests/unit/test_cpu_vendors.py), via apt
 emulator:
-	@if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
-	    && [ "$$(id -u)" = 0 ]; then \
-	  $(APT) install -y -q qemu-user >/dev/null \
-	  || ($(APT) update -q >/dev/null && $(APT) install -y -q qemu-user >/dev/null) \
-	  || echo "apt could not install qemu-user; the emulated-CPU tests will fail"; \
-	fi
+	@command -v qemu-x86_64 >/dev/null \
+	  || { $(call apt_install,qemu-user,the emulated-CPU tests will fail) }
 
 ## setup: the virtualenv with the pinned dependencies (requirements.lock) and the package
 setup: $(VENV)/.installed
@@ -103,12 +103,8 @@ $(VENV)/.installed: requirements.lock pyproject.toml tools/pip_sources.py
 
 ## data: Debian's dataset-fashion-mnist where apt works, then the verified raw files in data/
 data: setup
-	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null \
-	    && [ "$$(id -u)" = 0 ]; then \
-	  $(APT) install -y -q dataset-fashion-mnist >/dev/null \
-	  || ($(APT) update -q >/dev/null && $(APT) install -y -q dataset-fashion-mnist >/dev/null) \
-	  || echo "apt could not install dataset-fashion-mnist; shdh fetch will try the official URLs"; \
-	fi
+	@[ -d /usr/share/datasets/fashion-mnist ] \
+	  || { $(call apt_install,dataset-fashion-mnist,shdh fetch will try the official URLs) }
 	shdh fetch
 
 ## dvc-deps: regenerate stage-code.json, the code each DVC stage runs, from the imports of the
