@@ -201,6 +201,7 @@ def headline_charts(browser: Any, methods: set[str]) -> list[dict[str, Any]]:
     every line it draws is of its legend's score, and each poll brings the next plot into view."""
     found: dict[str, dict[str, Any]] = {}
     polls = [0]
+    seen: list[list[Any]] = [[]]  # the last poll's charts, for the failure's message
 
     def complete(chart: dict[str, Any], score: str) -> bool:
         legend, key = chart["legend"], f"{score}_by_bits"
@@ -212,7 +213,12 @@ def headline_charts(browser: Any, methods: set[str]) -> list[dict[str, Any]]:
         )
 
     def drawn() -> list[dict[str, Any]]:
-        for chart in ui.line_charts(browser):
+        charts = ui.line_charts(browser)
+        seen[0] = [
+            (c["legend"], sorted({(t["metric"], line_method(t)) for t in c["traces"]}))
+            for c in charts
+        ]
+        for chart in charts:
             for score in HEADLINE:
                 if score not in found and complete(chart, score):
                     found[score] = chart
@@ -228,7 +234,10 @@ def headline_charts(browser: Any, methods: set[str]) -> list[dict[str, Any]]:
         # generous: 63 runs are charted by a browser that shares two busy cores with the tests
         charts = wait_for(drawn, "a line per method in each headline chart", browser, 240)
     except pytest.fail.Exception as failed:
-        raise AssertionError(f"the headline charts seen complete: {sorted(found)}") from failed
+        raise AssertionError(
+            f"the headline charts seen complete: {sorted(found)}; the last poll's charts "
+            f"(legend, [(metric, method)]): {seen[0]}"
+        ) from failed
     browser.execute_script("window.scrollTo(0, 0);")
     return charts
 
