@@ -29,14 +29,16 @@ run: data
 ## test: set everything up, then run the whole test suite, its files spread over TEST_WORKERS
 ## processes (pytest-xdist; a file's tests stay together, so its module fixtures run once), the
 ## files with slow tests first (tests/conftest.py), not xdist's most-tests-first order.
-## Most of the slow tests wait on child processes (dvc, shdh, servers), so two workers finish in
-## about two thirds of the time on two cores. TEST_WORKERS=0 runs everything in one process.
+## Many tests wait on child processes (dvc, shdh, servers) or on a browser, and the suite runs
+## each maths library on one thread (tests/conftest.py), so one worker more than two cores
+## keeps both busy: 497.5 s on a 2-core Zen 4 with three, 522.0 s with two, the same hour
+## (docs/benchmarks.md). TEST_WORKERS=0 runs everything in one process.
 ## The container tests (tests/containers) are not part of it: `make test-containers` runs them,
 ## and this target says whether they could run here.
 ## Bytecode is cached in the venv even where PYTHONDONTWRITEBYTECODE is set: without it every
 ## process the tests start (each dvc stage, each `shdh` command, each kfp.local task) compiles
 ## torch, mlflow and the rest from source again, 5 to 10 s of CPU each.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 BYTECODE_CACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache
 test: data browser emulator
 	$(BYTECODE_CACHE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

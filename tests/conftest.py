@@ -5,15 +5,21 @@ Every test gets its own MLflow store so that no test writes mlflow.db into the r
 
 from __future__ import annotations
 
-from shdh.runtime.instruction_set import pin_cpu
+import os
 
-# Before numpy, torch or numba load: the suite's numbers (the pinned digests, the smoke
-# profile's metrics) are those of the AVX2 code path on every CPU (shdh.runtime.instruction_set).
+from shdh.runtime.instruction_set import pin_cpu
+from tests.suite_threads import ONE_THREAD
+
+# Before numpy, torch or numba load, and inherited by every process the suite starts. One thread
+# per maths library: the workers (more of them than cores, Makefile) and the stage processes they
+# start would otherwise each run a pool of a thread per core, contending for the same cores; the
+# smoke profile's reference metrics are recorded at one thread. The pin: the suite's numbers are
+# those of the AVX2 code path on every CPU (shdh.runtime.instruction_set).
+os.environ.update(ONE_THREAD)
 pin_cpu()
 
 import atexit  # noqa: E402
 import contextlib  # noqa: E402
-import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402

@@ -27,6 +27,7 @@ from tests.conftest import REPO
 from tests.integration.conftest import s3_server  # noqa: F401 (the session's S3 server)
 from tests.mlflow_server import PASSWORD, USER, basic_auth_server
 from tests.pipelines.front_doors import smoke_settings
+from tests.suite_threads import without_suite_threads
 
 # A deep and a shallow method of each kind, as tests/pipelines/test_local_run.py runs them.
 METHODS = {"shdh", "dpsh", "itq", "cosdish+h"}
@@ -95,8 +96,14 @@ def pipeline_env(
     checkpoints: str,
     experiment: str = "shdh",
 ) -> dict[str, str]:
-    """What the steps get on a cluster from shdh-config and shdh-credentials."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "AWS_"))}
+    """What the steps get on a cluster from shdh-config and shdh-credentials. The maths
+    libraries start their default pools, as in a container, so that the venv's run and the
+    containers' compute alike."""
+    env = {
+        k: v
+        for k, v in without_suite_threads(os.environ).items()
+        if not k.startswith(("MLFLOW_", "AWS_"))
+    }
     return {
         **env,
         **s3_server.env(),

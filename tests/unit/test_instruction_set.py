@@ -17,6 +17,7 @@ import pytest
 from shdh.runtime import instruction_set
 from shdh.runtime.instruction_set import AVX2_PIN, SETTING, host_isa, pin_cpu, pin_mode
 from tests.conftest import REPO
+from tests.suite_threads import ONE_THREAD
 
 # What tests/unit/pinned_fits.py gave under the pin on each vendor's CPU: equal, as they must be.
 _FITS = {
@@ -34,6 +35,7 @@ PINNED_FITS = {
     # the CPU probe's --fits under this pin on that machine (../shared/cpu-probe)
     "Intel Xeon @ 2.50GHz (AVX-512, 2 cores), 2026-11-28": dict(_FITS),
 }
+RECORDED_THREADS = {name: "2" for name in ONE_THREAD}
 # The caps an AVX-512 machine's libraries would take unpinned, given explicitly.
 AVX512_CAPS = {
     "ATEN_CPU_CAPABILITY": "avx512",
@@ -222,7 +224,9 @@ def run_digests(
 
 
 def _pinned_fits(env: dict[str, str]) -> dict[str, str]:
-    return run_digests("tests.unit.pinned_fits", env)
+    """The fits at the recordings' thread counts: both machines had 2 cores, and the libraries
+    start a thread per core where the suite runs them at one."""
+    return run_digests("tests.unit.pinned_fits", {**env, **RECORDED_THREADS})
 
 
 def assert_as_recorded(seen: dict[str, str], recorded: dict[str, dict[str, str]]) -> None:
