@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# torch's intra-op pool (OpenMP), numpy's BLAS (OpenBLAS, or MKL where it is the BLAS).
+# torch's intra-op pool (OpenMP), numpy's BLAS (OpenBLAS, or MKL where it is the BLAS): the names
+# of shdh.steps.codes_cache.THREAD_SETTINGS, spelt here because that module imports numpy, and
+# these must be set before numpy loads.
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
