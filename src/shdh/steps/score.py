@@ -208,11 +208,24 @@ def _score_imported(
     return result, timing
 
 
+def floor_seeds(fits: list[Fit]) -> list[tuple[int, int | None]]:
+    """(seed, own_seed) of the random floor, once per seed the fits use, in seed order. The
+    deep methods and the shallow ones may be seeded differently: `train.seeds: [0, 1]` beside
+    `baselines.seeds: null` and a master seed of 0 gives fits seeded 0 with and without an own
+    seed. They are one floor, named with the seed (random-B-seed0), not two copies of the same
+    codes."""
+    named: dict[int, int | None] = {}
+    for plan in fits:
+        if named.get(plan.seed) is None:  # absent, or so far only unnamed
+            named[plan.seed] = plan.own_seed
+    return sorted(named.items())
+
+
 def _random_floor(fits: list[Fit], split: Split, **context: Any) -> list[Scored]:
-    """Seeded random codes at every code length, once per seed of the fits."""
+    """Seeded random codes at every code length, once per seed of the fits (floor_seeds)."""
     scored = []
     for bits in sorted({plan.bits for plan in fits}):
-        for seed, own_seed in sorted({(plan.seed, plan.own_seed) for plan in fits}):
+        for seed, own_seed in floor_seeds(fits):
             q = random_codes(len(split.q_idx), bits, seed)
             db = random_codes(len(split.db_idx), bits, seed + 1)
             name = fit_name("random", bits, own_seed)
