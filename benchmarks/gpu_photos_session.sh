@@ -30,7 +30,7 @@
 #    in RUN_DIR: rerun with the same RUN_DIR and BENCH=0 on the warm machine and it resumes.
 # 4. pack: OUT/gpu-photos.tar.gz, with each variant's codes and fit records
 #    (gpu-photos/VARIANT/{codes,fits}), the benchmarks' output and the log. Here, score them with
-#    `python benchmarks/photos_table.py gpu-photos` (the table for docs/results-gpu.md).
+#    `python benchmarks/fits_table.py gpu-photos` (the table for docs/results-gpu.md).
 #
 # DEVICE=cpu QUICK=1 checks the script on a machine without a GPU (small benchmarks; the fits at
 # 64 px on 64 items, two epochs). BENCH=0 skips phases 1-2; FITS=0 skips phase 3.

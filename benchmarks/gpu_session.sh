@@ -11,27 +11,37 @@
 # Phases:
 # 0. the tests that need a CUDA device (the CUDA-graph step, default and fused SGD; the resident
 #    and pinned training data paths), with the machine's pytest: they import only the core;
-# 1. the CUDA-graph check (benchmarks/gpu_graph_check.py): eager fits and graphed ones with
-#    fused SGD (the gpu profile's) must agree, else every fit trains with eager steps and torch's
-#    default SGD (--no-cuda-graph --no-fused-sgd);
-# 2. the loop benchmark with a profiler trace (benchmarks/gpu_epoch.py --trace);
+# 1. the CUDA-graph check (benchmarks/gpu_graph_check.py) for every method of the session: each
+#    one's eager fit and graphed one with fused SGD (the gpu profile's) must agree, else every
+#    fit trains with eager steps and torch's default SGD (--no-cuda-graph --no-fused-sgd);
+# 2. the loop benchmark with a profiler trace (benchmarks/gpu_epoch.py --trace; BENCH=0 skips it);
 # 3. the deep fits from the bundle, under the bundle's convergence rule (profiles/gpu.yaml): one
-#    process per (method, seed), nine side by side, each doing 64 bits first, then 32 and 48. At
-#    batch 128 one fit uses a small part of the card; where the machine allows it, CUDA MPS lets
-#    the processes' kernels run at the same time instead of taking turns. A fit cut off by the
-#    deadline leaves no codes file, and its checkpoints stay in RUN_DIR: rerun the script with the
-#    same RUN_DIR (CHECKS=0 skips phases 0-2) on the same machine, and the finished fits are
-#    kept while the others resume from their checkpoints (two calls on a warm machine).
+#    process per (method, seed), side by side, each doing 64 bits first, then 32 and 48 (nine
+#    for the paper's methods and seeds). At batch 128 one fit uses a small part of the card;
+#    where the machine allows it, CUDA MPS lets the processes' kernels run at the same time
+#    instead of taking turns. A fit cut off by the deadline leaves no codes file, and its
+#    checkpoints stay in RUN_DIR: rerun the script with the same RUN_DIR (CHECKS=0 skips phases
+#    0-2) on the same machine, and the finished fits are kept while the others resume from their
+#    checkpoints (two calls on a warm machine).
 # 4. pack: every fit's codes and record in one folder (gpu-session/gpu-run/, for `shdh evaluate
-#    --codes-from`), in OUT/gpu-run-BITS.tar.gz, and the logs, the benchmark output and the
-#    trace in OUT/gpu-session.tar.gz.
+#    --codes-from` or benchmarks/fits_table.py), in OUT/gpu-run-BITS.tar.gz, and the logs, the
+#    benchmark output and the trace in OUT/gpu-session.tar.gz.
+#
+# What runs: METHODS (default "oracle shdh dpsh", the paper's protocol) with SEEDS (default "0 1
+# 2"); the classifier oracle is one process whatever STREAMS says, since its other lengths
+# continue its 64-bit training. Every deep method of the catalogue, one seed first (docs/gpu.md):
+#   METHODS="dsh hashnet dch dtsh greedyhash csq orthohash hpdh dpsh+h hashnet+h" SEEDS=0 \
+#   STREAMS=fit BENCH=0 CHECK_N_TRAIN=2560 bash benchmarks/gpu_session.sh BUNDLE OUT 570
+# STREAMS=fit runs one process per fit instead of one per method and seed: the card's work is
+# then shared by every fit left, not by the streams whose earlier lengths are done.
+# SET="KEY=VALUE ..." passes each word as `--set KEY=VALUE` to the fits (train settings, as
+# `shdh.bundle train --set` takes them).
 #
 # DEVICE=cpu QUICK=1 checks the script on a machine without a GPU (tiny benchmark and check; the
-# fits are cut off by the deadline). MPS=0 leaves MPS off; FITS=0 runs the check and the benchmark
-# only (BUNDLE is then not read); CHECKS=0 skips phases 0-2 (a rerun on a card of the same kind,
-# whose check passed) and trains with the bundle's settings. STREAMS=fit runs one process per
-# DPSH and SHDH fit (21 side by side) instead of one per method and seed (9): when the oracle's
-# three processes end, a third of the way through, nine streams leave the card with six.
+# fits are cut off by the deadline unless SET makes them small, e.g. SET="train.n_train=256
+# train.width=0.125 train.epochs=1 train.val_size=0"). MPS=0 leaves MPS off; FITS=0 runs the
+# check and the benchmark only (BUNDLE is then not read); CHECKS=0 skips phases 0-2 (a rerun on a
+# card of the same kind, whose check passed) and trains with the bundle's settings.
 set -u
 usage="usage: gpu_session.sh BUNDLE OUT_DIR [SESSION_SECONDS]"
 bundle=${1:?$usage}
@@ -44,10 +54,16 @@ source "$(dirname "$0")/gpu_common.sh"
 rm -rf "$run/gpu-run" "$run/session.log"
 quick=()
 check=()
+methods=${METHODS:-oracle shdh dpsh}
+seeds=${SEEDS:-0 1 2}
+read -r -a method_list <<<"$methods"
+check=(--n-train "${CHECK_N_TRAIN:-6400}")
 if [ "${QUICK:-0}" = 1 ]; then
   quick=(--quick)
   check=(--n-train 512 --epochs 2 --width 0.125)
 fi
+set_args=()
+for setting in ${SET:-}; do set_args+=(--set "$setting"); done
 
 streams=${STREAMS:-seed}
 describe_machine
@@ -61,23 +77,25 @@ if [ "${CHECKS:-1}" = 1 ]; then
   grep -E "^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed)|^rc " "$run/cuda-tests.txt" | tail -n 12 \
     | tee -a "$run/session.log"
 
-  phase "CUDA graph check: eager and graphed fits from one seed"
-  (cd benchmarks && timeout 120 "$py" gpu_graph_check.py --device "$device" --fused-sgd \
-    "${check[@]}") \
+  phase "CUDA graph check: eager and graphed fits from one seed, per method: $methods"
+  (cd benchmarks && timeout $((60 + 20 * ${#method_list[@]})) "$py" gpu_graph_check.py \
+    --device "$device" --fused-sgd --methods "${method_list[@]}" "${check[@]}") \
     >"$run/graph-check.txt" 2>&1
   rc=$?
   echo "rc $rc" >>"$run/graph-check.txt"
-  tail -n 8 "$run/graph-check.txt" | tee -a "$run/session.log"
+  grep -E "(AGREE|DIFFER)|^agree:|^log: .*failed|^rc " "$run/graph-check.txt" | tee -a "$run/session.log"
   if [ "$rc" != 0 ]; then
     graph_flag=(--no-cuda-graph --no-fused-sgd)
     phase "the graphed steps did not agree or failed: eager steps for the fits"
   fi
 
-  phase "benchmark: network-only and whole step, graphed variants, the loops, profiler trace"
-  (cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
-    --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
-  echo "rc $?" >>"$run/gpu_epoch.txt"
-  tail -n 40 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+  if [ "${BENCH:-1}" = 1 ]; then
+    phase "benchmark: network-only and whole step, graphed variants, the loops, profiler trace"
+    (cd benchmarks && timeout 150 "$py" gpu_epoch.py --device "$device" "${quick[@]}" \
+      --trace "$run/trace") >"$run/gpu_epoch.txt" 2>&1
+    echo "rc $?" >>"$run/gpu_epoch.txt"
+    tail -n 40 "$run/gpu_epoch.txt" | tee -a "$run/session.log"
+  fi
 fi
 
 if [ "${FITS:-1}" = 0 ]; then
@@ -90,8 +108,8 @@ fi
 start_mps
 
 fit_seconds=$((session_seconds - SECONDS - 25))
-phase "fits: one process per $([ "$streams" = fit ] && echo fit || echo "method and seed, 64 bits \
-first") (deadline ${fit_seconds}s)"
+phase "fits of $methods, seeds $seeds: one process per $([ "$streams" = fit ] && echo fit \
+  || echo "method and seed, 64 bits first") (deadline ${fit_seconds}s)"
 pids=()
 # fit NAME METHOD SEED BITS...: one process, its codes in fits-NAME, its log in fits-NAME.log.
 fit() {
@@ -100,14 +118,14 @@ fit() {
   OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 timeout "$fit_seconds" "$py" -m shdh.bundle train \
     "$bundle" --out "$run/fits-$name" --work-dir "$run/work-$name" --methods "$method" \
     --bits "$@" --seeds "$seed" --device "$device" --no-progress "${graph_flag[@]}" \
+    "${set_args[@]}" \
     >"$run/fits-$name.log" 2>&1 &
   pids+=($!)
 }
-for seed in 0 1 2; do
-  # The oracle's other lengths continue its 64-bit training, so they stay in its process.
-  fit "oracle-s$seed" oracle "$seed" 64 32 48
-  for method in shdh dpsh; do
-    if [ "$streams" = fit ]; then
+for seed in $seeds; do
+  for method in "${method_list[@]}"; do
+    # The oracle's other lengths continue its 64-bit training, so they stay in its process.
+    if [ "$streams" = fit ] && [ "$method" != oracle ]; then
       for bits in 64 32 48; do fit "$method-s$seed-b$bits" "$method" "$seed" "$bits"; done
     else
       fit "$method-s$seed" "$method" "$seed" 64 32 48
