@@ -12,8 +12,9 @@
 # 0. the tests that need a CUDA device (the CUDA-graph step, default and fused SGD; the resident
 #    and pinned training data paths), with the machine's pytest: they import only the core;
 # 1. the CUDA-graph check (benchmarks/gpu_graph_check.py) for every method of the session: each
-#    one's eager fit and graphed one with fused SGD (the gpu profile's) must agree, else every
-#    fit trains with eager steps and torch's default SGD (--no-cuda-graph --no-fused-sgd);
+#    one's eager fit and graphed one with fused SGD (the gpu profile's) must agree, else that
+#    method's fits train with eager steps and torch's default SGD (--no-cuda-graph
+#    --no-fused-sgd), and every method's do if the check itself fails;
 # 2. the loop benchmark with a profiler trace (benchmarks/gpu_epoch.py --trace; BENCH=0 skips it);
 # 3. the deep fits from the bundle, under the bundle's convergence rule (profiles/gpu.yaml): one
 #    process per (method, seed), side by side, each doing 64 bits first, then 32 and 48 (nine
@@ -31,9 +32,10 @@
 # 2"); the classifier oracle is one process whatever STREAMS says, since its other lengths
 # continue its 64-bit training. Every deep method of the catalogue, one seed first (docs/gpu.md):
 #   METHODS="dsh hashnet dch dtsh greedyhash csq orthohash hpdh dpsh+h hashnet+h" SEEDS=0 \
-#   STREAMS=fit BENCH=0 CHECK_N_TRAIN=2560 bash benchmarks/gpu_session.sh BUNDLE OUT 570
+#   BENCH=0 CHECK_N_TRAIN=2560 bash benchmarks/gpu_session.sh BUNDLE OUT 570
 # STREAMS=fit runs one process per fit instead of one per method and seed: the card's work is
-# then shared by every fit left, not by the streams whose earlier lengths are done.
+# then shared by every fit left, not by the streams whose earlier lengths are done; but a
+# deadline then cuts every fit off at once, where one stream per method has its 64 bits done.
 # SET="KEY=VALUE ..." passes each word as `--set KEY=VALUE` to the fits (train settings, as
 # `shdh.bundle train --set` takes them).
 #
@@ -53,7 +55,6 @@ mkdir -p "$run" "$out"
 source "$(dirname "$0")/gpu_common.sh"
 rm -rf "$run/gpu-run" "$run/session.log"
 quick=()
-check=()
 methods=${METHODS:-oracle shdh dpsh}
 seeds=${SEEDS:-0 1 2}
 read -r -a method_list <<<"$methods"
@@ -68,7 +69,7 @@ for setting in ${SET:-}; do set_args+=(--set "$setting"); done
 streams=${STREAMS:-seed}
 describe_machine
 
-graph_flag=()
+eager_methods=" "  # the methods whose fits train with eager steps and default SGD
 if [ "${CHECKS:-1}" = 1 ]; then
   phase "the CUDA-only tests"
   timeout 120 "$py" -m pytest -p no:cacheprovider -q -rs tests/unit/test_cuda_graph_step.py \
@@ -85,8 +86,11 @@ if [ "${CHECKS:-1}" = 1 ]; then
   echo "rc $rc" >>"$run/graph-check.txt"
   grep -E "(AGREE|DIFFER)|^agree:|^log: .*failed|^rc " "$run/graph-check.txt" | tee -a "$run/session.log"
   if [ "$rc" != 0 ]; then
-    graph_flag=(--no-cuda-graph --no-fused-sgd)
-    phase "the graphed steps did not agree or failed: eager steps for the fits"
+    # The check's last line names the methods that differ; without it (a crash, its timeout)
+    # no method's graph is known to be right.
+    differ=$(sed -n 's/^agree: .*; differ: //p' "$run/graph-check.txt")
+    eager_methods=" ${differ:-$methods} "
+    phase "the graphed steps did not agree or failed for:$eager_methods- eager steps for their fits"
   fi
 
   if [ "${BENCH:-1}" = 1 ]; then
@@ -113,8 +117,9 @@ phase "fits of $methods, seeds $seeds: one process per $([ "$streams" = fit ] &&
 pids=()
 # fit NAME METHOD SEED BITS...: one process, its codes in fits-NAME, its log in fits-NAME.log.
 fit() {
-  local name=$1 method=$2 seed=$3
+  local name=$1 method=$2 seed=$3 graph_flag=()
   shift 3
+  [[ "$eager_methods" == *" $method "* ]] && graph_flag=(--no-cuda-graph --no-fused-sgd)
   OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 timeout "$fit_seconds" "$py" -m shdh.bundle train \
     "$bundle" --out "$run/fits-$name" --work-dir "$run/work-$name" --methods "$method" \
     --bits "$@" --seeds "$seed" --device "$device" --no-progress "${graph_flag[@]}" \
