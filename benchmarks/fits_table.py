@@ -16,11 +16,11 @@ queries, database and ancestors, so the scores need nothing but the folder.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from shdh.core.codes_file import CODES_DIR, FITS_DIR, evaluate_codes_file
 from shdh.reporting.figures import grouped_methods
+from shdh.runtime.json_files import read_json_object
 from shdh.training import convergence
 
 HEADER = (
@@ -30,12 +30,16 @@ HEADER = (
 )
 
 
-def record_of(variant: Path, codes: Path) -> dict:
-    path = variant / FITS_DIR / f"{codes.stem}.json"
+def read_record(path: Path, what: str) -> dict:
+    """A JSON record of the session; an unreadable one stops the table, naming the file."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise SystemExit(f"{path}: the fit record of {codes.name} is unreadable ({err})") from err
+        return read_json_object(path, what)
+    except ValueError as err:
+        raise SystemExit(str(err)) from err
+
+
+def record_of(variant: Path, codes: Path) -> dict:
+    return read_record(variant / FITS_DIR / f"{codes.stem}.json", f"the fit record of {codes.name}")
 
 
 def row(variant: Path, codes: Path, record: dict, family: str, n: int) -> str:
@@ -57,8 +61,8 @@ def variant_rows(variant: Path, n: int) -> list[str]:
     fits = [(codes, record_of(variant, codes)) for codes in (variant / CODES_DIR).glob("*.npz")]
     groups = grouped_methods({record["method"] for _, record in fits})
     family = {name: group for group, names in groups for name in names}
-    order = [name for _, names in groups for name in names]
-    fits.sort(key=lambda fit: (order.index(fit[1]["method"]), fit[1]["bits"], fit[1]["seed"]))
+    rank = {name: i for i, name in enumerate(family)}  # the groups' order, family by family
+    fits.sort(key=lambda fit: (rank[fit[1]["method"]], fit[1]["bits"], fit[1]["seed"]))
     return [row(variant, codes, record, family[record["method"]], n) for codes, record in fits]
 
 
@@ -73,7 +77,7 @@ def main() -> None:
         variants = sorted(p.parent for p in args.folder.glob(f"*/{CODES_DIR}"))
     if not variants:
         raise SystemExit(f"{args.folder}: no {CODES_DIR}/ folder, nor VARIANT/{CODES_DIR}/ ones")
-    cards = {json.loads((v / "bundle.json").read_text())["device"] for v in variants}
+    cards = {read_record(v / "bundle.json", "the session's manifest")["device"] for v in variants}
     print(f"trained on: {'; '.join(sorted(cards))}\n")
     print(HEADER.format(n=args.n))
     for variant in variants:
