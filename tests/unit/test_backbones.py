@@ -144,6 +144,35 @@ def test_weights_of_another_network_or_digest_are_refused(resnet18_file, tmp_pat
         Weights.of(LoopSettings(pretrained=str(tmp_path / "missing.pth")))
 
 
+def test_weights_are_loaded_once_per_file_content_and_backbone(resnet18_file, tmp_path):
+    """check_weights loads a file into a backbone once per process; another backbone, or the
+    same path holding other bytes, is loaded (and refused) afresh."""
+    from shdh.training import loop
+
+    path = tmp_path / "weights.pth"
+    path.write_bytes(resnet18_file.read_bytes())
+    images = np.zeros((2, 32, 32, 3), dtype=np.uint8)
+    settings = LoopSettings(backbone="resnet18", pretrained=str(path), image_size=32)
+    builds = []
+    real = loop.build_model_for
+
+    def counted(*args, **kwargs):
+        builds.append(args[1])  # in_channels
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "build_model_for", counted)
+        loop.check_weights(settings, images)
+        loop.check_weights(settings, images)
+        assert builds == [3]
+        loop.check_weights(settings, images[..., 0])  # gray: a backbone of one channel
+        assert builds == [3, 1]
+        torch.save(torchvision_models().alexnet(weights=None).state_dict(), path)
+        with pytest.raises(WeightsError, match="weights.pth does not fit"):
+            loop.check_weights(settings, images)
+        assert builds == [3, 1, 3]
+
+
 def test_a_torchvision_name_reads_torch_homes_cache_and_names_the_file_to_place(
     tmp_path, monkeypatch
 ):

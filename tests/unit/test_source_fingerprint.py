@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from shdh.runtime import source_fingerprint
 from shdh.runtime.source_fingerprint import code_text, differing, fingerprint
 from tests.conftest import REPO
 
@@ -59,6 +60,55 @@ def test_a_deep_hasher_covers_the_code_that_decides_its_numbers() -> None:
     assert all(len(digest) == 16 for digest in code.values())
     oracle = fingerprint(["shdh.hashers.oracle"])
     assert "shdh.hashers.deep" in oracle and "shdh.hashers.shdh" not in oracle
+
+
+def _fresh_process_fingerprint(monkeypatch, cache: Path | None) -> dict[str, str]:
+    """fingerprint as a new process computes it: nothing kept in memory, the given cache."""
+    if cache is None:
+        monkeypatch.setenv("SHDH_FINGERPRINT_CACHE", "0")
+    else:
+        monkeypatch.delenv("SHDH_FINGERPRINT_CACHE", raising=False)
+        monkeypatch.setenv("SHDH_CACHE_DIR", str(cache))
+    source_fingerprint._analysed.cache_clear()
+    return fingerprint(["shdh.hashers.dpsh"])
+
+
+def test_the_analysis_is_kept_on_disk_by_content_and_a_damaged_entry_is_redone(
+    monkeypatch, tmp_path
+) -> None:
+    uncached = _fresh_process_fingerprint(monkeypatch, None)
+    assert not list(tmp_path.rglob("*"))
+    first = _fresh_process_fingerprint(monkeypatch, tmp_path)
+    entries = sorted((tmp_path / "fingerprints").glob("*.json"))
+    assert first == uncached and len(entries) == len(first)
+    damaged, wrong = entries[0], entries[1]
+    damaged.write_text("{not json")
+    wrong.write_text(json.dumps({"digest": 7, "imports": []}))
+    # read back (two entries redone and rewritten): the same digests, as without the cache
+    assert _fresh_process_fingerprint(monkeypatch, tmp_path) == uncached
+    assert json.loads(damaged.read_text())["digest"] in uncached.values()
+    assert json.loads(wrong.read_text())["digest"] in uncached.values()
+    # an entry is found by the module's text: a stored digest is used as it is found
+    for entry in entries:
+        stored = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**stored, "digest": "0" * 16}))
+    assert set(_fresh_process_fingerprint(monkeypatch, tmp_path).values()) == {"0" * 16}
+    # an unwritable cache costs time, not the fingerprint
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert _fresh_process_fingerprint(monkeypatch, blocked) == uncached
+
+
+def test_an_edited_module_is_analysed_afresh(monkeypatch, tmp_path) -> None:
+    source_fingerprint._analysed.cache_clear()
+    monkeypatch.setenv("SHDH_CACHE_DIR", str(tmp_path))
+    path = source_fingerprint._source("shdh.hashers.dpsh")
+    text = path.read_text(encoding="utf-8")
+    digest, imported = source_fingerprint._analysed("shdh.hashers.dpsh", path, text)
+    edited = text + "\nfrom shdh.hashers import shdh\nEXTRA = 1\n"
+    digest2, imported2 = source_fingerprint._analysed("shdh.hashers.dpsh", path, edited)
+    assert digest2 != digest and imported2 == imported | {"shdh.hashers.shdh"}
+    assert len(list((tmp_path / "fingerprints").glob("*.json"))) == 2
 
 
 def test_differing_names_the_changed_modules() -> None:

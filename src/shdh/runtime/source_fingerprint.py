@@ -11,6 +11,13 @@ The digest ignores comments, docstrings and blank or trailing space, so that rew
 docstring keeps a checkpoint, while any change to code does not. It is read from the source
 with tokenize and ast alone (no import), so it is the same on every Python version that parses the
 file; a process reads each module's source once per distinct text.
+
+Tokenizing and parsing the eighty-odd modules a fit runs costs most of a second, in every stage
+process that fits, scores or indexes: so each module's digest and import names are kept in the
+per-user cache too (shdh.runtime.user_cache: ~/.cache/shdh/fingerprints, or
+$SHDH_CACHE_DIR/fingerprints; SHDH_FINGERPRINT_CACHE=0 turns it off), keyed by the SHA-256 of
+the module's name and source text, so an edited module is analysed afresh. Which of the imported
+names are shdh modules is decided from the files present at each call, not cached.
 """
 
 from __future__ import annotations
@@ -18,10 +25,14 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import json
 import tokenize
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
+
+from shdh.runtime.atomic import atomic_path
+from shdh.runtime.user_cache import cache_dir
 
 PACKAGE = "shdh"
 
@@ -71,25 +82,59 @@ def _source(module: str) -> Path | None:
 def _analysed(module: str, path: Path, source: str) -> tuple[str, frozenset[str]]:
     """A module's digest and the shdh modules it imports. Kept per process, keyed by the source
     text itself (so an edited file is read afresh): a fit asks for the same fingerprint several
-    times (resume check, checkpoint, record), and tokenizing some twenty modules costs most of a
-    second each time."""
-    return _digest(source), frozenset(_imports(module, path, source))
-
-
-def _imports(module: str, path: Path, source: str) -> set[str]:
-    """The shdh modules a module imports, at any depth of its code (a function-level import is
-    code the module runs too): `from pkg import name` counts pkg.name where it is a module."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    times (resume check, checkpoint, record)."""
+    digest, imported = _cached_analysis(module, path, source)
     found: set[str] = set()
+    for base, names in imported:
+        if not names:  # import base
+            found.add(base)
+        for name in names:  # from base import name: a submodule, or a name base defines
+            found.add(f"{base}.{name}" if _source(f"{base}.{name}") is not None else base)
+    return digest, frozenset(m for m in found if _in_package(m) and _source(m) is not None)
+
+
+def _cached_analysis(module: str, path: Path, source: str) -> tuple[str, list[tuple[str, list]]]:
+    """(digest, imports) of a module from the per-user cache, or analysed and stored there
+    where the entry is missing or damaged; a cache that cannot be used costs only time."""
+    folder = cache_dir("fingerprints", "SHDH_FINGERPRINT_CACHE")
+    key = hashlib.sha256(f"{module}\0{path.name}\0{source}".encode()).hexdigest()
+    entry = folder / f"{key}.json" if folder is not None else None
+    if entry is not None:
+        try:
+            stored = json.loads(entry.read_text(encoding="utf-8"))
+            digest, imported = stored["digest"], [(b, list(n)) for b, n in stored["imports"]]
+            if _is_digest(digest) and all(isinstance(b, str) for b, _ in imported):
+                return digest, imported
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or damaged: analysed again, and replaced
+    digest, imported = _digest(source), _import_names(module, path, source)
+    if entry is not None:
+        try:
+            with atomic_path(entry, suffix=".json") as tmp:
+                tmp.write_text(json.dumps({"digest": digest, "imports": imported}), "utf-8")
+        except OSError:
+            pass  # an unwritable cache: said by the codes cache in the same folder, not here
+    return digest, imported
+
+
+def _is_digest(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 16 and set(value) <= set("0123456789abcdef")
+
+
+def _import_names(module: str, path: Path, source: str) -> list[tuple[str, list[str]]]:
+    """What a module imports, at any depth of its code (a function-level import is code the
+    module runs too), as (module, []) for `import module` and (base, [names]) for
+    `from base import names`, relative bases made absolute; sorted, so an entry reads the same
+    whoever wrote it."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[tuple[str, tuple[str, ...]]] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.update((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(node.module, node.level, package)
-            for alias in node.names:  # a submodule, or a name the base module defines
-                sub = f"{base}.{alias.name}"
-                found.add(sub if _source(sub) is not None else base)
-    return {m for m in found if _in_package(m) and _source(m) is not None}
+            found.add((base, tuple(alias.name for alias in node.names)))
+    return [(base, list(names)) for base, names in sorted(found)]
 
 
 def _absolute(name: str | None, level: int, package: str) -> str:

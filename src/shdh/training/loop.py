@@ -204,11 +204,23 @@ def train(
 def check_weights(settings: LoopSettings, images: Any) -> None:
     """Load the pretrained weights into a backbone for these images, then drop it: weights that
     are missing, altered or of another network fail before a caller opens the fit's MLflow run
-    or touches its work folder, whose checkpoint a fit starting afresh replaces."""
+    or touches its work folder, whose checkpoint a fit starting afresh replaces.
+
+    A pipeline's fit is checked twice (by the step, before its MLflow run, and by the hasher),
+    and a ResNet's build and load take a second or more: a file whose SHA-256 has loaded into
+    the same backbone in this process is not loaded again."""
     weights = Weights.of(settings)
-    if weights is not None:
-        in_channels = 1 if images.ndim == 3 else int(images.shape[3])
+    if weights is None:
+        return
+    in_channels = 1 if images.ndim == 3 else int(images.shape[3])
+    backbone = (settings.backbone, settings.width, settings.image_size)
+    key = (weights, in_channels, backbone)
+    if key not in _LOADED_WEIGHTS:
         weights.load(build_model_for(settings, in_channels, [1]).backbone)
+        _LOADED_WEIGHTS.add(key)
+
+
+_LOADED_WEIGHTS: set[tuple[Any, ...]] = set()  # what check_weights has loaded in this process
 
 
 def _placed(config: TrainConfig) -> tuple[torch.device, World]:
