@@ -18,13 +18,11 @@ import yaml
 from shdh.cli import main
 from shdh.tracking import mlflow_runs as tracking
 from tests.conftest import REPO
+from tests.e2e.test_dvc_pipeline import SMOKE_REFERENCE  # what a fresh clone's `dvc repro` gives
 from tests.pipelines.front_doors import smoke_settings
 
 pytestmark = pytest.mark.slow
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-# What `dvc repro` of the smoke profile writes, every method at one thread, checked byte for byte
-# against a fresh clone's run by tests/e2e/test_dvc_pipeline.py.
-SMOKE_REFERENCE = REPO / "tests" / "e2e" / "smoke_metrics.json"
 # A deep method and a shallow one that reads the hierarchy: every kind of task, each method a kfp
 # task of its own (the DAG wires every deep fit alike, and every shallow one). Each task is a
 # process of some seven seconds here; the container tests run the DAG with both deep methods and

@@ -31,7 +31,8 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from shdh.runtime.atomic import atomic_path
+from shdh.runtime.atomic import atomic_write_text
+from shdh.runtime.json_files import read_json_object
 from shdh.runtime.user_cache import cache_dir
 
 PACKAGE = "shdh"
@@ -101,17 +102,16 @@ def _cached_analysis(module: str, path: Path, source: str) -> tuple[str, list[tu
     entry = folder / f"{key}.json" if folder is not None else None
     if entry is not None:
         try:
-            stored = json.loads(entry.read_text(encoding="utf-8"))
+            stored = read_json_object(entry, "a fingerprint entry")
             digest, imported = stored["digest"], [(b, list(n)) for b, n in stored["imports"]]
             if _is_digest(digest) and all(isinstance(b, str) for b, _ in imported):
                 return digest, imported
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             pass  # absent or damaged: analysed again, and replaced
     digest, imported = _digest(source), _import_names(module, path, source)
     if entry is not None:
         try:
-            with atomic_path(entry, suffix=".json") as tmp:
-                tmp.write_text(json.dumps({"digest": digest, "imports": imported}), "utf-8")
+            atomic_write_text(entry, json.dumps({"digest": digest, "imports": imported}))
         except OSError:
             pass  # an unwritable cache: said by the codes cache in the same folder, not here
     return digest, imported
